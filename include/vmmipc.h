@@ -1,0 +1,161 @@
+/*
+ * vmmipc: share CUDA virtual-memory (VMM) allocations between the ranks of an
+ * MPI job that sit on the same node.
+ *
+ * An allocation is exported as one POSIX file descriptor per physical chunk;
+ * the descriptors travel over Unix domain sockets (SCM_RIGHTS) that are
+ * bootstrapped through an MPI communicator, and the importer maps the chunks
+ * back to back with the access it asks for.
+ *
+ * Every function returns a vmmipc_result_t. On failure a thread-local message
+ * that names the operation, the rank or chunk, the driver or OS error and a
+ * hint is available from vmmipc_last_error().
+ */
+#ifndef VMMIPC_H
+#define VMMIPC_H
+
+#include <stddef.h>
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VMMIPC_VERSION_MAJOR 0
+#define VMMIPC_VERSION_MINOR 1
+#define VMMIPC_VERSION_PATCH 0
+
+#if defined(__GNUC__)
+#define VMMIPC_EXPORT __attribute__((visibility("default")))
+#else
+#define VMMIPC_EXPORT
+#endif
+
+/* ---- status ------------------------------------------------------------ */
+
+typedef enum vmmipc_result {
+  VMMIPC_SUCCESS = 0,
+  VMMIPC_ERR_INVALID_ARG,    /* caller error: NULL handle, bad rank, bad option            */
+  VMMIPC_ERR_INVALID_DESC,   /* malformed, forged or inconsistent descriptor or message    */
+  VMMIPC_ERR_UNSUPPORTED,    /* device/driver lacks VMM, POSIX-fd handles or peer access   */
+  VMMIPC_ERR_CUDA,           /* a CUDA driver call failed                                  */
+  VMMIPC_ERR_MPI,            /* an MPI call failed                                         */
+  VMMIPC_ERR_SYSTEM,         /* an OS call failed (sockets, fd limit, mmap)                */
+  VMMIPC_ERR_PEER,           /* a peer failed its part, hung up, or is not on this node    */
+  VMMIPC_ERR_TIMEOUT,        /* a peer did not answer within the configured timeout        */
+  VMMIPC_ERR_NOT_EXPORTABLE, /* memory imported from another process cannot be re-exported */
+  VMMIPC_ERR_NO_MEMORY
+} vmmipc_result_t;
+
+/* A static one-line description of a result code. */
+VMMIPC_EXPORT const char *vmmipc_strerror(vmmipc_result_t r);
+/* The message of the last failure on this thread ("" if none). */
+VMMIPC_EXPORT const char *vmmipc_last_error(void);
+/* The library version as "major.minor.patch". */
+VMMIPC_EXPORT const char *vmmipc_version(void);
+
+/* ---- devices ----------------------------------------------------------- */
+
+typedef struct { unsigned char bytes[16]; } vmmipc_uuid_t; /* as cuDeviceGetUuid reports */
+
+/* Retain the primary context of device `ordinal` and make it current on the
+ * calling thread (like cudaSetDevice). */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_set_device(int ordinal);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_device_uuid(int ordinal, vmmipc_uuid_t *uuid);
+/* Number of devices visible to this process. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_device_count(int *count);
+/* Format a UUID as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (41 bytes with the NUL). */
+#define VMMIPC_UUID_STRING_LEN 41
+VMMIPC_EXPORT void vmmipc_uuid_format(const vmmipc_uuid_t *uuid, char out[VMMIPC_UUID_STRING_LEN]);
+
+/* ---- node-local communicator -------------------------------------------- */
+
+typedef struct vmmipc_config {
+  size_t struct_size;     /* sizeof(vmmipc_config_t): lets the struct grow compatibly  */
+  int timeout_ms;         /* bound on every wait for a peer; <= 0: VMMIPC_TIMEOUT_MS or 60 s */
+  int socket_namespace;   /* VMMIPC_SOCKET_ABSTRACT or VMMIPC_SOCKET_FILESYSTEM        */
+  const char *socket_dir; /* filesystem mode: parent directory (NULL: VMMIPC_SOCKET_DIR, TMPDIR, /tmp) */
+} vmmipc_config_t;
+#define VMMIPC_SOCKET_ABSTRACT 0   /* default: Linux abstract namespace */
+#define VMMIPC_SOCKET_FILESYSTEM 1 /* for containers that do not share a network namespace */
+#define VMMIPC_CONFIG_INIT { sizeof(vmmipc_config_t), 0, VMMIPC_SOCKET_ABSTRACT, NULL }
+
+typedef struct vmmipc_comm *vmmipc_comm_t;
+/* Collective over `comm`; works on a private duplicate of it. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *config,
+                                                 vmmipc_comm_t *out);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t comm); /* collective */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_node_comm(vmmipc_comm_t comm, MPI_Comm *node_comm);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_same_node(vmmipc_comm_t comm, int rank, int *same);
+
+/* ---- access ------------------------------------------------------------ */
+
+typedef enum { VMMIPC_PROT_READWRITE = 0, VMMIPC_PROT_READ = 1 } vmmipc_prot_t;
+typedef struct vmmipc_access {
+  vmmipc_prot_t prot;
+  int num_devices;               /* 0: the current device */
+  const vmmipc_uuid_t *devices;  /* devices are named by UUID, never by ordinal */
+} vmmipc_access_t;
+#define VMMIPC_ACCESS_DEFAULT { VMMIPC_PROT_READWRITE, 0, NULL }
+
+/* ---- buffers ------------------------------------------------------------ */
+
+typedef struct vmmipc_buf *vmmipc_buf_t;
+/* A VMM allocation on the current device, exportable as POSIX fds. The size is
+ * rounded up to the allocation granularity; 0 gives an empty buffer. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_alloc(size_t size, vmmipc_buf_t *out);
+/* Appends chunks; keeps the data; may move the buffer: re-read the pointer. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_grow(vmmipc_buf_t buf, size_t new_size);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_ptr(vmmipc_buf_t buf, void **ptr, size_t *size);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_free(vmmipc_buf_t buf);
+/* Number of physical chunks; whether the buffer holds imported memory. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_info(vmmipc_buf_t buf, int *num_chunks, int *is_imported);
+
+/* ---- descriptors -------------------------------------------------------- */
+
+typedef struct vmmipc_desc *vmmipc_desc_t;
+/* Fresh fds on every call; the descriptor owns them. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_export(vmmipc_buf_t buf, vmmipc_desc_t *out);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_free(vmmipc_desc_t desc); /* closes its fds */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_import(vmmipc_desc_t desc, const vmmipc_access_t *access,
+                                            vmmipc_buf_t *out);
+/* Serialise: bytes in the versioned wire format (docs/wire-format.md) and the
+ * descriptor's fds, which stay owned by the descriptor. With bytes == NULL or
+ * fds == NULL only the needed sizes are returned. On input *num_bytes and
+ * *num_fds give the capacities. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_pack(vmmipc_desc_t desc, void *bytes, size_t *num_bytes,
+                                               int *fds, int *num_fds);
+/* Validate and rebuild; the fds are duplicated, so the caller keeps its own. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_unpack(const void *bytes, size_t num_bytes, const int *fds,
+                                                 int num_fds, vmmipc_desc_t *out);
+/* Metadata of a descriptor; any output may be NULL. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_info(vmmipc_desc_t desc, size_t *size, int *num_chunks,
+                                               vmmipc_uuid_t *owner);
+/* Size of chunk `index` (address order). */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_chunk_size(vmmipc_desc_t desc, int index, size_t *size);
+
+/* ---- point to point (ranks of the comm that share a node) ---------------- */
+
+VMMIPC_EXPORT vmmipc_result_t vmmipc_send(vmmipc_comm_t comm, vmmipc_desc_t desc, int dest);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_recv(vmmipc_comm_t comm, int source, vmmipc_desc_t *out);
+
+/* ---- collectives (ranks of the communicator given to comm_create) -------- */
+
+VMMIPC_EXPORT vmmipc_result_t vmmipc_allgather_desc(vmmipc_comm_t comm, vmmipc_desc_t desc,
+                                                    vmmipc_desc_t *descs_out);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_scatter_desc(vmmipc_comm_t comm, const vmmipc_desc_t *descs,
+                                                  int root, vmmipc_desc_t *out);
+typedef struct vmmipc_win *vmmipc_win_t;
+VMMIPC_EXPORT vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t comm, vmmipc_buf_t buf,
+                                                   const vmmipc_access_t *access, vmmipc_win_t *out);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_win_query(vmmipc_win_t win, int rank, void **ptr, size_t *size);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_win_free(vmmipc_win_t win); /* collective */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_bcast_map(vmmipc_comm_t comm, vmmipc_buf_t buf, int root,
+                                               const vmmipc_access_t *access, vmmipc_buf_t *out);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_scatter_map(vmmipc_comm_t comm, const vmmipc_buf_t *bufs, int root,
+                                                 const vmmipc_access_t *access, vmmipc_buf_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VMMIPC_H */

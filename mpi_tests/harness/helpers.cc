@@ -1,0 +1,146 @@
+// Test helpers; the copy functions come from the same driver library that
+// vmmipc loads (dlopen returns the already-loaded instance).
+#include "harness/helpers.h"
+
+#include <cuda.h>
+#include <dirent.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace vt {
+namespace {
+
+struct Drv {
+  void *lib = nullptr;
+  CUresult (*memcpy_htod)(CUdeviceptr, const void *, size_t) = nullptr;
+  CUresult (*memcpy_dtoh)(void *, CUdeviceptr, size_t) = nullptr;
+  CUresult (*ctx_sync)(void) = nullptr;
+};
+
+const char *DriverPath() {
+  const char *p = std::getenv("VMMIPC_CUDA_DRIVER");
+  return (p && *p) ? p : "libcuda.so.1";
+}
+
+template <typename F>
+void Resolve(void *lib, const char *name, F *fn) {
+  using GetProc = CUresult (*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+  void *sym = dlsym(lib, "cuGetProcAddress_v2");
+  if (!sym) sym = dlsym(lib, "cuGetProcAddress");
+  if (!sym) return;
+  GetProc gp = reinterpret_cast<GetProc>(sym);
+  void *p = nullptr;
+  CUdriverProcAddressQueryResult st;
+  if (gp(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st) == CUDA_SUCCESS) *fn = reinterpret_cast<F>(p);
+}
+
+Drv &D() {
+  static Drv d = [] {
+    Drv x;
+    x.lib = dlopen(DriverPath(), RTLD_NOW | RTLD_LOCAL);
+    if (x.lib) {
+      Resolve(x.lib, "cuMemcpyHtoD", &x.memcpy_htod);
+      Resolve(x.lib, "cuMemcpyDtoH", &x.memcpy_dtoh);
+      Resolve(x.lib, "cuCtxSynchronize", &x.ctx_sync);
+    }
+    return x;
+  }();
+  return d;
+}
+
+}  // namespace
+
+int Rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int Size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+int FdCount() {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int n = 0;
+  while (struct dirent *e = readdir(d))
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n - 1;  // the directory stream's own fd
+}
+
+bool UsingStandin() {
+  const char *p = std::getenv("VMMIPC_CUDA_DRIVER");
+  return p && std::strstr(p, "standin") != nullptr;
+}
+
+bool GetDriverCounts(DriverCounts *c) {
+  if (!UsingStandin() || !D().lib) return false;
+  using Fn = void (*)(long *, long *, long *);
+  Fn fn = reinterpret_cast<Fn>(dlsym(D().lib, "vmmipc_standin_counts"));
+  if (!fn) return false;
+  fn(&c->allocations, &c->mappings, &c->reservations);
+  return true;
+}
+
+int LocalRank() {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}
+
+int UseRankDevice() {
+  int n = 0;
+  if (vmmipc_device_count(&n) != VMMIPC_SUCCESS || n <= 0) {
+    ADD_FAILURE() << "no device: " << vmmipc_last_error();
+    return -1;
+  }
+  int ord = LocalRank() % n;
+  vmmipc_result_t r = vmmipc_set_device(ord);
+  if (r != VMMIPC_SUCCESS) ADD_FAILURE() << "vmmipc_set_device(" << ord << "): " << vmmipc_last_error();
+  return ord;
+}
+
+unsigned char PatternByte(unsigned seed, size_t offset) {
+  size_t x = offset * 2654435761u + seed * 40503u + (offset >> 12);
+  return static_cast<unsigned char>(x ^ (x >> 8) ^ (x >> 16));
+}
+
+void CopyToDevice(void *dev_ptr, const void *host, size_t size) {
+  ASSERT_NE(D().memcpy_htod, nullptr);
+  ASSERT_EQ(D().memcpy_htod(reinterpret_cast<CUdeviceptr>(dev_ptr), host, size), CUDA_SUCCESS);
+}
+
+void CopyToHost(void *host, const void *dev_ptr, size_t size) {
+  ASSERT_NE(D().memcpy_dtoh, nullptr);
+  ASSERT_EQ(D().memcpy_dtoh(host, reinterpret_cast<CUdeviceptr>(dev_ptr), size), CUDA_SUCCESS);
+}
+
+void FillPattern(void *dev_ptr, size_t size, unsigned seed) {
+  std::vector<unsigned char> h(size);
+  for (size_t i = 0; i < size; i++) h[i] = PatternByte(seed, i);
+  CopyToDevice(dev_ptr, h.data(), size);
+}
+
+::testing::AssertionResult CheckPattern(const void *dev_ptr, size_t size, unsigned seed) {
+  std::vector<unsigned char> h(size);
+  if (!D().memcpy_dtoh) return ::testing::AssertionFailure() << "no cuMemcpyDtoH";
+  CUresult rc = D().memcpy_dtoh(h.data(), reinterpret_cast<CUdeviceptr>(dev_ptr), size);
+  if (rc != CUDA_SUCCESS) return ::testing::AssertionFailure() << "cuMemcpyDtoH failed: " << rc;
+  for (size_t i = 0; i < size; i++)
+    if (h[i] != PatternByte(seed, i))
+      return ::testing::AssertionFailure() << "byte " << i << " of " << size << " is " << int(h[i]) << ", expected "
+                                           << int(PatternByte(seed, i)) << " (seed " << seed << ")";
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace vt

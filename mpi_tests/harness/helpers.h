@@ -1,0 +1,56 @@
+// Shared test helpers: fd counts, the stand-in's live-object counts, devices.
+#ifndef VMMIPC_TEST_HELPERS_H
+#define VMMIPC_TEST_HELPERS_H
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <string>
+
+#include "vmmipc.h"
+
+// Asserts that a vmmipc call succeeded, printing vmmipc_last_error() if not.
+#define ASSERT_VMM_OK(call)                                                                \
+  do {                                                                                     \
+    vmmipc_result_t vmm_rc_ = (call);                                                      \
+    ASSERT_EQ(vmm_rc_, VMMIPC_SUCCESS) << #call << ": " << vmmipc_strerror(vmm_rc_) << ": " \
+                                       << vmmipc_last_error();                             \
+  } while (0)
+#define EXPECT_VMM_OK(call)                                                                \
+  do {                                                                                     \
+    vmmipc_result_t vmm_rc_ = (call);                                                      \
+    EXPECT_EQ(vmm_rc_, VMMIPC_SUCCESS) << #call << ": " << vmmipc_strerror(vmm_rc_) << ": " \
+                                       << vmmipc_last_error();                             \
+  } while (0)
+
+namespace vt {
+
+int Rank();               // rank in MPI_COMM_WORLD
+int Size();               // size of MPI_COMM_WORLD
+int FdCount();            // open fds of this process
+bool UsingStandin();      // the suites run on the CPU stand-in driver
+
+// Live objects inside the stand-in driver (all zero-based counters); false
+// when the real driver is loaded, where these cannot be observed.
+struct DriverCounts {
+  long allocations = 0, mappings = 0, reservations = 0;
+};
+bool GetDriverCounts(DriverCounts *c);
+
+// Makes device (node-local rank % device count) current; returns its ordinal.
+int UseRankDevice();
+// Node-local rank (MPI_COMM_TYPE_SHARED split of MPI_COMM_WORLD).
+int LocalRank();
+
+// Fill/check a byte pattern that depends on a seed and the offset.
+unsigned char PatternByte(unsigned seed, size_t offset);
+void FillPattern(void *dev_ptr, size_t size, unsigned seed);        // via cuMemcpyHtoD
+::testing::AssertionResult CheckPattern(const void *dev_ptr, size_t size, unsigned seed);
+
+// Copy between host and device memory through the loaded driver.
+void CopyToDevice(void *dev_ptr, const void *host, size_t size);
+void CopyToHost(void *host, const void *dev_ptr, size_t size);
+
+}  // namespace vt
+
+#endif
