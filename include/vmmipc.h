@@ -88,6 +88,14 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t comm); /* collec
 VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_node_comm(vmmipc_comm_t comm, MPI_Comm *node_comm);
 VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_same_node(vmmipc_comm_t comm, int rank, int *same);
 
+/* Where the last collective on `comm` spent its time on this rank (seconds).
+ * import, map and access are the three parts of importing the peers' chunks;
+ * agree is the MPI agreement that makes collectives all-or-nothing. */
+typedef struct vmmipc_timing {
+  double export_s, transfer_s, import_s, map_s, access_s, agree_s, total_s;
+} vmmipc_timing_t;
+VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_last_timing(vmmipc_comm_t comm, vmmipc_timing_t *timing);
+
 /* ---- access ------------------------------------------------------------ */
 
 typedef enum { VMMIPC_PROT_READWRITE = 0, VMMIPC_PROT_READ = 1 } vmmipc_prot_t;
@@ -120,9 +128,9 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_free(vmmipc_desc_t desc); /* closes it
 VMMIPC_EXPORT vmmipc_result_t vmmipc_import(vmmipc_desc_t desc, const vmmipc_access_t *access,
                                             vmmipc_buf_t *out);
 /* Serialise: bytes in the versioned wire format (docs/wire-format.md) and the
- * descriptor's fds, which stay owned by the descriptor. With bytes == NULL or
- * fds == NULL only the needed sizes are returned. On input *num_bytes and
- * *num_fds give the capacities. */
+ * descriptor's fds, which stay owned by the descriptor (send them before
+ * vmmipc_desc_free). With bytes == NULL only the needed sizes are returned.
+ * On input *num_bytes and *num_fds give the capacities. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_pack(vmmipc_desc_t desc, void *bytes, size_t *num_bytes,
                                                int *fds, int *num_fds);
 /* Validate and rebuild; the fds are duplicated, so the caller keeps its own. */

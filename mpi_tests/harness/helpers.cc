@@ -4,8 +4,12 @@
 
 #include <cuda.h>
 #include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -18,6 +22,7 @@ struct Drv {
   CUresult (*memcpy_htod)(CUdeviceptr, const void *, size_t) = nullptr;
   CUresult (*memcpy_dtoh)(void *, CUdeviceptr, size_t) = nullptr;
   CUresult (*ctx_sync)(void) = nullptr;
+  CUresult (*get_access)(unsigned long long *, const CUmemLocation *, CUdeviceptr) = nullptr;
 };
 
 const char *DriverPath() {
@@ -45,6 +50,7 @@ Drv &D() {
       Resolve(x.lib, "cuMemcpyHtoD", &x.memcpy_htod);
       Resolve(x.lib, "cuMemcpyDtoH", &x.memcpy_dtoh);
       Resolve(x.lib, "cuCtxSynchronize", &x.ctx_sync);
+      Resolve(x.lib, "cuMemGetAccess", &x.get_access);
     }
     return x;
   }();
@@ -141,6 +147,29 @@ void FillPattern(void *dev_ptr, size_t size, unsigned seed) {
       return ::testing::AssertionFailure() << "byte " << i << " of " << size << " is " << int(h[i]) << ", expected "
                                            << int(PatternByte(seed, i)) << " (seed " << seed << ")";
   return ::testing::AssertionSuccess();
+}
+
+int AccessFlags(const void *ptr, int ordinal) {
+  if (!D().get_access) return -1;
+  CUmemLocation loc = {};
+  loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  loc.id = ordinal;
+  unsigned long long flags = 0;
+  if (D().get_access(&flags, &loc, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS) return -1;
+  return static_cast<int>(flags);
+}
+
+int InChild(int (*fn)(void *), void *arg) {
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGSEGV, SIG_DFL);  // die by the signal, without MPI's backtrace
+    _exit(fn(arg));
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+  }
+  return status;
 }
 
 }  // namespace vt

@@ -51,6 +51,13 @@ void FillPattern(void *dev_ptr, size_t size, unsigned seed);        // via cuMem
 void CopyToDevice(void *dev_ptr, const void *host, size_t size);
 void CopyToHost(void *host, const void *dev_ptr, size_t size);
 
+// Access flags (CU_MEM_ACCESS_FLAGS_*) that device `ordinal` has on `ptr`, or -1.
+int AccessFlags(const void *ptr, int ordinal);
+
+// Runs `fn` in a forked child (which must not call MPI) and returns its wait
+// status; fn's return value becomes the exit code.
+int InChild(int (*fn)(void *), void *arg);
+
 }  // namespace vt
 
 #endif

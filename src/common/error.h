@@ -5,6 +5,10 @@
 #include <stdarg.h>
 #include "vmmipc.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define VMMIPC__ERRMSG_MAX 1024
 
 #if defined(__GNUC__)
@@ -25,4 +29,7 @@ void vmmipc__error_clear(void);
 /* Name of an errno value ("EMFILE"), or "errno N". */
 const char *vmmipc__errno_name(int err);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

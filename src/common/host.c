@@ -1,1 +1,67 @@
-/* placeholder: implemented in a later step */
+/* Host identity (kernel boot id) and fd accounting. */
+#include "common/host.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "common/error.h"
+
+static int vmmipc__hexval(int c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+vmmipc_result_t vmmipc__host_id(unsigned char out[16]) {
+  const char *path = "/proc/sys/kernel/random/boot_id";
+  FILE *f = fopen(path, "re");
+  if (!f) return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, errno, "reading the host identity: fopen(%s)", path);
+  char line[64] = {0};
+  char *ok = fgets(line, sizeof line, f);
+  fclose(f);
+  int n = 0, hi = -1;
+  for (const char *p = line; ok && *p && n < 16; p++) {
+    int v = vmmipc__hexval((unsigned char)*p);
+    if (v < 0) continue;
+    if (hi < 0) {
+      hi = v;
+    } else {
+      out[n++] = (unsigned char)(hi << 4 | v);
+      hi = -1;
+    }
+  }
+  if (n != 16)
+    return vmmipc__error(VMMIPC_ERR_SYSTEM, "reading the host identity: %s does not hold a UUID (\"%s\")", path,
+                         line);
+  return VMMIPC_SUCCESS;
+}
+
+int vmmipc__fd_count(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n - 1; /* the directory's own fd */
+}
+
+int vmmipc__fd_limit_reached(long *limit) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && limit) *limit = (long)rl.rlim_cur;
+  /* Probe: can one more fd be opened? */
+  int fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0 && errno == EBADF) fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    close(fd);
+    return 0;
+  }
+  return errno == EMFILE || errno == ENFILE;
+}

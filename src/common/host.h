@@ -5,10 +5,17 @@
 
 #include "vmmipc.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 vmmipc_result_t vmmipc__host_id(unsigned char out[16]);
 /* Number of open fds of this process (from /proc/self/fd), or -1. */
 int vmmipc__fd_count(void);
 /* Whether the process is at its RLIMIT_NOFILE; *limit gets the soft limit. */
 int vmmipc__fd_limit_reached(long *limit);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

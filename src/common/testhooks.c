@@ -1,1 +1,30 @@
-/* placeholder: implemented in a later step */
+/* Failure injection state (test builds only). */
+#include "common/testhooks.h"
+
+#ifdef VMMIPC_TEST_HOOKS
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local char vmmipc__fail_step[32];
+static _Thread_local int vmmipc__fail_countdown;
+
+void vmmipc__test_fail_at(const char *step, int nth) {
+  if (!step || nth <= 0) {
+    vmmipc__fail_step[0] = '\0';
+    vmmipc__fail_countdown = 0;
+    return;
+  }
+  snprintf(vmmipc__fail_step, sizeof vmmipc__fail_step, "%s", step);
+  vmmipc__fail_countdown = nth;
+}
+
+int vmmipc__test_should_fail(const char *step) {
+  if (vmmipc__fail_countdown <= 0 || strcmp(step, vmmipc__fail_step) != 0) return 0;
+  if (--vmmipc__fail_countdown > 0) return 0;
+  vmmipc__fail_step[0] = '\0';
+  return 1;
+}
+#else
+/* Keeps the translation unit non-empty in release builds. */
+typedef int vmmipc__testhooks_unused;
+#endif

@@ -8,6 +8,10 @@
 
 #include "vmmipc.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define VMMIPC__DESC_MAGIC 0x494d4d56u /* "VMMI" little-endian */
 #define VMMIPC__DESC_VERSION 1u
 #define VMMIPC__DESC_HEADER_BYTES 72u
@@ -39,4 +43,7 @@ vmmipc_result_t vmmipc__desc_decode(const void *bytes, size_t num_bytes, vmmipc_
 vmmipc_result_t vmmipc__desc_adopt(const void *bytes, size_t num_bytes, int *fds, int num_fds,
                                    vmmipc_desc_t *out);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -6,6 +6,10 @@
 #include <cuda.h>
 #include "vmmipc.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Every driver entry point the library uses. The stand-in driver in
  * mpi_tests/standin must provide each of these. */
 #define VMMIPC__CU_FUNCS(X)                  \
@@ -58,4 +62,7 @@ const char *vmmipc__cu_errstr(CUresult rc, char *buf, size_t len);
 vmmipc_result_t vmmipc__cu_error(CUresult rc, const char *hint, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -4,6 +4,10 @@
 
 #include "driver/cu.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 vmmipc_result_t vmmipc__device_check(const vmmipc__cu_t *cu, int ordinal, const char *op);
 /* Ordinal of the current context's device; an error names `op` if none. */
 vmmipc_result_t vmmipc__current_device(const vmmipc__cu_t *cu, const char *op, int *ordinal);
@@ -11,4 +15,7 @@ vmmipc_result_t vmmipc__current_device(const vmmipc__cu_t *cu, const char *op, i
 vmmipc_result_t vmmipc__device_by_uuid(const vmmipc__cu_t *cu, const vmmipc_uuid_t *uuid, const char *op,
                                        int *ordinal);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

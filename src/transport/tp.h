@@ -11,6 +11,10 @@
 
 #include "vmmipc.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* At most this many fds ride on one sendmsg (the kernel's SCM_MAX_FD is 253). */
 #define VMMIPC__TP_MAX_FDS_PER_MSG 253
 
@@ -67,4 +71,7 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, const vmmipc__tp_send_t *s
  * error message, so that they fail at once instead of waiting. */
 void vmmipc__tp_abort(vmmipc__tp_t *tp, const int *peers, int num_peers);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,0 +1,76 @@
+/* Primary contexts: one static struct per physical device; the current
+ * context is thread-local. */
+#include "state.h"
+
+static int sti_is_context(CUcontext ctx) {
+  for (int i = 0; i < sti.nvis; i++)
+    if (ctx == &sti.ctx[sti.vis[i]]) return 1;
+  return 0;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = sti_enter();
+  if (rc) return rc;
+  if (sti_valid_ordinal(dev)) {
+    struct CUctx_st *c = &sti.ctx[sti.vis[dev]];
+    c->retains++;
+    *pctx = c;
+  } else {
+    rc = CUDA_ERROR_INVALID_DEVICE;
+  }
+  sti_leave();
+  return rc;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  CUresult rc = sti_enter();
+  if (rc) return rc;
+  if (!sti_valid_ordinal(dev))
+    rc = CUDA_ERROR_INVALID_DEVICE;
+  else if (sti.ctx[sti.vis[dev]].retains <= 0)
+    rc = CUDA_ERROR_INVALID_CONTEXT; /* released more often than retained */
+  else
+    sti.ctx[sti.vis[dev]].retains--;
+  sti_leave();
+  return rc;
+}
+
+/* NULL unsets the current context. */
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  CUresult rc = sti_enter();
+  if (rc) return rc;
+  if (ctx && !sti_is_context(ctx))
+    rc = CUDA_ERROR_INVALID_CONTEXT;
+  else
+    sti_current = ctx;
+  sti_leave();
+  return rc;
+}
+
+CUresult cuCtxGetCurrent(CUcontext *pctx) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = sti_enter();
+  if (rc) return rc;
+  *pctx = sti_current;
+  sti_leave();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice *device) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = sti_enter_ctx();
+  if (rc) return rc;
+  *device = sti_ordinal_of_phys(sti_current->phys);
+  sti_leave();
+  return CUDA_SUCCESS;
+}
+
+/* Every operation completes before it returns, so there is nothing to wait
+ * for; a current context is still required. */
+CUresult cuCtxSynchronize(void) {
+  CUresult rc = sti_enter_ctx();
+  if (rc) return rc;
+  sti_leave();
+  return CUDA_SUCCESS;
+}

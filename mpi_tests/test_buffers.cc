@@ -1,0 +1,514 @@
+// Buffers and descriptors in one process: alloc, grow, export, pack/unpack,
+// validation, import with rollback at every chunk, fd accounting, re-export.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/testhooks.h"
+#include <cuda.h>
+
+#include "harness/helpers.h"
+
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+constexpr size_t kGran = 2 * kMiB;
+
+class Buffers : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dev_ = vt::UseRankDevice();
+    ASSERT_GE(dev_, 0);
+    fds0_ = vt::FdCount();
+    have_counts_ = vt::GetDriverCounts(&counts0_);
+  }
+  void TearDown() override {
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(vt::FdCount(), fds0_) << "fds leaked";
+    ExpectDriverBaseline();
+  }
+  void ExpectDriverBaseline() {
+    vt::DriverCounts now;
+    if (!have_counts_ || !vt::GetDriverCounts(&now)) return;
+    EXPECT_EQ(now.allocations, counts0_.allocations) << "allocations leaked";
+    EXPECT_EQ(now.mappings, counts0_.mappings) << "mappings leaked";
+    EXPECT_EQ(now.reservations, counts0_.reservations) << "reservations leaked";
+  }
+  // A buffer of `chunks` chunks of one granule each, filled with `seed`.
+  vmmipc_buf_t Chunky(int chunks, unsigned seed) {
+    vmmipc_buf_t b = nullptr;
+    EXPECT_VMM_OK(vmmipc_alloc(kGran, &b));
+    for (int i = 2; b && i <= chunks; i++) EXPECT_VMM_OK(vmmipc_grow(b, i * kGran));
+    void *p = nullptr;
+    size_t n = 0;
+    if (b) vmmipc_buf_ptr(b, &p, &n);
+    if (p) vt::FillPattern(p, n, seed);
+    return b;
+  }
+  std::vector<unsigned char> Pack(vmmipc_desc_t d, std::vector<int> *fds) {
+    size_t nb = 0;
+    int nf = 0;
+    EXPECT_VMM_OK(vmmipc_desc_pack(d, nullptr, &nb, nullptr, &nf));
+    std::vector<unsigned char> bytes(nb);
+    fds->assign(nf, -1);
+    EXPECT_VMM_OK(vmmipc_desc_pack(d, bytes.data(), &nb, fds->data(), &nf));
+    return bytes;
+  }
+  int dev_ = -1, fds0_ = 0;
+  bool have_counts_ = false;
+  vt::DriverCounts counts0_;
+};
+
+void Put32(std::vector<unsigned char> &b, size_t off, uint32_t v) {
+  for (int i = 0; i < 4; i++) b[off + i] = static_cast<unsigned char>(v >> (8 * i));
+}
+void Put64(std::vector<unsigned char> &b, size_t off, uint64_t v) {
+  for (int i = 0; i < 8; i++) b[off + i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+TEST_F(Buffers, AllocRoundsUpToTheGranularity) {
+  vmmipc_buf_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc(1, &b));
+  void *p = nullptr;
+  size_t n = 0;
+  int chunks = 0, imported = 1;
+  ASSERT_VMM_OK(vmmipc_buf_ptr(b, &p, &n));
+  ASSERT_VMM_OK(vmmipc_buf_info(b, &chunks, &imported));
+  EXPECT_NE(p, nullptr);
+  EXPECT_EQ(n, 1u);
+  EXPECT_EQ(chunks, 1);
+  EXPECT_EQ(imported, 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kGran, 0u);
+  vt::FillPattern(p, kGran, 7);  // the whole granule is mapped
+  EXPECT_TRUE(vt::CheckPattern(p, kGran, 7));
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  size_t cs = 0;
+  ASSERT_VMM_OK(vmmipc_desc_chunk_size(d, 0, &cs));
+  EXPECT_EQ(cs, kGran);
+  ASSERT_VMM_OK(vmmipc_desc_free(d));
+  ASSERT_VMM_OK(vmmipc_buf_free(b));
+}
+
+TEST_F(Buffers, EmptyBufferExportsAndImportsAsEmpty) {
+  vmmipc_buf_t b = nullptr, imp = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc(0, &b));
+  void *p = reinterpret_cast<void *>(1);
+  size_t n = 1;
+  ASSERT_VMM_OK(vmmipc_buf_ptr(b, &p, &n));
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(n, 0u);
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  std::vector<int> fds;
+  auto bytes = Pack(d, &fds);
+  EXPECT_EQ(bytes.size(), 72u);
+  EXPECT_TRUE(fds.empty());
+  vmmipc_desc_t u = nullptr;
+  ASSERT_VMM_OK(vmmipc_desc_unpack(bytes.data(), bytes.size(), nullptr, 0, &u));
+  ASSERT_VMM_OK(vmmipc_import(u, nullptr, &imp));
+  ASSERT_VMM_OK(vmmipc_buf_ptr(imp, &p, &n));
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(n, 0u);
+  vmmipc_buf_free(imp);
+  vmmipc_desc_free(u);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, GrowKeepsTheDataInPlaceOrMoved) {
+  for (int force_move = 0; force_move < 2; force_move++) {
+    vmmipc_buf_t b = Chunky(1, 11);
+    ASSERT_NE(b, nullptr);
+    void *before = nullptr, *after = nullptr;
+    size_t n = 0;
+    vmmipc_buf_ptr(b, &before, &n);
+    if (force_move) vmmipc__test_fail_at("inplace", 1);
+    ASSERT_VMM_OK(vmmipc_grow(b, 3 * kGran - 5));
+    int chunks = 0;
+    vmmipc_buf_info(b, &chunks, nullptr);
+    EXPECT_EQ(chunks, 2);
+    vmmipc_buf_ptr(b, &after, &n);
+    EXPECT_EQ(n, 3 * kGran - 5);
+    if (force_move) {
+      EXPECT_NE(after, before) << "the move path must relocate";
+    }
+    EXPECT_TRUE(vt::CheckPattern(after, kGran, 11)) << (force_move ? "moved" : "in place");
+    vt::FillPattern(after, n, 12);  // the whole new range is writable
+    EXPECT_TRUE(vt::CheckPattern(after, n, 12));
+    EXPECT_EQ(vmmipc_grow(b, kGran), VMMIPC_ERR_INVALID_ARG) << "grow cannot shrink";
+    vmmipc_buf_free(b);
+  }
+}
+
+TEST_F(Buffers, ExportOpensOneFreshFdPerChunkAndFreeClosesThem) {
+  vmmipc_buf_t b = Chunky(3, 3);
+  ASSERT_NE(b, nullptr);
+  int base = vt::FdCount();
+  vmmipc_desc_t d1 = nullptr, d2 = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d1));
+  EXPECT_EQ(vt::FdCount(), base + 3);
+  ASSERT_VMM_OK(vmmipc_export(b, &d2));
+  EXPECT_EQ(vt::FdCount(), base + 6);
+  std::vector<int> f1, f2;
+  Pack(d1, &f1);
+  Pack(d2, &f2);
+  for (int x : f1)
+    for (int y : f2) EXPECT_NE(x, y) << "every export gives fresh fds";
+  size_t size = 0;
+  int chunks = 0;
+  ASSERT_VMM_OK(vmmipc_desc_info(d1, &size, &chunks, nullptr));
+  EXPECT_EQ(size, 3 * kGran);
+  EXPECT_EQ(chunks, 3);
+  vmmipc_desc_free(d1);
+  EXPECT_EQ(vt::FdCount(), base + 3);
+  vmmipc_desc_free(d2);
+  EXPECT_EQ(vt::FdCount(), base);
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, UnpackDuplicatesTheCallersFds) {
+  vmmipc_buf_t b = Chunky(2, 5);
+  vmmipc_desc_t d = nullptr, u = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  std::vector<int> fds;
+  auto bytes = Pack(d, &fds);
+  int base = vt::FdCount();
+  ASSERT_VMM_OK(vmmipc_desc_unpack(bytes.data(), bytes.size(), fds.data(), 2, &u));
+  EXPECT_EQ(vt::FdCount(), base + 2);
+  vmmipc_desc_free(u);
+  EXPECT_EQ(vt::FdCount(), base);
+  for (int fd : fds) EXPECT_GE(fcntl(fd, F_GETFD), 0) << "the caller's fds stay open";
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+}
+
+// Each malformed form is rejected with INVALID_DESC and leaves no fd; the
+// genuine descriptor still imports afterwards.
+TEST_F(Buffers, MalformedDescriptorsAreRejected) {
+  vmmipc_buf_t b = Chunky(3, 9);
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  std::vector<int> fds;
+  const auto good = Pack(d, &fds);
+  ASSERT_EQ(good.size(), 72u + 3 * 8);
+  struct Case {
+    const char *name;
+    std::vector<unsigned char> bytes;
+    int nfds;
+    const char *needle;
+  };
+  std::vector<Case> cases;
+  auto with = [&](const char *name, auto edit, int nfds = 3, const char *needle = "") {
+    Case c{name, good, nfds, needle};
+    edit(c.bytes);
+    cases.push_back(c);
+  };
+  with("fd count differs from the chunk count", [](auto &) {}, 2, "file descriptors");
+  with("zero chunk size", [](auto &v) { Put64(v, 72 + 8, 0); }, 3, "chunk 2 of 3");
+  with("chunk not a multiple of the granularity", [](auto &v) { Put64(v, 72, kGran + 4096); }, 3, "multiple");
+  with("total overflows", [](auto &v) {
+    Put64(v, 72 + 8, ~0ull - kGran + 1);
+    Put64(v, 72 + 16, ~0ull - kGran + 1);
+  }, 3, "overflow");
+  with("size larger than the sum", [](auto &v) { Put64(v, 48, 3 * kGran + 1); }, 3, "does not fit");
+  with("size with no chunks", [](auto &v) {
+    Put32(v, 64, 0);
+    v.resize(72);
+  }, 0, "no chunks");
+  with("unknown version", [](auto &v) { v[4] = 2; }, 3, "version");
+  with("unknown handle type", [](auto &v) { Put32(v, 8, 2); }, 3, "handle type");
+  with("bad magic", [](auto &v) { v[0] ^= 0xff; }, 3, "magic");
+  with("unknown flags", [](auto &v) { Put32(v, 12, 1); }, 3, "flags");
+  with("truncated header", [](auto &v) { v.resize(40); }, 3, "truncated");
+  with("truncated chunk table", [](auto &v) { v.resize(v.size() - 8); }, 3, "truncated");
+  with("trailing bytes", [](auto &v) { v.push_back(0); }, 3, "trailing");
+  with("bad granularity", [](auto &v) { Put64(v, 56, 3000); }, 3, "granularity");
+  for (const Case &c : cases) {
+    int before = vt::FdCount();
+    vmmipc_desc_t u = nullptr;
+    vmmipc_result_t r = vmmipc_desc_unpack(c.bytes.data(), c.bytes.size(), fds.data(), c.nfds, &u);
+    EXPECT_EQ(r, VMMIPC_ERR_INVALID_DESC) << c.name << ": " << vmmipc_last_error();
+    EXPECT_EQ(u, nullptr) << c.name;
+    EXPECT_NE(std::string(vmmipc_last_error()).find(c.needle), std::string::npos)
+        << c.name << ": message \"" << vmmipc_last_error() << "\" lacks \"" << c.needle << "\"";
+    EXPECT_EQ(vt::FdCount(), before) << c.name;
+  }
+  vmmipc_desc_t u = nullptr;
+  vmmipc_buf_t imp = nullptr;
+  ASSERT_VMM_OK(vmmipc_desc_unpack(good.data(), good.size(), fds.data(), 3, &u));
+  ASSERT_VMM_OK(vmmipc_import(u, nullptr, &imp));
+  void *p = nullptr;
+  size_t n = 0;
+  vmmipc_buf_ptr(imp, &p, &n);
+  EXPECT_TRUE(vt::CheckPattern(p, n, 9));
+  vmmipc_buf_free(imp);
+  vmmipc_desc_free(u);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+}
+
+// fds that are not VMM exports fail at import (or at unpack for a closed fd).
+TEST_F(Buffers, ForeignFdsFailCleanly) {
+  vmmipc_buf_t b = Chunky(1, 4);
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  std::vector<int> real;
+  auto bytes = Pack(d, &real);
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  char tmpl[] = "/tmp/vmmipc-test-XXXXXX";
+  int file = mkostemp(tmpl, O_CLOEXEC);
+  ASSERT_GE(file, 0);
+  unlink(tmpl);
+  ASSERT_EQ(ftruncate(file, kGran), 0);
+  for (int fd : {p[0], file}) {
+    int before = vt::FdCount();
+    vmmipc_desc_t u = nullptr;
+    vmmipc_buf_t imp = nullptr;
+    ASSERT_VMM_OK(vmmipc_desc_unpack(bytes.data(), bytes.size(), &fd, 1, &u));
+    vmmipc_result_t r = vmmipc_import(u, nullptr, &imp);
+    EXPECT_NE(r, VMMIPC_SUCCESS);
+    EXPECT_EQ(imp, nullptr);
+    EXPECT_NE(std::string(vmmipc_last_error()).find("chunk 1 of 1"), std::string::npos) << vmmipc_last_error();
+    EXPECT_NE(std::string(vmmipc_last_error()).find("cuMemImportFromShareableHandle"), std::string::npos);
+    vmmipc_desc_free(u);
+    EXPECT_EQ(vt::FdCount(), before);
+  }
+  close(p[0]);
+  close(p[1]);
+  close(file);
+  int closed = p[0];  // now closed
+  vmmipc_desc_t u = nullptr;
+  EXPECT_EQ(vmmipc_desc_unpack(bytes.data(), bytes.size(), &closed, 1, &u), VMMIPC_ERR_INVALID_DESC)
+      << vmmipc_last_error();
+  EXPECT_NE(std::string(vmmipc_last_error()).find("EBADF"), std::string::npos) << vmmipc_last_error();
+  vmmipc_buf_t imp = nullptr;
+  ASSERT_VMM_OK(vmmipc_import(d, nullptr, &imp));  // the genuine one still imports
+  vmmipc_buf_free(imp);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+}
+
+// A peer-controlled size that does not match the exported chunk fails at the
+// map of that chunk, and everything done before is rolled back.
+TEST_F(Buffers, ForgedChunkSizeFailsAtTheMapAndRollsBack) {
+  vmmipc_buf_t b = Chunky(3, 6);
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  std::vector<int> fds;
+  auto bytes = Pack(d, &fds);
+  Put64(bytes, 72 + 8, 2 * kGran);  // chunk 2 claims two granules
+  Put64(bytes, 48, 4 * kGran);
+  int before = vt::FdCount();
+  vmmipc_desc_t u = nullptr;
+  vmmipc_buf_t imp = nullptr;
+  ASSERT_VMM_OK(vmmipc_desc_unpack(bytes.data(), bytes.size(), fds.data(), 3, &u));
+  EXPECT_EQ(vmmipc_import(u, nullptr, &imp), VMMIPC_ERR_CUDA);
+  std::string msg = vmmipc_last_error();
+  EXPECT_NE(msg.find("chunk 2 of 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cuMemMap"), std::string::npos) << msg;
+  EXPECT_EQ(imp, nullptr);
+  vmmipc_desc_free(u);
+  EXPECT_EQ(vt::FdCount(), before);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+}
+
+// Injected failures at every chunk of every import step roll back fully.
+TEST_F(Buffers, ImportRollsBackAtEveryChunk) {
+  vmmipc_buf_t b = Chunky(3, 8);
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  for (const char *step : {"import", "map"})
+    for (int k = 1; k <= 3; k++) {
+      vmmipc_buf_t imp = nullptr;
+      vmmipc__test_fail_at(step, k);
+      EXPECT_NE(vmmipc_import(d, nullptr, &imp), VMMIPC_SUCCESS) << step << " " << k;
+      vmmipc__test_fail_at(nullptr, 0);
+      std::string want = "chunk " + std::to_string(k) + " of 3";
+      EXPECT_NE(std::string(vmmipc_last_error()).find(want), std::string::npos) << vmmipc_last_error();
+      EXPECT_EQ(imp, nullptr);
+    }
+  for (const char *step : {"access", "reserve"}) {
+    vmmipc_buf_t imp = nullptr;
+    vmmipc__test_fail_at(step, 1);
+    EXPECT_NE(vmmipc_import(d, nullptr, &imp), VMMIPC_SUCCESS) << step;
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(imp, nullptr);
+  }
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+  // TearDown checks that no fd, allocation, mapping or reservation is left.
+}
+
+TEST_F(Buffers, ExportFailurePartwayClosesTheFdsItOpened) {
+  vmmipc_buf_t b = Chunky(3, 2);
+  for (int k = 1; k <= 3; k++) {
+    int before = vt::FdCount();
+    vmmipc_desc_t d = nullptr;
+    vmmipc__test_fail_at("export", k);
+    EXPECT_EQ(vmmipc_export(b, &d), VMMIPC_ERR_CUDA);
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(d, nullptr);
+    EXPECT_NE(std::string(vmmipc_last_error()).find("chunk " + std::to_string(k) + " of 3"), std::string::npos);
+    EXPECT_EQ(vt::FdCount(), before);
+  }
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, ExportUnderALowFdLimitFailsCleanly) {
+  vmmipc_buf_t b = Chunky(3, 1);
+  ASSERT_NE(b, nullptr);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  // Room for exactly two more fds: fill every hole below the highest open
+  // fd, then allow two numbers above it. The third chunk's export must fail.
+  int before = vt::FdCount();
+  int highest = 0;
+  for (int fd = 0; fd < 65536; fd++)
+    if (fcntl(fd, F_GETFD) >= 0) highest = fd;
+  std::vector<int> fillers;
+  for (;;) {
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    if (fd > highest) {
+      close(fd);
+      break;
+    }
+    fillers.push_back(fd);
+  }
+  rlimit low = old;
+  low.rlim_cur = highest + 3;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  vmmipc_desc_t d = nullptr;
+  vmmipc_result_t r = vmmipc_export(b, &d);
+  std::string msg = vmmipc_last_error();
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  for (int fd : fillers) close(fd);
+  EXPECT_EQ(r, VMMIPC_ERR_SYSTEM) << msg;
+  EXPECT_EQ(d, nullptr);
+  EXPECT_NE(msg.find("file descriptor limit"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("chunk 3 of 3"), std::string::npos) << msg;
+  EXPECT_EQ(vt::FdCount(), before);
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, ImportInTheExportingProcessIsAnAliasThatOutlivesTheOriginal) {
+  vmmipc_buf_t b = Chunky(2, 21);
+  vmmipc_desc_t d = nullptr;
+  vmmipc_buf_t alias = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  ASSERT_VMM_OK(vmmipc_import(d, nullptr, &alias));
+  vmmipc_desc_free(d);
+  void *p = nullptr, *q = nullptr;
+  size_t n = 0, m = 0;
+  vmmipc_buf_ptr(b, &p, &n);
+  vmmipc_buf_ptr(alias, &q, &m);
+  EXPECT_NE(p, q);
+  EXPECT_EQ(n, m);
+  EXPECT_TRUE(vt::CheckPattern(q, m, 21));
+  vt::FillPattern(q, m, 22);  // a write through the alias shows in the original
+  EXPECT_TRUE(vt::CheckPattern(p, n, 22));
+  vmmipc_buf_free(b);
+  EXPECT_TRUE(vt::CheckPattern(q, m, 22)) << "the alias keeps the memory alive";
+  vmmipc_buf_free(alias);
+}
+
+TEST_F(Buffers, ImportedMemoryIsNotExportable) {
+  vmmipc_buf_t b = Chunky(1, 30);
+  vmmipc_desc_t d = nullptr, again = nullptr;
+  vmmipc_buf_t imp = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  ASSERT_VMM_OK(vmmipc_import(d, nullptr, &imp));
+  int before = vt::FdCount();
+  EXPECT_EQ(vmmipc_export(imp, &again), VMMIPC_ERR_NOT_EXPORTABLE);
+  std::string msg = vmmipc_last_error();
+  EXPECT_NE(msg.find("forward the descriptor"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("copy"), std::string::npos) << msg;
+  EXPECT_EQ(vt::FdCount(), before);
+  // Anything grown from imported memory is still not exportable. (The grow
+  // itself adds a chunk; the stand-in backs each chunk with a memfd.)
+  ASSERT_VMM_OK(vmmipc_grow(imp, 2 * kGran));
+  before = vt::FdCount();
+  EXPECT_EQ(vmmipc_export(imp, &again), VMMIPC_ERR_NOT_EXPORTABLE);
+  EXPECT_EQ(again, nullptr);
+  EXPECT_EQ(vt::FdCount(), before);
+  void *q = nullptr;
+  vmmipc_buf_ptr(imp, &q, nullptr);
+  EXPECT_TRUE(vt::CheckPattern(q, kGran, 30)) << "grow of an import keeps the data";
+  vmmipc_buf_free(imp);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, AnInvisibleDeviceUuidIsAnErrorThatNamesIt) {
+  vmmipc_buf_t b = Chunky(1, 1);
+  vmmipc_desc_t d = nullptr;
+  vmmipc_buf_t imp = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  vmmipc_uuid_t bogus;
+  std::memset(bogus.bytes, 0xab, sizeof bogus.bytes);
+  vmmipc_access_t a = {VMMIPC_PROT_READWRITE, 1, &bogus};
+  EXPECT_EQ(vmmipc_import(d, &a, &imp), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_NE(std::string(vmmipc_last_error()).find("GPU-abababab-abab"), std::string::npos) << vmmipc_last_error();
+  // Naming the current device by UUID works.
+  vmmipc_uuid_t mine;
+  ASSERT_VMM_OK(vmmipc_device_uuid(dev_, &mine));
+  a.devices = &mine;
+  ASSERT_VMM_OK(vmmipc_import(d, &a, &imp));
+  vmmipc_buf_free(imp);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+}
+
+int WriteThrough(void *ptr) {
+  vt::FillPattern(ptr, 64, 1);  // faults on a read-only mapping
+  return 0;
+}
+
+TEST_F(Buffers, ReadOnlyImportRefusesWrites) {
+  vmmipc_buf_t b = Chunky(1, 40);
+  vmmipc_desc_t d = nullptr;
+  vmmipc_buf_t ro = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  vmmipc_access_t a = {VMMIPC_PROT_READ, 0, nullptr};
+  ASSERT_VMM_OK(vmmipc_import(d, &a, &ro));
+  void *q = nullptr;
+  size_t n = 0;
+  vmmipc_buf_ptr(ro, &q, &n);
+  EXPECT_EQ(vt::AccessFlags(q, dev_), CU_MEM_ACCESS_FLAGS_PROT_READ);
+  EXPECT_TRUE(vt::CheckPattern(q, n, 40));
+  if (vt::UsingStandin()) {
+    int st = vt::InChild([](void *p) { return WriteThrough(p); }, q);
+    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV) << "status " << st;
+  }
+  vmmipc_buf_free(ro);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, NullArgumentsAreInvalid) {
+  EXPECT_EQ(vmmipc_alloc(1, nullptr), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(vmmipc_buf_free(nullptr), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(vmmipc_export(nullptr, nullptr), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(vmmipc_import(nullptr, nullptr, nullptr), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(vmmipc_desc_free(nullptr), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_NE(std::string(vmmipc_last_error()).find("vmmipc_desc_free"), std::string::npos);
+  vmmipc_access_t bad = {static_cast<vmmipc_prot_t>(7), 0, nullptr};
+  vmmipc_buf_t b = Chunky(1, 1), imp = nullptr;
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  EXPECT_EQ(vmmipc_import(d, &bad, &imp), VMMIPC_ERR_INVALID_ARG);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+  EXPECT_STRNE(vmmipc_strerror(VMMIPC_ERR_TIMEOUT), vmmipc_strerror(VMMIPC_ERR_PEER));
+}
+
+}  // namespace
