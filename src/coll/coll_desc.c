@@ -82,7 +82,6 @@ vmmipc_result_t vmmipc__coll_allgather(struct vmmipc_comm *c, vmmipc_desc_t mine
   int n = c->node_size - 1;
   for (int i = 0; i < c->node_size; i++) got[i] = NULL;
   if (n == 0) return VMMIPC_SUCCESS;
-  if (VMMIPC__INJECT("transfer")) return vmmipc__error(VMMIPC_ERR_PEER, "injected failure at transfer");
   unsigned char *bytes;
   size_t nb;
   vmmipc_result_t r = vmmipc__encode(mine, &bytes, &nb);
@@ -104,6 +103,15 @@ vmmipc_result_t vmmipc__coll_allgather(struct vmmipc_comm *c, vmmipc_desc_t mine
   }
   if ((r = vmmipc__tp_exchange(c->tp, s, n, m, n))) goto out;
   r = vmmipc__adopt_all(c, m, n, got);
+  /* Injected after the exchange so the connections stay usable. */
+  if (!r && VMMIPC__INJECT("transfer")) {
+    for (int i = 0; i < c->node_size; i++)
+      if (got[i]) {
+        vmmipc_desc_free(got[i]);
+        got[i] = NULL;
+      }
+    r = vmmipc__error(VMMIPC_ERR_PEER, "injected failure at transfer");
+  }
 out:
   free(bytes);
   free(s);
@@ -116,7 +124,6 @@ vmmipc_result_t vmmipc__coll_scatter(struct vmmipc_comm *c, const vmmipc_desc_t 
   *got = NULL;
   int root_node = c->node_of[root];
   if (root_node < 0) return VMMIPC_SUCCESS; /* the root is on another node */
-  if (VMMIPC__INJECT("transfer")) return vmmipc__error(VMMIPC_ERR_PEER, "injected failure at transfer");
   if (c->rank != root) {
     vmmipc__tp_recv_t m = {root_node, NULL, 0, NULL, 0};
     vmmipc_result_t r = vmmipc__tp_exchange(c->tp, NULL, 0, &m, 1);
@@ -127,6 +134,11 @@ vmmipc_result_t vmmipc__coll_scatter(struct vmmipc_comm *c, const vmmipc_desc_t 
     }
     free(m.bytes);
     free(m.fds);
+    if (!r && VMMIPC__INJECT("transfer")) { /* after the exchange, as above */
+      if (*got) vmmipc_desc_free(*got);
+      *got = NULL;
+      r = vmmipc__error(VMMIPC_ERR_PEER, "injected failure at transfer");
+    }
     return r;
   }
   int n = c->node_size - 1;
@@ -146,6 +158,7 @@ vmmipc_result_t vmmipc__coll_scatter(struct vmmipc_comm *c, const vmmipc_desc_t 
     k++;
   }
   if (!r) r = vmmipc__tp_exchange(c->tp, s, n, NULL, 0);
+  if (!r && VMMIPC__INJECT("transfer")) r = vmmipc__error(VMMIPC_ERR_PEER, "injected failure at transfer");
   for (int k = 0; bytes && k < n; k++) free(bytes[k]);
   free(bytes);
   free(s);

@@ -1,6 +1,9 @@
 /* The transport's sockets: naming, binding and listening, accepting with a
  * check of the peer's credentials, connecting with a check of the listener's
- * credentials, and closing. */
+ * credentials, and closing. See docs/transport.md.
+ *
+ * A tp is used by one thread at a time (calls on one tp must not overlap);
+ * errors go to the calling thread's vmmipc_last_error(). */
 #include "transport/tp_internal.h"
 
 #include <errno.h>

@@ -1,0 +1,28 @@
+/* Command-line helpers shared by the benchmarks. */
+#ifndef VMMIPC_BENCH_ARGS_H
+#define VMMIPC_BENCH_ARGS_H
+
+#include <stddef.h>
+
+#define BENCH_KiB ((size_t)1 << 10)
+#define BENCH_MiB ((size_t)1 << 20)
+#define BENCH_GiB ((size_t)1 << 30)
+
+/* "4096", "64K", "4M", "1G", "2GiB", "512MB" (K/M/G are binary: 2^10...). */
+int bench_parse_size(const char *s, size_t *out);
+int bench_parse_int(const char *s, int *out);
+int bench_parse_double(const char *s, double *out);
+/* "1,16,256" into out[0..*n); at most max entries. */
+int bench_parse_int_list(const char *s, int *out, int max, int *n);
+
+/* Matches argv[*i] against "--name" (value in the next argument) or
+ * "--name=value"; on a match returns the value and advances *i. Exits with a
+ * message when the value is missing. */
+const char *bench_opt(int argc, char **argv, int *i, const char *name);
+/* Whether argv[i] is exactly the flag "--name". */
+int bench_flag(const char *arg, const char *name);
+
+/* "512 B", "64 KiB", "4 MiB", "1 GiB", "3145728 B". */
+const char *bench_size_str(size_t n, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,120 @@
+/* Raw driver VMM: cuMemCreate / Export / Import / AddressReserve / Map / SetAccess. */
+#include "common/rawvmm.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/driver.h"
+#include "common/node.h"
+
+static void raw_prop(int dev, CUmemAllocationProp *prop) {
+  memset(prop, 0, sizeof *prop);
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = dev;
+  prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+}
+
+CUresult bench_raw_granularity(int dev, size_t *g) {
+  CUmemAllocationProp prop;
+  raw_prop(dev, &prop);
+  return bd.cuMemGetAllocationGranularity(g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+}
+
+static CUresult raw_map_all(int dev, bench_rawbuf_t *b, bench_phases_t *p) {
+  double t0 = bench_now();
+  CUresult rc = bd.cuMemAddressReserve(&b->base, b->size, 0, 0, 0);
+  if (rc != CUDA_SUCCESS) {
+    b->base = 0;
+    return rc;
+  }
+  int mapped = 0;
+  for (; mapped < b->nchunks; mapped++) {
+    rc = bd.cuMemMap(b->base + (size_t)mapped * b->chunk, b->chunk, 0, b->h[mapped], 0);
+    if (rc != CUDA_SUCCESS) break;
+  }
+  double t1 = bench_now();
+  if (rc == CUDA_SUCCESS) {
+    CUmemAccessDesc a;
+    memset(&a, 0, sizeof a);
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = dev;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    rc = bd.cuMemSetAccess(b->base, b->size, &a, 1);
+  }
+  if (p) {
+    p->map_s += t1 - t0;
+    p->access_s += bench_now() - t1;
+  }
+  if (rc != CUDA_SUCCESS) {
+    for (int i = 0; i < mapped; i++) bd.cuMemUnmap(b->base + (size_t)i * b->chunk, b->chunk);
+    bd.cuMemAddressFree(b->base, b->size);
+    b->base = 0;
+  }
+  return rc;
+}
+
+CUresult bench_raw_alloc(int dev, size_t chunk, int nchunks, bench_rawbuf_t *b) {
+  memset(b, 0, sizeof *b);
+  b->h = calloc((size_t)nchunks, sizeof *b->h);
+  if (!b->h) return CUDA_ERROR_OUT_OF_MEMORY;
+  b->chunk = chunk;
+  b->size = chunk * (size_t)nchunks;
+  CUmemAllocationProp prop;
+  raw_prop(dev, &prop);
+  CUresult rc = CUDA_SUCCESS;
+  for (int i = 0; i < nchunks && rc == CUDA_SUCCESS; i++) {
+    rc = bd.cuMemCreate(&b->h[i], chunk, &prop, 0);
+    if (rc == CUDA_SUCCESS) b->nchunks = i + 1;
+  }
+  if (rc == CUDA_SUCCESS) rc = raw_map_all(dev, b, NULL);
+  if (rc != CUDA_SUCCESS) bench_raw_free(b);
+  return rc;
+}
+
+CUresult bench_raw_export(const bench_rawbuf_t *b, int *fds) {
+  for (int i = 0; i < b->nchunks; i++) {
+    int fd = -1;
+    CUresult rc = bd.cuMemExportToShareableHandle(&fd, b->h[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (rc != CUDA_SUCCESS) {
+      for (int k = 0; k < i; k++) close(fds[k]);
+      return rc;
+    }
+    fds[i] = fd;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult bench_raw_import(int dev, const int *fds, int nchunks, size_t chunk, bench_rawbuf_t *out,
+                          bench_phases_t *p) {
+  memset(out, 0, sizeof *out);
+  out->h = calloc((size_t)nchunks, sizeof *out->h);
+  if (!out->h) return CUDA_ERROR_OUT_OF_MEMORY;
+  out->chunk = chunk;
+  out->size = chunk * (size_t)nchunks;
+  double t0 = bench_now();
+  CUresult rc = CUDA_SUCCESS;
+  for (int i = 0; i < nchunks; i++) {
+    if (rc == CUDA_SUCCESS) {
+      void *osh = (void *)(long)fds[i];
+      rc = bd.cuMemImportFromShareableHandle(&out->h[i], osh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+      if (rc == CUDA_SUCCESS) out->nchunks = i + 1;
+    }
+    close(fds[i]);
+  }
+  if (p) p->import_s += bench_now() - t0;
+  if (rc == CUDA_SUCCESS) rc = raw_map_all(dev, out, p);
+  if (rc != CUDA_SUCCESS) bench_raw_free(out);
+  return rc;
+}
+
+void bench_raw_free(bench_rawbuf_t *b) {
+  if (b->base) {
+    for (int i = 0; i < b->nchunks; i++) bd.cuMemUnmap(b->base + (size_t)i * b->chunk, b->chunk);
+    bd.cuMemAddressFree(b->base, b->size);
+  }
+  for (int i = 0; b->h && i < b->nchunks; i++) bd.cuMemRelease(b->h[i]);
+  free(b->h);
+  memset(b, 0, sizeof *b);
+}

@@ -1,0 +1,237 @@
+/* vmmipc_setup: how long vmmipc_allgather_map, vmmipc_bcast_map and
+ * vmmipc_scatter_map take to map peers' buffers, by ranks x chunks x size,
+ * with the per-phase split, next to the raw-driver floor and legacy IPC.
+ * Run under mpirun with >= 2 ranks on one node. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/args.h"
+#include "common/driver.h"
+#include "common/rawvmm.h"
+#include "setup/setup.h"
+
+const char *const setup_field_names[SF_N] = {"wall", "export", "transfer", "import", "map", "access", "agree", "total"};
+const char *const setup_coll_names[SC_N] = {"allgather_map", "bcast_map", "scatter_map"};
+
+typedef struct setup_opts {
+  size_t min_size, max_size;
+  int chunks[16], nchunks;
+  int reps, reps_large, min_reps, root, quiet;
+  double budget;
+  int colls[SC_N];
+  int lib, floor, ipc;
+  const char *json, *csv;
+} setup_opts_t;
+
+static void setup_usage(FILE *f) {
+  fprintf(f,
+          "usage: mpirun -np N vmmipc_setup [options]\n"
+          "  --min-size S      smallest buffer (default 2M)\n"
+          "  --max-size S      largest buffer (default 4G); sizes double from min to max\n"
+          "  --chunks LIST     chunks per buffer (default 1,16,256); chunk = size/chunks, at least 2 MiB\n"
+          "  --reps N          timed repetitions after the first (cold) call (default 20)\n"
+          "  --reps-large N    repetitions for sizes >= 1 GiB (default: --reps)\n"
+          "  --budget S        at most about S seconds per size x chunks x collective x method\n"
+          "                    (fewer reps, at least --min-reps; default 0: no limit)\n"
+          "  --min-reps N      lower bound for --budget (default 3)\n"
+          "  --colls LIST      allgather,bcast,scatter (default all)\n"
+          "  --methods LIST    vmmipc,floor,legacy_ipc (default all)\n"
+          "  --root R          root of bcast_map and scatter_map (default 0)\n"
+          "  --json FILE, --csv FILE, --quiet\n");
+}
+
+static int setup_has(const char *list, const char *word) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", list);
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+    if (strncmp(t, word, strlen(t) < strlen(word) ? strlen(t) : strlen(word)) == 0) return 1;
+  return 0;
+}
+
+static void setup_parse(int argc, char **argv, setup_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->min_size = 2 * BENCH_MiB;
+  o->max_size = 4 * BENCH_GiB;
+  o->chunks[0] = 1;
+  o->chunks[1] = 16;
+  o->chunks[2] = 256;
+  o->nchunks = 3;
+  o->reps = 20;
+  o->min_reps = 3;
+  o->lib = o->floor = o->ipc = 1;
+  for (int k = 0; k < SC_N; k++) o->colls[k] = 1;
+  for (int i = 1; i < argc; i++) {
+    const char *v;
+    int bad = 0;
+    if ((v = bench_opt(argc, argv, &i, "min-size")))
+      bad = bench_parse_size(v, &o->min_size) || o->min_size == 0;
+    else if ((v = bench_opt(argc, argv, &i, "max-size")))
+      bad = bench_parse_size(v, &o->max_size) || o->max_size == 0;
+    else if ((v = bench_opt(argc, argv, &i, "chunks"))) {
+      bad = bench_parse_int_list(v, o->chunks, 16, &o->nchunks);
+      for (int k = 0; !bad && k < o->nchunks; k++) bad = o->chunks[k] < 1;
+    } else if ((v = bench_opt(argc, argv, &i, "reps")))
+      bad = bench_parse_int(v, &o->reps) || o->reps < 1;
+    else if ((v = bench_opt(argc, argv, &i, "reps-large")))
+      bad = bench_parse_int(v, &o->reps_large) || o->reps_large < 1;
+    else if ((v = bench_opt(argc, argv, &i, "min-reps")))
+      bad = bench_parse_int(v, &o->min_reps) || o->min_reps < 1;
+    else if ((v = bench_opt(argc, argv, &i, "budget")))
+      bad = bench_parse_double(v, &o->budget) || o->budget < 0;
+    else if ((v = bench_opt(argc, argv, &i, "root")))
+      bad = bench_parse_int(v, &o->root) || o->root < 0;
+    else if ((v = bench_opt(argc, argv, &i, "colls"))) {
+      o->colls[SC_ALLGATHER] = setup_has(v, "allgather");
+      o->colls[SC_BCAST] = setup_has(v, "bcast");
+      o->colls[SC_SCATTER] = setup_has(v, "scatter");
+      bad = !o->colls[0] && !o->colls[1] && !o->colls[2];
+    } else if ((v = bench_opt(argc, argv, &i, "methods"))) {
+      o->lib = setup_has(v, "vmmipc");
+      o->floor = setup_has(v, "floor");
+      o->ipc = setup_has(v, "legacy_ipc");
+      bad = !o->lib && !o->floor && !o->ipc;
+    } else if ((v = bench_opt(argc, argv, &i, "json")))
+      o->json = v;
+    else if ((v = bench_opt(argc, argv, &i, "csv")))
+      o->csv = v;
+    else if (bench_flag(argv[i], "quiet"))
+      o->quiet = 1;
+    else if (bench_flag(argv[i], "help") || strcmp(argv[i], "-h") == 0) {
+      setup_usage(stdout);
+      MPI_Finalize();
+      exit(0);
+    } else {
+      fprintf(stderr, "vmmipc_setup: unknown option %s\n", argv[i]);
+      bad = 1;
+    }
+    if (bad) {
+      fprintf(stderr, "vmmipc_setup: bad value for %s\n", argv[i]);
+      setup_usage(stderr);
+      MPI_Finalize();
+      exit(2);
+    }
+  }
+  if (o->reps_large == 0) o->reps_large = o->reps;
+}
+
+setup_result_t *setup_new_result(setup_ctx_t *c, setup_coll_t coll, const char *method, size_t size, size_t chunk,
+                                 int chunks) {
+  if (c->nres == c->capres) {
+    int cap = c->capres ? 2 * c->capres : 64;
+    setup_result_t *r = realloc(c->res, (size_t)cap * sizeof *r);
+    if (!r) bench_fatal("out of host memory");
+    c->res = r;
+    c->capres = cap;
+  }
+  setup_result_t *r = &c->res[c->nres++];
+  memset(r, 0, sizeof *r);
+  r->coll = coll;
+  r->method = method;
+  r->size = size;
+  r->chunk = chunk;
+  r->chunks = chunks;
+  for (int f = 0; f < SF_N; f++) r->first[f] = NAN;
+  bench_stats(NULL, 0, &r->st[0]);
+  for (int f = 1; f < SF_N; f++) r->st[f] = r->st[0];
+  return r;
+}
+
+void setup_measure(setup_ctx_t *c, setup_result_t *r, setup_rep_fn fn, void *arg) {
+  int reps = r->size >= BENCH_GiB ? c->reps_large : c->reps;
+  r->samples = calloc((size_t)reps * SF_N, sizeof *r->samples);
+  if (!r->samples) bench_fatal("out of host memory");
+  for (int i = 0; i <= reps; i++) {
+    double v[SF_N], mx[SF_N];
+    for (int f = 0; f < SF_N; f++) v[f] = 0;
+    fn(c, arg, v);
+    MPI_Allreduce(v, mx, SF_N, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (i == 0) {
+      memcpy(r->first, mx, sizeof mx);
+      /* The cold call bounds the warm ones from above: a safe estimate. */
+      if (c->budget > 0 && mx[SF_WALL] > 0) {
+        double fit = c->budget / mx[SF_WALL];
+        int cap = fit > reps ? reps : (int)fit;
+        if (cap < c->min_reps) cap = c->min_reps < reps ? c->min_reps : reps;
+        reps = cap;
+      }
+    } else {
+      memcpy(&r->samples[(size_t)(i - 1) * SF_N], mx, sizeof mx);
+    }
+  }
+  r->reps = reps;
+  double *col = malloc((size_t)(reps > 0 ? reps : 1) * sizeof *col);
+  if (!col) bench_fatal("out of host memory");
+  for (int f = 0; f < SF_N; f++) {
+    for (int i = 0; i < reps; i++) col[i] = r->samples[(size_t)i * SF_N + f];
+    bench_stats(col, reps, &r->st[f]);
+  }
+  free(col);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  setup_opts_t o;
+  setup_parse(argc, argv, &o);
+  bench_node_t node;
+  bench_node_init(&node, "vmmipc_setup");
+  node.quiet = o.quiet;
+  bench_raise_fd_limit();
+  if (o.root >= node.size) bench_fatal("--root %d is not a rank (0..%d)", o.root, node.size - 1);
+
+  setup_ctx_t c;
+  memset(&c, 0, sizeof c);
+  c.node = &node;
+  c.root = o.root;
+  c.reps = o.reps;
+  c.reps_large = o.reps_large;
+  c.min_reps = o.min_reps;
+  c.budget = o.budget;
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  VCHECK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c.comm));
+  BD_CHECK(bench_raw_granularity(node.device, &c.granularity));
+  if (c.granularity < 2 * BENCH_MiB) c.granularity = 2 * BENCH_MiB;
+  if (o.floor) {
+    c.have_mesh = bench_fdmesh_create(MPI_COMM_WORLD, &c.mesh, c.mesh_skipped, sizeof c.mesh_skipped) == 0;
+    bench_agree_skip(c.mesh_skipped, sizeof c.mesh_skipped);
+  }
+
+  size_t sizes[64];
+  int nsizes = 0;
+  for (size_t s = o.min_size; s <= o.max_size && nsizes < 64; s *= 2) sizes[nsizes++] = s;
+  int combos = 0, done = 0;
+  for (int k = 0; k < nsizes; k++)
+    for (int j = 0; j < o.nchunks; j++) combos += sizes[k] / (size_t)o.chunks[j] >= c.granularity;
+
+  for (int k = 0; k < nsizes; k++)
+    for (int j = 0; j < o.nchunks; j++) {
+      int chunks = o.chunks[j];
+      size_t chunk = sizes[k] / (size_t)chunks / c.granularity * c.granularity;
+      if (chunk < c.granularity) continue;
+      char sz[32], cz[32];
+      bench_progress(&node, "%s x %d chunks of %s (%d/%d)", bench_size_str(sizes[k], sz, sizeof sz), chunks,
+                     bench_size_str(chunk, cz, sizeof cz), ++done, combos);
+      if (o.lib) setup_run_lib(&c, o.colls, chunk, chunks);
+      if (o.floor) setup_run_floor(&c, o.colls, chunk, chunks);
+      if (o.ipc && chunks == 1 && o.colls[SC_ALLGATHER]) setup_run_ipc(&c, chunk);
+    }
+
+  int out_rc = 0;
+  if (node.rank == 0) {
+    setup_report_table(&c);
+    if (o.json && setup_report_json(&c, o.json, argc, argv) != 0) out_rc = 1;
+    if (o.csv && setup_report_csv(&c, o.csv) != 0) out_rc = 1;
+  }
+  if (c.have_mesh) bench_fdmesh_destroy(&c.mesh);
+  VCHECK(vmmipc_comm_destroy(c.comm));
+  for (int i = 0; i < c.nres; i++) free(c.res[i].samples);
+  free(c.res);
+  int rc = c.errors ? 1 : out_rc, any;
+  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  bench_progress(&node, "done%s", c.errors ? " (with errors)" : "");
+  bench_node_fini(&node);
+  MPI_Finalize();
+  return any;
+}

@@ -1,0 +1,58 @@
+// Small helpers for suites that move buffers between ranks.
+#ifndef VMMIPC_TEST_BUFS_H
+#define VMMIPC_TEST_BUFS_H
+
+#include "harness/helpers.h"
+
+namespace vt {
+
+constexpr size_t kGran = 2u << 20;
+
+// A buffer of `size` bytes (default: `chunks` granules) built chunk by
+// chunk with vmmipc_grow, so that it has ceil(size / granule) chunks, filled
+// with `seed`.
+inline vmmipc_buf_t PatternBuf(int chunks, unsigned seed, size_t size = 0) {
+  if (!size) size = static_cast<size_t>(chunks) * kGran;
+  vmmipc_buf_t b = nullptr;
+  EXPECT_VMM_OK(vmmipc_alloc(size < kGran ? size : kGran, &b));
+  for (size_t have = kGran; b && have < size; have += kGran)
+    EXPECT_VMM_OK(vmmipc_grow(b, size < have + kGran ? size : have + kGran));
+  void *p = nullptr;
+  size_t n = 0;
+  if (b) vmmipc_buf_ptr(b, &p, &n);
+  if (p) FillPattern(p, n, seed);
+  return b;
+}
+
+// Whether every rank got the same result code.
+inline bool SameEverywhere(vmmipc_result_t r) {
+  int v = static_cast<int>(r), lo = 0, hi = 0;
+  MPI_Allreduce(&v, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&v, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return lo == hi;
+}
+
+// Baseline of fds and stand-in objects, checked (on every rank) at the end.
+class Baseline {
+ public:
+  Baseline() : c_(), fds_(FdCount()), have_(GetDriverCounts(&c_)) {}
+  void Expect(const char *where) const {
+    EXPECT_EQ(FdCount(), fds_) << "fds leaked: " << where;
+    DriverCounts now;
+    if (have_ && GetDriverCounts(&now)) {
+      EXPECT_EQ(now.allocations, c_.allocations) << where;
+      EXPECT_EQ(now.mappings, c_.mappings) << where;
+      EXPECT_EQ(now.reservations, c_.reservations) << where;
+    }
+  }
+
+ private:
+  // c_ before have_: have_'s initialiser fills c_.
+  DriverCounts c_;
+  int fds_;
+  bool have_;
+};
+
+}  // namespace vt
+
+#endif

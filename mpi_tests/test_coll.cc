@@ -1,0 +1,282 @@
+// Collectives: allgather/scatter of descriptors, allgather_map, bcast_map,
+// scatter_map; access per rank; all-or-nothing under injected failures.
+#include <cuda.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm/comm.h"
+#include "common/testhooks.h"
+#include "harness/bufs.h"
+
+namespace {
+
+using vt::kGran;
+
+class Coll : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dev_ = vt::UseRankDevice();
+    ASSERT_GE(dev_, 0);
+    ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c_));
+    vmmipc_comm_node_comm(c_, &node_);
+    MPI_Comm_size(node_, &node_size_);
+    // Open every connection now (they are cached fds), so that the fd
+    // baselines the tests take count only what a collective leaves behind.
+    std::vector<vmmipc_desc_t> none(vt::Size(), nullptr);
+    ASSERT_VMM_OK(vmmipc_allgather_desc(c_, nullptr, none.data()));
+  }
+  void TearDown() override {
+    vmmipc__test_fail_at(nullptr, 0);
+    if (c_) {
+      EXPECT_VMM_OK(vmmipc_comm_destroy(c_));
+    }
+  }
+  bool Same(int r) {
+    int s = 0;
+    vmmipc_comm_same_node(c_, r, &s);
+    return s != 0;
+  }
+  // Rank r's buffer size: differs between ranks.
+  static size_t SizeOf(int r) { return (r % 3 + 1) * kGran - 4096 * r; }
+  int dev_ = -1, node_size_ = 0;
+  vmmipc_comm_t c_ = nullptr;
+  MPI_Comm node_ = MPI_COMM_NULL;
+};
+
+TEST_F(Coll, AllgatherMapReadsEveryNodePeer) {
+  vt::Baseline base;
+  int me = vt::Rank(), n = vt::Size();
+  const int none = n > 1 ? n - 1 : -1;  // this rank contributes NULL
+  vmmipc_buf_t b = me == none ? nullptr : vt::PatternBuf(me % 2 + 1, 500 + me, SizeOf(me));
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, nullptr, &w));
+  for (int r = 0; r < n; r++) {
+    void *p = reinterpret_cast<void *>(1);
+    size_t sz = 1;
+    ASSERT_VMM_OK(vmmipc_win_query(w, r, &p, &sz));
+    if (!Same(r) || r == none) {
+      EXPECT_EQ(p, nullptr) << "rank " << r;
+      EXPECT_EQ(sz, 0u) << "rank " << r;
+      continue;
+    }
+    ASSERT_NE(p, nullptr) << "rank " << r;
+    EXPECT_EQ(sz, SizeOf(r));
+    if (r == me) {
+      void *own = nullptr;
+      vmmipc_buf_ptr(b, &own, nullptr);
+      EXPECT_EQ(p, own) << "own entry is the own buffer, not a second mapping";
+    }
+    EXPECT_TRUE(vt::CheckPattern(p, sz, 500 + r)) << "buffer of rank " << r;
+  }
+  vmmipc_timing_t t;
+  ASSERT_VMM_OK(vmmipc_comm_last_timing(c_, &t));
+  EXPECT_GT(t.total_s, 0.0);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+  if (b) vmmipc_buf_free(b);
+  base.Expect("allgather_map");
+}
+
+TEST_F(Coll, ReadAndReadWriteMixAcrossRanks) {
+  int me = vt::Rank(), n = vt::Size();
+  vmmipc_buf_t b = vt::PatternBuf(1, 700 + me);
+  vmmipc_access_t a = {me % 2 ? VMMIPC_PROT_READ : VMMIPC_PROT_READWRITE, 0, nullptr};
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, &a, &w));
+  for (int r = 0; r < n; r++) {
+    if (r == me || !Same(r)) continue;
+    void *p = nullptr;
+    size_t sz = 0;
+    vmmipc_win_query(w, r, &p, &sz);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(vt::AccessFlags(p, dev_), me % 2 ? CU_MEM_ACCESS_FLAGS_PROT_READ : CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    EXPECT_TRUE(vt::CheckPattern(p, sz, 700 + r));
+  }
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Coll, BcastMapIsReadByAllAndWrittenInSlices) {
+  vt::Baseline base;
+  int me = vt::Rank(), n = vt::Size(), root = n - 1;
+  const size_t slice = 64 * 1024;
+  vmmipc_buf_t b = me == root ? vt::PatternBuf(2, 900) : nullptr;
+  vmmipc_buf_t out = nullptr;
+  ASSERT_VMM_OK(vmmipc_bcast_map(c_, b, root, nullptr, &out));
+  if (me == root || !Same(root)) {
+    EXPECT_EQ(out, nullptr);
+  } else {
+    ASSERT_NE(out, nullptr);
+    void *p = nullptr;
+    size_t sz = 0;
+    vmmipc_buf_ptr(out, &p, &sz);
+    EXPECT_EQ(sz, 2 * kGran);
+    EXPECT_TRUE(vt::CheckPattern(p, sz, 900));
+    std::vector<unsigned char> h(slice, static_cast<unsigned char>(me + 1));
+    vt::CopyToDevice(static_cast<char *>(p) + me * slice, h.data(), slice);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == root) {
+    void *p = nullptr;
+    vmmipc_buf_ptr(b, &p, nullptr);
+    for (int r = 0; r < n; r++) {
+      if (r == root || !Same(r)) continue;
+      std::vector<unsigned char> h(slice);
+      vt::CopyToHost(h.data(), static_cast<char *>(p) + r * slice, slice);
+      size_t bad = 0;
+      for (unsigned char x : h) bad += x != static_cast<unsigned char>(r + 1);
+      EXPECT_EQ(bad, 0u) << "slice written by rank " << r;
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (out) vmmipc_buf_free(out);
+  if (b) vmmipc_buf_free(b);
+  base.Expect("bcast_map");
+}
+
+TEST_F(Coll, ScatterMapGivesEachRankItsOwnSlice) {
+  vt::Baseline base;
+  int me = vt::Rank(), n = vt::Size(), root = 0, empty = n > 2 ? 1 : -1;
+  std::vector<vmmipc_buf_t> bufs(n, nullptr);
+  if (me == root)
+    for (int r = 0; r < n; r++)
+      if (r != empty) bufs[r] = vt::PatternBuf(1, 1000 + r, kGran / 2 + r);
+  vmmipc_buf_t out = nullptr;
+  ASSERT_VMM_OK(vmmipc_scatter_map(c_, bufs.data(), root, nullptr, &out));
+  if (me == root || me == empty || !Same(root)) {
+    EXPECT_EQ(out, nullptr);
+  } else {
+    ASSERT_NE(out, nullptr);
+    void *p = nullptr;
+    size_t sz = 0;
+    vmmipc_buf_ptr(out, &p, &sz);
+    EXPECT_EQ(sz, kGran / 2 + me);
+    EXPECT_TRUE(vt::CheckPattern(p, sz, 1000 + me));
+    vmmipc_buf_free(out);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (auto b : bufs)
+    if (b) vmmipc_buf_free(b);
+  base.Expect("scatter_map");
+}
+
+TEST_F(Coll, DescriptorCollectivesCarryTheMetadata) {
+  vt::Baseline base;
+  int me = vt::Rank(), n = vt::Size();
+  vmmipc_buf_t b = vt::PatternBuf(me % 3 + 1, 1200 + me);
+  vmmipc_desc_t mine = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &mine));
+  std::vector<vmmipc_desc_t> all(n, nullptr);
+  ASSERT_VMM_OK(vmmipc_allgather_desc(c_, mine, all.data()));
+  vmmipc_uuid_t own_uuid;
+  vmmipc_device_uuid(dev_, &own_uuid);
+  for (int r = 0; r < n; r++) {
+    if (!Same(r)) {
+      EXPECT_EQ(all[r], nullptr);
+      continue;
+    }
+    ASSERT_NE(all[r], nullptr) << "rank " << r;
+    int chunks = 0;
+    size_t sz = 0;
+    vmmipc_desc_info(all[r], &sz, &chunks, nullptr);
+    EXPECT_EQ(chunks, r % 3 + 1);
+    EXPECT_EQ(sz, static_cast<size_t>(r % 3 + 1) * kGran);
+    vmmipc_buf_t imp = nullptr;
+    ASSERT_VMM_OK(vmmipc_import(all[r], nullptr, &imp));
+    void *p = nullptr;
+    vmmipc_buf_ptr(imp, &p, &sz);
+    EXPECT_TRUE(vt::CheckPattern(p, sz, 1200 + r));
+    vmmipc_buf_free(imp);
+  }
+  // Forwarding: scatter from rank 0 of the descriptors it received.
+  vmmipc_desc_t got = nullptr;
+  ASSERT_VMM_OK(vmmipc_scatter_desc(c_, all.data(), 0, &got));
+  if (Same(0)) {
+    ASSERT_NE(got, nullptr);
+    vmmipc_buf_t imp = nullptr;
+    ASSERT_VMM_OK(vmmipc_import(got, nullptr, &imp));
+    void *p = nullptr;
+    size_t sz = 0;
+    vmmipc_buf_ptr(imp, &p, &sz);
+    EXPECT_TRUE(vt::CheckPattern(p, sz, 1200 + me)) << "rank 0 forwarded this rank's own descriptor back";
+    vmmipc_buf_free(imp);
+    vmmipc_desc_free(got);
+  } else {
+    EXPECT_EQ(got, nullptr);
+  }
+  for (auto d : all)
+    if (d) vmmipc_desc_free(d);
+  vmmipc_desc_free(mine);
+  MPI_Barrier(MPI_COMM_WORLD);
+  vmmipc_buf_free(b);
+  base.Expect("descriptor collectives");
+}
+
+// A failure at any step on any rank fails every rank with the same code and
+// a message naming that rank; nothing is left behind; the next call works.
+TEST_F(Coll, AllOrNothingAtEveryStepAndRank) {
+  int me = vt::Rank(), n = vt::Size();
+  vmmipc_buf_t b = vt::PatternBuf(2, 1500 + me);
+  vt::Baseline base;
+  vmmipc_uuid_t bogus;
+  std::memset(bogus.bytes, 0xcd, sizeof bogus.bytes);
+  const char *steps[] = {"uuid", "export", "transfer", "import", "map", "access"};
+  for (const char *step : steps) {
+    // Every step but export needs node peers; with none, nothing moves.
+    int any_peers = 0, has = node_size_ > 1;
+    MPI_Allreduce(&has, &any_peers, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!any_peers) continue;
+    for (int f = 0; f < n; f++) {
+      // The failing rank must have node peers for peer-side steps.
+      int f_has_peers = node_size_ > 1;
+      MPI_Bcast(&f_has_peers, 1, MPI_INT, f, MPI_COMM_WORLD);
+      if (!f_has_peers) continue;
+      vmmipc_access_t a = VMMIPC_ACCESS_DEFAULT;
+      if (me == f) {
+        if (!std::strcmp(step, "uuid")) {
+          a.num_devices = 1;
+          a.devices = &bogus;
+        } else {
+          vmmipc__test_fail_at(step, 1);
+        }
+      }
+      vmmipc_win_t w = nullptr;
+      vmmipc_result_t r = vmmipc_allgather_map(c_, b, &a, &w);
+      vmmipc__test_fail_at(nullptr, 0);
+      EXPECT_NE(r, VMMIPC_SUCCESS) << step << " on rank " << f;
+      EXPECT_TRUE(vt::SameEverywhere(r)) << step << " on rank " << f;
+      EXPECT_EQ(w, nullptr);
+      std::string want = "failed on rank " + std::to_string(f);
+      EXPECT_NE(std::string(vmmipc_last_error()).find(want), std::string::npos)
+          << step << ": " << vmmipc_last_error();
+      base.Expect(step);
+      // The same collective succeeds right after.
+      ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, nullptr, &w));
+      ASSERT_VMM_OK(vmmipc_win_free(w));
+      base.Expect(step);
+    }
+  }
+  // The root-based collectives fail as one too.
+  // The root is rank 0; rank 0 decides for everyone which cases apply.
+  int root_peers = node_size_ > 1, one_with_root = n > 1 && Same(1);
+  MPI_Bcast(&root_peers, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Bcast(&one_with_root, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  for (const char *step : {"export", "transfer", "import"}) {
+    if (!root_peers) break;
+    int f = !std::strcmp(step, "import") ? (one_with_root ? 1 : -1) : 0;
+    if (f < 0) continue;
+    if (me == f) vmmipc__test_fail_at(step, 1);
+    vmmipc_buf_t out = nullptr;
+    vmmipc_result_t r = vmmipc_bcast_map(c_, b, 0, nullptr, &out);
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_NE(r, VMMIPC_SUCCESS) << "bcast " << step;
+    EXPECT_TRUE(vt::SameEverywhere(r));
+    EXPECT_EQ(out, nullptr);
+    base.Expect(step);
+  }
+  vmmipc_buf_free(b);
+}
+
+}  // namespace

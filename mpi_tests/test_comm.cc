@@ -1,0 +1,333 @@
+// The node-local communicator: node split, send/recv of descriptors, the
+// socket namespace modes, refusing foreign processes, bounded waits.
+#include <dirent.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "comm/comm.h"
+#include "harness/bufs.h"
+
+namespace {
+
+using vt::kGran;
+
+int RanksPerNode() {
+  const char *v = std::getenv("VMMIPC_TEST_RANKS_PER_NODE");
+  return v ? std::atoi(v) : 0;  // 0: one node
+}
+bool SameNodeExpected(int a, int b) {
+  int k = RanksPerNode();
+  return k == 0 || a / k == b / k;
+}
+
+class Comm : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_GE(vt::UseRankDevice(), 0); }
+};
+
+TEST_F(Comm, CreateDestroyHundredTimesLeavesNoFd) {
+  int before = vt::FdCount();
+  for (int i = 0; i < 100; i++) {
+    vmmipc_comm_t c = nullptr;
+    ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  }
+  EXPECT_EQ(vt::FdCount(), before);
+}
+
+TEST_F(Comm, NodesFollowTheHostAndVmmipcNodeId) {
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  int me = vt::Rank(), n = vt::Size(), expect = 0;
+  for (int r = 0; r < n; r++) {
+    int same = -1;
+    ASSERT_VMM_OK(vmmipc_comm_same_node(c, r, &same));
+    EXPECT_EQ(same, SameNodeExpected(me, r) ? 1 : 0) << "rank " << r;
+    expect += SameNodeExpected(me, r);
+  }
+  MPI_Comm node;
+  ASSERT_VMM_OK(vmmipc_comm_node_comm(c, &node));
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  EXPECT_EQ(node_size, expect);
+  int same = 0;
+  EXPECT_EQ(vmmipc_comm_same_node(c, n, &same), VMMIPC_ERR_INVALID_ARG);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
+// Each rank sends a 3-chunk buffer to the next rank of its node and imports
+// the one from the previous rank.
+TEST_F(Comm, RingOfMultiChunkDescriptors) {
+  vt::Baseline base;
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  MPI_Comm node;
+  vmmipc_comm_node_comm(c, &node);
+  int nr = 0, ns = 0;
+  MPI_Comm_rank(node, &nr);
+  MPI_Comm_size(node, &ns);
+  if (ns > 1) {
+    // Comm ranks of the node neighbours.
+    std::vector<int> ranks(ns);
+    int me = vt::Rank();
+    MPI_Allgather(&me, 1, MPI_INT, ranks.data(), 1, MPI_INT, node);
+    int next = ranks[(nr + 1) % ns], prev = ranks[(nr + ns - 1) % ns];
+    vmmipc_buf_t b = vt::PatternBuf(3, 100 + me);
+    vmmipc_desc_t d = nullptr, got = nullptr;
+    ASSERT_VMM_OK(vmmipc_export(b, &d));
+    // Even node ranks send first; vmmipc_send is bounded, not rendezvous.
+    ASSERT_VMM_OK(vmmipc_send(c, d, next));
+    ASSERT_VMM_OK(vmmipc_recv(c, prev, &got));
+    vmmipc_desc_free(d);
+    vmmipc_buf_t imp = nullptr;
+    ASSERT_VMM_OK(vmmipc_import(got, nullptr, &imp));
+    vmmipc_desc_free(got);
+    void *p = nullptr;
+    size_t n = 0;
+    vmmipc_buf_ptr(imp, &p, &n);
+    EXPECT_EQ(n, 3 * kGran);
+    EXPECT_TRUE(vt::CheckPattern(p, n, 100 + prev));
+    vmmipc_buf_free(imp);
+    MPI_Barrier(MPI_COMM_WORLD);
+    vmmipc_buf_free(b);
+  }
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  base.Expect("ring");
+}
+
+// 1000 descriptors of 4 chunks each between node ranks 0 and 1.
+TEST_F(Comm, ThousandDescriptorsBackToBack) {
+  vt::Baseline base;  // before the comm: its connections are cached fds
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  int same = 0;
+  if (vt::Size() >= 2) vmmipc_comm_same_node(c, 1, &same);
+  int me = vt::Rank();
+  if (vt::Size() >= 2 && same && me <= 1) {
+    vmmipc_buf_t b = me == 0 ? vt::PatternBuf(4, 9) : nullptr;
+    const int total = 1000, batch = 100;
+    size_t checked = 0;
+    for (int i = 0; i < total; i++) {
+      if (me == 0) {
+        vmmipc_desc_t d = nullptr;
+        ASSERT_VMM_OK(vmmipc_export(b, &d));
+        ASSERT_VMM_OK(vmmipc_send(c, d, 1));
+        vmmipc_desc_free(d);
+      } else {
+        vmmipc_desc_t d = nullptr;
+        vmmipc_buf_t imp = nullptr;
+        ASSERT_VMM_OK(vmmipc_recv(c, 0, &d));
+        int chunks = 0;
+        vmmipc_desc_info(d, nullptr, &chunks, nullptr);
+        ASSERT_EQ(chunks, 4);
+        ASSERT_VMM_OK(vmmipc_import(d, nullptr, &imp));
+        vmmipc_desc_free(d);
+        void *p = nullptr;
+        size_t n = 0;
+        vmmipc_buf_ptr(imp, &p, &n);
+        if (i == 0) {
+          ASSERT_TRUE(vt::CheckPattern(p, n, 9));  // every byte once
+        } else {
+          // The first and last 4 KiB of every chunk of every other one.
+          for (int k = 0; k < 4; k++) {
+            std::vector<unsigned char> h(4096);
+            for (size_t off : {k * kGran, (k + 1) * kGran - 4096}) {
+              vt::CopyToHost(h.data(), static_cast<char *>(p) + off, h.size());
+              for (size_t j = 0; j < h.size(); j++) ASSERT_EQ(h[j], vt::PatternByte(9, off + j)) << "desc " << i;
+            }
+          }
+        }
+        checked++;
+        vmmipc_buf_free(imp);
+      }
+      // Bound the fds in flight (the kernel caps them by RLIMIT_NOFILE).
+      if ((i + 1) % batch == 0) {
+        int token = 0;
+        MPI_Sendrecv(&token, 1, MPI_INT, 1 - me, 0, &token, 1, MPI_INT, 1 - me, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      }
+    }
+    if (me == 1) {
+      EXPECT_EQ(checked, static_cast<size_t>(total));
+    }
+    if (b) vmmipc_buf_free(b);
+  }
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  base.Expect("1000 descriptors");
+}
+
+TEST_F(Comm, FilesystemModeCleansUp) {
+  char dir[64] = "/tmp/vmmipc-fs-test-XXXXXX";
+  if (vt::Rank() == 0) {
+    ASSERT_NE(mkdtemp(dir), nullptr);
+  }
+  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.socket_namespace = VMMIPC_SOCKET_FILESYSTEM;
+  cfg.socket_dir = dir;
+  int before = vt::FdCount();
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+  char addr[256];
+  vmmipc__tp_address(c->tp, c->node_rank, addr, sizeof addr);
+  EXPECT_EQ(std::strncmp(addr, dir, std::strlen(dir)), 0) << addr;
+  struct stat st;
+  ASSERT_EQ(stat(addr, &st), 0) << addr;
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  std::string parent(addr);
+  parent = parent.substr(0, parent.rfind('/'));
+  ASSERT_EQ(stat(parent.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u) << "only the owner may reach the socket";
+  // One exchange through it.
+  int same = 0;
+  if (vt::Size() >= 2) vmmipc_comm_same_node(c, 1 - (vt::Rank() & 1), &same);
+  if (same && vt::Rank() <= 1) {
+    vmmipc_buf_t b = vt::PatternBuf(1, 60 + vt::Rank());
+    vmmipc_desc_t d = nullptr, got = nullptr;
+    ASSERT_VMM_OK(vmmipc_export(b, &d));
+    ASSERT_VMM_OK(vmmipc_send(c, d, 1 - vt::Rank()));
+    ASSERT_VMM_OK(vmmipc_recv(c, 1 - vt::Rank(), &got));
+    size_t n = 0;
+    vmmipc_desc_info(got, &n, nullptr, nullptr);
+    EXPECT_EQ(n, kGran);
+    vmmipc_desc_free(got);
+    vmmipc_desc_free(d);
+    vmmipc_buf_free(b);
+  }
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  EXPECT_NE(stat(addr, &st), 0) << "socket file left behind: " << addr;
+  EXPECT_EQ(vt::FdCount(), before);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (vt::Rank() == 0) {
+    EXPECT_EQ(rmdir(dir), 0) << "the socket directory is not empty after destroy";
+  }
+}
+
+// A process that is not a rank connects to rank 0's socket and sends a frame
+// with an fd: it is refused, and rank 0's next genuine receive still works.
+TEST_F(Comm, ForeignProcessIsRefused) {
+  int before = vt::FdCount();
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  int same = 0;
+  if (vt::Size() >= 2) vmmipc_comm_same_node(c, 1, &same);
+  if (same && vt::Rank() <= 1) {
+    char addr[256] = "";
+    vmmipc__tp_address(c->tp, c->node_of[0], addr, sizeof addr);
+    if (vt::Rank() == 1) {
+      std::fflush(nullptr);
+      pid_t pid = fork();
+      if (pid == 0) {
+        // The impostor: same uid, unknown pid. It must not call MPI.
+        int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        size_t len = std::strlen(addr);
+        std::memcpy(a.sun_path, addr, len);
+        if (addr[0] == '@') a.sun_path[0] = '\0';
+        socklen_t alen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len);
+        if (connect(s, reinterpret_cast<sockaddr *>(&a), alen) != 0) _exit(2);
+        char junk[128];
+        std::memset(junk, 0x5a, sizeof junk);
+        int fd = dup(0);
+        char ctl[CMSG_SPACE(sizeof(int))] = {};
+        iovec iov{junk, sizeof junk};
+        msghdr m{};
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        m.msg_control = ctl;
+        m.msg_controllen = sizeof ctl;
+        cmsghdr *cm = CMSG_FIRSTHDR(&m);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+        sendmsg(s, &m, MSG_NOSIGNAL);
+        _exit(0);
+      }
+      int st = 0;
+      waitpid(pid, &st, 0);
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "impostor could not connect, status " << st;
+      vmmipc_buf_t b = vt::PatternBuf(2, 33);
+      vmmipc_desc_t d = nullptr;
+      ASSERT_VMM_OK(vmmipc_export(b, &d));
+      ASSERT_VMM_OK(vmmipc_send(c, d, 0));
+      vmmipc_desc_free(d);
+      MPI_Barrier(MPI_COMM_WORLD);
+      vmmipc_buf_free(b);
+    } else {
+      vmmipc_desc_t d = nullptr;
+      vmmipc_buf_t imp = nullptr;
+      ASSERT_VMM_OK(vmmipc_recv(c, 1, &d));
+      ASSERT_VMM_OK(vmmipc_import(d, nullptr, &imp));
+      void *p = nullptr;
+      size_t n = 0;
+      vmmipc_buf_ptr(imp, &p, &n);
+      EXPECT_TRUE(vt::CheckPattern(p, n, 33));
+      EXPECT_GE(vmmipc__tp_refused(c->tp), 1) << "the impostor's connection was not refused";
+      vmmipc_buf_free(imp);
+      vmmipc_desc_free(d);
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  EXPECT_EQ(vt::FdCount(), before) << "the refused connection or its fd was kept";
+}
+
+TEST_F(Comm, ASilentPeerTimesOutAndIsNamed) {
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = 500;
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+  int same = 0;
+  if (vt::Size() >= 2) vmmipc_comm_same_node(c, 1, &same);
+  if (same && vt::Rank() == 0) {
+    vmmipc_desc_t d = nullptr;
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(vmmipc_recv(c, 1, &d), VMMIPC_ERR_TIMEOUT);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 1.5) << "the wait must be bounded by the timeout";
+    EXPECT_GE(s, 0.45);
+    EXPECT_NE(std::string(vmmipc_last_error()).find("rank 1"), std::string::npos) << vmmipc_last_error();
+    EXPECT_EQ(d, nullptr);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
+TEST_F(Comm, BadPeersAreRefusedWithoutWaiting) {
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  vmmipc_buf_t b = vt::PatternBuf(1, 1);
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  EXPECT_EQ(vmmipc_send(c, d, vt::Rank()), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(vmmipc_send(c, d, vt::Size()), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(vmmipc_send(c, d, -1), VMMIPC_ERR_INVALID_ARG);
+  for (int r = 0; r < vt::Size(); r++) {
+    if (SameNodeExpected(vt::Rank(), r)) continue;
+    EXPECT_EQ(vmmipc_send(c, d, r), VMMIPC_ERR_PEER) << "off-node rank " << r;
+    EXPECT_NE(std::string(vmmipc_last_error()).find("not on the node"), std::string::npos) << vmmipc_last_error();
+    vmmipc_desc_t got = nullptr;
+    EXPECT_EQ(vmmipc_recv(c, r, &got), VMMIPC_ERR_PEER);
+  }
+  vmmipc_config_t bad = VMMIPC_CONFIG_INIT;
+  bad.socket_namespace = 7;
+  vmmipc_comm_t c2 = nullptr;
+  EXPECT_EQ(vmmipc_comm_create(MPI_COMM_WORLD, &bad, &c2), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(c2, nullptr);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
+}  // namespace
