@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Turns vmmipc benchmark JSON into PNG plots.
+
+usage: plot.py FILE.json [FILE.json ...] [--out DIR]
+
+Files are recognised by their "benchmark" key: vmmipc_bw (bandwidth vs size
+per operation and direction, with the anchors and the line rate; one heat map
+per peer matrix), vmmipc_setup (setup latency vs size per collective, one
+colour per chunk count, the raw-driver floor dashed; and the phase split),
+torch_symm_mem (the PyTorch rendezvous anchor, drawn on the allgather plot).
+Needs matplotlib; without it, says so and exits 0.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+
+def load(paths):
+    out = {}
+    for p in paths:
+        try:
+            with open(p) as f:
+                d = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"plot.py: skipping {p}: {e}", file=sys.stderr)
+            continue
+        out.setdefault(d.get("benchmark", "?"), []).append((p, d))
+    return out
+
+
+def size_label(n):
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k} {unit}"
+    return f"{n} B"
+
+
+def size_axis(ax, sizes):
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(sizes))
+    if len(ticks) > 12:
+        step = math.ceil(len(ticks) / 12)
+        ticks = ticks[::step]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([size_label(t) for t in ticks], rotation=45, ha="right", fontsize=7)
+    ax.set_xlabel("message / buffer size")
+
+
+def plot_bw(plt, path, d, out):
+    series = {s["name"]: s for s in d.get("series", [])}
+    line = (d.get("line_rate") or {}).get("gbps")
+    tag = os.path.splitext(os.path.basename(path))[0]
+    made = []
+    styles = {
+        "vmmipc.ce": dict(color="C0", lw=2.2, label="vmmipc, copy engine"),
+        "vmmipc.sm": dict(color="C1", lw=2.2, label="vmmipc, SM kernel"),
+        "raw_vmm.ce": dict(color="C2", ls="--", label="raw driver VMM, copy engine"),
+        "legacy_ipc.ce": dict(color="C4", ls="--", label="legacy cuIpc, copy engine"),
+        "nccl": dict(color="C3", ls="-.", label="NCCL send/recv"),
+        "host_staged": dict(color="C7", ls=":", label="host-staged MPI"),
+    }
+    for op in ("read", "write"):
+        for direction in ("uni", "bidir"):
+            fig, ax = plt.subplots(figsize=(8, 5))
+            sizes = []
+            for key, st in styles.items():
+                if key in ("nccl", "host_staged"):
+                    name = f"{key}.sendrecv.{direction}"
+                else:
+                    name = f"{key}.{op}.{direction}"
+                s = series.get(name)
+                if not s or "skipped" in s or "error" in s or not s.get("points"):
+                    continue
+                xs = [p["size"] for p in s["points"]]
+                ys = [p["gbps"] for p in s["points"]]
+                sizes += xs
+                ax.plot(xs, ys, marker=".", **st)
+            if not sizes:
+                plt.close(fig)
+                continue
+            if line:
+                rate = line * (2 if direction == "bidir" else 1)
+                ax.axhline(rate, color="k", lw=1, label=f"NVLink line rate ({rate:.0f} GB/s)")
+                ax.axhline(0.87 * rate, color="k", lw=0.6, ls=":", label="87% of line rate")
+            size_axis(ax, sizes)
+            ax.set_ylabel("GB/s" + (" (both directions summed)" if direction == "bidir" else ""))
+            ax.set_title(f"vmmipc_bw: {op} peer buffer, {'both directions' if direction == 'bidir' else 'one direction'}"
+                         f" ({d.get('ranks')} ranks, {d['devices'][0]['name']})", fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            f = os.path.join(out, f"{tag}_{op}_{direction}.png")
+            fig.savefig(f, dpi=120)
+            plt.close(fig)
+            made.append(f)
+    for m in d.get("matrices", []):
+        if "skipped" in m or not m.get("gbps"):
+            continue
+        n = len(m["gbps"])
+        vals = [[float("nan") if v is None else v for v in row] for row in m["gbps"]]
+        fig, ax = plt.subplots(figsize=(1.2 * n + 3, 1.0 * n + 2))
+        im = ax.imshow(vals, cmap="viridis")
+        for i in range(n):
+            for j in range(n):
+                ax.text(j, i, "-" if i == j else f"{vals[i][j]:.1f}", ha="center", va="center", color="w", fontsize=8)
+        ax.set_xticks(range(n))
+        ax.set_yticks(range(n))
+        ax.set_xlabel("destination rank")
+        ax.set_ylabel("source rank")
+        ax.set_title(f"{m['name']} at {size_label(m['size'])}, GB/s", fontsize=9)
+        fig.colorbar(im, ax=ax)
+        fig.tight_layout()
+        f = os.path.join(out, f"{tag}_matrix_{m['name'].replace('.', '_')}.png")
+        fig.savefig(f, dpi=120)
+        plt.close(fig)
+        made.append(f)
+    return made
+
+
+def measured(results, **match):
+    for r in results:
+        if all(r.get(k) == v for k, v in match.items()) and "skipped" not in r and "stats" in r:
+            yield r
+
+
+def plot_setup(plt, path, d, torch_runs, out):
+    results = d.get("results", [])
+    tag = os.path.splitext(os.path.basename(path))[0]
+    made = []
+    chunk_counts = sorted({r["chunks"] for r in results})
+    colls = [c for c in ("allgather_map", "bcast_map", "scatter_map") if any(r["coll"] == c for r in results)]
+    for coll in colls:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        sizes = []
+        for i, ch in enumerate(chunk_counts):
+            color = f"C{i}"
+            for method, ls, label in (("vmmipc", "-", "vmmipc"), ("floor", "--", "floor (raw driver)")):
+                rs = sorted(measured(results, coll=coll, method=method, chunks=ch), key=lambda r: r["size"])
+                if not rs:
+                    continue
+                xs = [r["size"] for r in rs]
+                med = [r["stats"]["wall"]["median"] * 1e3 for r in rs]
+                sizes += xs
+                ax.plot(xs, med, ls=ls, color=color, marker=".", label=f"{label}, {ch} chunk{'s' if ch > 1 else ''}")
+                if method == "vmmipc":
+                    lo = [r["stats"]["wall"]["p10"] * 1e3 for r in rs]
+                    hi = [r["stats"]["wall"]["p90"] * 1e3 for r in rs]
+                    ax.fill_between(xs, lo, hi, color=color, alpha=0.15)
+                    first = [r["first"]["wall"] * 1e3 for r in rs]
+                    ax.plot(xs, first, ls="none", marker="x", color=color, alpha=0.6)
+        rs = sorted(measured(results, coll=coll, method="legacy_ipc"), key=lambda r: r["size"])
+        if rs:
+            ax.plot([r["size"] for r in rs], [r["stats"]["wall"]["median"] * 1e3 for r in rs], ls=":", color="C7",
+                    marker=".", label="legacy cuIpc (1 chunk)")
+        if coll == "allgather_map":
+            for _, t in torch_runs:
+                rs = sorted(measured(t.get("results", []), coll="rendezvous"), key=lambda r: r["size"])
+                if rs:
+                    ax.plot([r["size"] for r in rs], [r["stats"]["wall"]["median"] * 1e3 for r in rs], ls="-.",
+                            color="k", marker=".", label="PyTorch symm_mem empty + rendezvous")
+                    ax.plot([r["size"] for r in rs], [r["stats"]["rendezvous"]["median"] * 1e3 for r in rs],
+                            ls=":", color="k", label="PyTorch symm_mem rendezvous only")
+        if not sizes:
+            plt.close(fig)
+            continue
+        size_axis(ax, sizes)
+        ax.set_yscale("log")
+        ax.set_ylabel("ms (median over reps, max over ranks; band p10-p90; x: first call)")
+        ax.set_title(f"vmmipc_setup: {coll}, {d.get('ranks')} ranks", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        f = os.path.join(out, f"{tag}_{coll}.png")
+        fig.savefig(f, dpi=120)
+        plt.close(fig)
+        made.append(f)
+    # Phase split of vmmipc allgather_map.
+    phases = ("export", "transfer", "import", "map", "access", "agree")
+    rs = sorted(measured(results, coll="allgather_map", method="vmmipc"), key=lambda r: (r["chunks"], r["size"]))
+    if rs:
+        fig, ax = plt.subplots(figsize=(max(8, 0.35 * len(rs) + 2), 5))
+        bottom = [0.0] * len(rs)
+        for i, ph in enumerate(phases):
+            vals = [r["stats"][ph]["median"] * 1e3 for r in rs]
+            ax.bar(range(len(rs)), vals, bottom=bottom, color=f"C{i}", label=ph)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.plot(range(len(rs)), [r["stats"]["wall"]["median"] * 1e3 for r in rs], "k_", markersize=12,
+                label="wall (median)")
+        ax.set_xticks(range(len(rs)))
+        ax.set_xticklabels([f"{size_label(r['size'])}\n{r['chunks']}ch" for r in rs], fontsize=6, rotation=90)
+        ax.set_yscale("log")
+        ax.set_ylabel("ms (median of each phase, max over ranks)")
+        ax.set_title("vmmipc_setup: allgather_map phases", fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        f = os.path.join(out, f"{tag}_allgather_phases.png")
+        fig.savefig(f, dpi=120)
+        plt.close(fig)
+        made.append(f)
+    return made
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="+", help="JSON from vmmipc_bw, vmmipc_setup or anchors/torch_symm_mem.py")
+    ap.add_argument("--out", default=".", help="directory for the PNG files (default: .)")
+    a = ap.parse_args()
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot.py: matplotlib is not installed; no plots made (pip install matplotlib)")
+        return 0
+    data = load(a.files)
+    os.makedirs(a.out, exist_ok=True)
+    made = []
+    for path, d in data.get("vmmipc_bw", []):
+        made += plot_bw(plt, path, d, a.out)
+    for path, d in data.get("vmmipc_setup", []):
+        made += plot_setup(plt, path, d, data.get("torch_symm_mem", []), a.out)
+    for f in made:
+        print(f"plot.py: wrote {f}")
+    if not made:
+        print("plot.py: nothing to plot")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+// The driver behaviours vmmipc relies on, checked against whichever driver is
+// loaded. The same suite passes on the CPU stand-in and on the real driver,
+// which is what shows that the stand-in emulates the real one.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "harness/helpers.h"
+#include "harness/rawchan.h"
+
+namespace {
+
+struct Api {
+  CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+  CUresult (*release)(CUmemGenericAllocationHandle);
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*free_va)(CUdeviceptr, size_t);
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  CUresult (*unmap)(CUdeviceptr, size_t);
+  CUresult (*exp)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long);
+  CUresult (*imp)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+  CUresult (*props)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
+  CUresult (*gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+  CUresult (*ctx_dev)(CUdevice *);
+};
+
+template <typename F>
+void Get(void *lib, const char *name, F *fn) {
+  using GetProc = CUresult (*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+  void *sym = dlsym(lib, "cuGetProcAddress_v2");
+  ASSERT_NE(sym, nullptr);
+  void *p = nullptr;
+  CUdriverProcAddressQueryResult st;
+  ASSERT_EQ(reinterpret_cast<GetProc>(sym)(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_SUCCESS)
+      << name;
+  *fn = reinterpret_cast<F>(p);
+}
+
+class DriverContract : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dev_ = vt::UseRankDevice();
+    ASSERT_GE(dev_, 0);
+    const char *path = std::getenv("VMMIPC_CUDA_DRIVER");
+    void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(lib, nullptr);
+    Get(lib, "cuMemCreate", &a_.create);
+    Get(lib, "cuMemRelease", &a_.release);
+    Get(lib, "cuMemAddressReserve", &a_.reserve);
+    Get(lib, "cuMemAddressFree", &a_.free_va);
+    Get(lib, "cuMemMap", &a_.map);
+    Get(lib, "cuMemUnmap", &a_.unmap);
+    Get(lib, "cuMemExportToShareableHandle", &a_.exp);
+    Get(lib, "cuMemImportFromShareableHandle", &a_.imp);
+    Get(lib, "cuMemGetAllocationPropertiesFromHandle", &a_.props);
+    Get(lib, "cuMemGetAllocationGranularity", &a_.gran);
+    Get(lib, "cuCtxGetDevice", &a_.ctx_dev);
+  }
+  CUmemAllocationProp Prop(CUmemAllocationHandleType t = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    CUmemAllocationProp p = {};
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = dev_;
+    p.requestedHandleTypes = t;
+    return p;
+  }
+  int dev_ = -1;
+  Api a_{};
+};
+
+constexpr size_t k2M = 2u << 20;
+
+TEST_F(DriverContract, GranularityIsTwoMiB) {
+  CUmemAllocationProp p = Prop();
+  size_t min = 0, rec = 0;
+  ASSERT_EQ(a_.gran(&min, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+  ASSERT_EQ(a_.gran(&rec, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), CUDA_SUCCESS);
+  EXPECT_EQ(min, k2M);
+  EXPECT_EQ(rec, k2M);
+}
+
+TEST_F(DriverContract, ReExportOfAnImportIsInvalidValue) {
+  CUmemAllocationProp p = Prop();
+  CUmemGenericAllocationHandle h = 0, imp = 0;
+  ASSERT_EQ(a_.create(&h, k2M, &p, 0), CUDA_SUCCESS);
+  int fd = -1, fd2 = -1;
+  ASSERT_EQ(a_.exp(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+  ASSERT_EQ(a_.imp(&imp, reinterpret_cast<void *>(static_cast<uintptr_t>(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            CUDA_SUCCESS);
+  close(fd);  // the driver keeps its own reference
+  EXPECT_EQ(a_.exp(&fd2, imp, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_ERROR_INVALID_VALUE);
+  // The import still maps after the fd is closed.
+  CUdeviceptr va = 0;
+  ASSERT_EQ(a_.reserve(&va, k2M, k2M, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(a_.map(va, k2M, 0, imp, 0), CUDA_SUCCESS);
+  a_.unmap(va, k2M);
+  a_.free_va(va, k2M);
+  a_.release(imp);
+  a_.release(h);
+}
+
+TEST_F(DriverContract, MapWithAMismatchedSizeFails) {
+  CUmemAllocationProp p = Prop();
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_EQ(a_.create(&h, k2M, &p, 0), CUDA_SUCCESS);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(a_.reserve(&va, 2 * k2M, k2M, 0, 0), CUDA_SUCCESS);
+  CUresult rc = a_.map(va, 2 * k2M, 0, h, 0);
+  EXPECT_NE(rc, CUDA_SUCCESS);
+  if (rc == CUDA_SUCCESS) a_.unmap(va, 2 * k2M);
+  a_.free_va(va, 2 * k2M);
+  a_.release(h);
+}
+
+TEST_F(DriverContract, ImportOfAForeignFdFails) {
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  CUmemGenericAllocationHandle h = 0;
+  CUresult rc = a_.imp(&h, reinterpret_cast<void *>(static_cast<uintptr_t>(p[0])), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  EXPECT_NE(rc, CUDA_SUCCESS);
+  std::printf("[rank %d] import of a pipe fd: CUresult %d\n", vt::Rank(), static_cast<int>(rc));
+  if (rc == CUDA_SUCCESS) a_.release(h);
+  close(p[0]);
+  close(p[1]);
+}
+
+TEST_F(DriverContract, FabricHandlesWithoutImexAreRefused) {
+  CUmemAllocationProp p = Prop(CU_MEM_HANDLE_TYPE_FABRIC);
+  CUmemGenericAllocationHandle h = 0;
+  CUresult rc = a_.create(&h, k2M, &p, 0);
+  std::printf("[rank %d] cuMemCreate with the fabric handle type: CUresult %d\n", vt::Rank(), static_cast<int>(rc));
+  if (rc == CUDA_SUCCESS) {
+    a_.release(h);
+    GTEST_SKIP() << "this machine has an IMEX channel: fabric handles work here";
+  }
+  EXPECT_EQ(rc, CUDA_ERROR_NOT_PERMITTED);
+}
+
+// Between two processes: the importer reads the owner's location; under
+// OWN_GPU the owner is invisible to the importer and reported as id -2.
+TEST_F(DriverContract, OwnerLocationSeenByTheImporter) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  vt::RawChannel ch;
+  CUmemGenericAllocationHandle h = 0;
+  if (vt::Rank() == 0) {
+    CUmemAllocationProp p = Prop();
+    ASSERT_EQ(a_.create(&h, k2M, &p, 0), CUDA_SUCCESS);
+    int fd = -1;
+    ASSERT_EQ(a_.exp(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+    ASSERT_TRUE(ch.Send({}, {fd}));
+    close(fd);
+  } else if (vt::Rank() == 1) {
+    std::vector<unsigned char> bytes;
+    std::vector<int> fds;
+    ASSERT_TRUE(ch.Recv(&bytes, &fds));
+    ASSERT_EQ(fds.size(), 1u);
+    CUmemGenericAllocationHandle imp = 0;
+    ASSERT_EQ(a_.imp(&imp, reinterpret_cast<void *>(static_cast<uintptr_t>(fds[0])),
+                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+              CUDA_SUCCESS);
+    close(fds[0]);
+    CUmemAllocationProp got = {};
+    ASSERT_EQ(a_.props(&got, imp), CUDA_SUCCESS);
+    int visible = 0;
+    vmmipc_device_count(&visible);
+    const char *cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+    std::printf("[rank 1] owner location id %d (CUDA_VISIBLE_DEVICES=%s, %d visible)\n", got.location.id,
+                cvd ? cvd : "unset", visible);
+    EXPECT_EQ(got.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
+    if (cvd && visible == 1) {
+      EXPECT_EQ(got.location.id, -2) << "an owner this process cannot see";
+    } else {
+      EXPECT_EQ(got.location.id, 0) << "rank 0 uses device 0";
+    }
+    a_.release(imp);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (h) a_.release(h);
+}
+
+}  // namespace
