@@ -167,7 +167,7 @@ def plot_setup(plt, path, d, torch_runs, out):
             continue
         size_axis(ax, sizes)
         ax.set_yscale("log")
-        ax.set_ylabel("ms (median over reps, max over ranks; band p10-p90; x: first call)")
+        ax.set_ylabel("ms: median (band p10-p90, x first call)")
         ax.set_title(f"vmmipc_setup: {coll}, {d.get('ranks')} ranks", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
@@ -181,19 +181,23 @@ def plot_setup(plt, path, d, torch_runs, out):
     rs = sorted(measured(results, coll="allgather_map", method="vmmipc"), key=lambda r: (r["chunks"], r["size"]))
     if rs:
         fig, ax = plt.subplots(figsize=(max(8, 0.35 * len(rs) + 2), 5))
+        walls = [r["stats"]["wall"]["median"] for r in rs]
         bottom = [0.0] * len(rs)
-        for i, ph in enumerate(phases):
-            vals = [r["stats"][ph]["median"] * 1e3 for r in rs]
-            ax.bar(range(len(rs)), vals, bottom=bottom, color=f"C{i}", label=ph)
+        for i, ph in enumerate(phases + ("other",)):
+            if ph == "other":  # reserve, bookkeeping, waiting for the slowest rank
+                vals = [max(0.0, 100 - b) for b in bottom]
+            else:
+                vals = [100 * r["stats"][ph]["median"] / w if w else 0 for r, w in zip(rs, walls)]
+            ax.bar(range(len(rs)), vals, bottom=bottom, color=f"C{i}" if ph != "other" else "0.85", label=ph)
             bottom = [b + v for b, v in zip(bottom, vals)]
-        ax.plot(range(len(rs)), [r["stats"]["wall"]["median"] * 1e3 for r in rs], "k_", markersize=12,
-                label="wall (median)")
+        for x, w in enumerate(walls):
+            ax.text(x, min(max(bottom[x], 100), 104) + 1, f"{w * 1e3:.3g}", ha="center", fontsize=6, rotation=90)
         ax.set_xticks(range(len(rs)))
         ax.set_xticklabels([f"{size_label(r['size'])}\n{r['chunks']}ch" for r in rs], fontsize=6, rotation=90)
-        ax.set_yscale("log")
-        ax.set_ylabel("ms (median of each phase, max over ranks)")
-        ax.set_title("vmmipc_setup: allgather_map phases", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.set_ylim(0, 125)
+        ax.set_ylabel("% of the median wall time (ms on top)")
+        ax.set_title("vmmipc_setup: allgather_map, median of each phase (max over ranks)", fontsize=9)
+        ax.legend(fontsize=7, ncol=4, loc="upper left")
         fig.tight_layout()
         f = os.path.join(out, f"{tag}_allgather_phases.png")
         fig.savefig(f, dpi=120)

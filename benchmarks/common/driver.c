@@ -14,7 +14,10 @@ typedef CUresult (*bd_getproc_fn)(const char *, void **, int, cuuint64_t, CUdriv
 static void *bd_lookup(bd_getproc_fn getproc, const char *name) {
   void *fn = NULL;
   CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  CUresult rc = getproc(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  /* CUDA 13.0 gave cuCtxSynchronize a context argument under the same name:
+   * ask for the ABI of cuda.h's prototype. */
+  int version = strcmp(name, "cuCtxSynchronize") == 0 ? 12000 : CUDA_VERSION;
+  CUresult rc = getproc(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
   if (rc != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS) return NULL;
   return fn;
 }

@@ -21,7 +21,6 @@ struct Drv {
   void *lib = nullptr;
   CUresult (*memcpy_htod)(CUdeviceptr, const void *, size_t) = nullptr;
   CUresult (*memcpy_dtoh)(void *, CUdeviceptr, size_t) = nullptr;
-  CUresult (*ctx_sync)(void) = nullptr;
   CUresult (*get_access)(unsigned long long *, const CUmemLocation *, CUdeviceptr) = nullptr;
 };
 
@@ -49,7 +48,7 @@ Drv &D() {
     if (x.lib) {
       Resolve(x.lib, "cuMemcpyHtoD", &x.memcpy_htod);
       Resolve(x.lib, "cuMemcpyDtoH", &x.memcpy_dtoh);
-      Resolve(x.lib, "cuCtxSynchronize", &x.ctx_sync);
+
       Resolve(x.lib, "cuMemGetAccess", &x.get_access);
     }
     return x;

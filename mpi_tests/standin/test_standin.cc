@@ -422,7 +422,7 @@ TEST(StandinGetProc, ResolvesEveryEntryPointTheLibraryNeeds) {
   GetProcFn gp1 = reinterpret_cast<GetProcFn>(dlsym(D().lib, "cuGetProcAddress"));
   ASSERT_NE(gp1, nullptr);
   std::vector<const char *> names;
-#define STI_NAME(name) names.push_back(#name);
+#define STI_NAME(name, version) names.push_back(#name);
   VMMIPC__CU_FUNCS(STI_NAME)
 #undef STI_NAME
   ASSERT_GE(names.size(), 24u);

@@ -89,7 +89,7 @@ static vmmipc_result_t vmmipc__split_nodes(vmmipc_comm_t c, struct vmmipc__rank_
   snprintf(me.node_id, sizeof me.node_id, "%s", nid ? nid : "");
   gethostname(me.hostname, sizeof me.hostname - 1);
   me.pid = (int)getpid();
-  me.uid = (int)getuid();
+  me.uid = (int)geteuid(); /* SO_PEERCRED reports the effective uid */
   me.rank = c->rank;
   vmmipc_result_t local = vmmipc__host_id(me.boot_id);
 

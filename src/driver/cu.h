@@ -11,36 +11,39 @@ extern "C" {
 #endif
 
 /* Every driver entry point the library uses. The stand-in driver in
- * mpi_tests/standin must provide each of these. */
+ * mpi_tests/standin must provide each of these. Each is requested at the
+ * CUDA version whose ABI matches the prototype cuda.h gives that name:
+ * CUDA 13.0 gave cuCtxGetDevice (and cuCtxSynchronize) a context argument
+ * under the same name, so those are asked for at 12.0. */
 #define VMMIPC__CU_FUNCS(X)                  \
-  X(cuInit)                                  \
-  X(cuDriverGetVersion)                      \
-  X(cuGetErrorName)                          \
-  X(cuGetErrorString)                        \
-  X(cuDeviceGetCount)                        \
-  X(cuDeviceGet)                             \
-  X(cuDeviceGetUuid)                         \
-  X(cuDeviceGetAttribute)                    \
-  X(cuDevicePrimaryCtxRetain)                \
-  X(cuCtxSetCurrent)                         \
-  X(cuCtxGetCurrent)                         \
-  X(cuCtxGetDevice)                          \
-  X(cuMemGetAllocationGranularity)           \
-  X(cuMemCreate)                             \
-  X(cuMemRelease)                            \
-  X(cuMemAddressReserve)                     \
-  X(cuMemAddressFree)                        \
-  X(cuMemMap)                                \
-  X(cuMemUnmap)                              \
-  X(cuMemSetAccess)                          \
-  X(cuMemGetAccess)                          \
-  X(cuMemExportToShareableHandle)            \
-  X(cuMemImportFromShareableHandle)          \
-  X(cuMemGetAllocationPropertiesFromHandle)
+  X(cuInit, CUDA_VERSION)                                  \
+  X(cuDriverGetVersion, CUDA_VERSION)                      \
+  X(cuGetErrorName, CUDA_VERSION)                          \
+  X(cuGetErrorString, CUDA_VERSION)                        \
+  X(cuDeviceGetCount, CUDA_VERSION)                        \
+  X(cuDeviceGet, CUDA_VERSION)                             \
+  X(cuDeviceGetUuid, CUDA_VERSION)                         \
+  X(cuDeviceGetAttribute, CUDA_VERSION)                    \
+  X(cuDevicePrimaryCtxRetain, CUDA_VERSION)                \
+  X(cuCtxSetCurrent, CUDA_VERSION)                         \
+  X(cuCtxGetCurrent, CUDA_VERSION)                         \
+  X(cuCtxGetDevice, 12000)                          \
+  X(cuMemGetAllocationGranularity, CUDA_VERSION)           \
+  X(cuMemCreate, CUDA_VERSION)                             \
+  X(cuMemRelease, CUDA_VERSION)                            \
+  X(cuMemAddressReserve, CUDA_VERSION)                     \
+  X(cuMemAddressFree, CUDA_VERSION)                        \
+  X(cuMemMap, CUDA_VERSION)                                \
+  X(cuMemUnmap, CUDA_VERSION)                              \
+  X(cuMemSetAccess, CUDA_VERSION)                          \
+  X(cuMemGetAccess, CUDA_VERSION)                          \
+  X(cuMemExportToShareableHandle, CUDA_VERSION)            \
+  X(cuMemImportFromShareableHandle, CUDA_VERSION)          \
+  X(cuMemGetAllocationPropertiesFromHandle, CUDA_VERSION)
 
 /* __typeof__ of the prototype in cuda.h; macros such as cuDeviceGetUuid ->
  * cuDeviceGetUuid_v2 expand consistently in the field name and its type. */
-#define VMMIPC__CU_FIELD(name) __typeof__(&name) name;
+#define VMMIPC__CU_FIELD(name, version) __typeof__(&name) name;
 typedef struct vmmipc__cu {
   VMMIPC__CU_FUNCS(VMMIPC__CU_FIELD)
   int driver_version;

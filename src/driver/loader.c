@@ -21,16 +21,16 @@ static vmmipc_result_t vmmipc__resolve(vmmipc__getproc_fn getproc) {
   CUdriverProcAddressQueryResult status;
   void *fn;
   CUresult rc;
-#define VMMIPC__CU_RESOLVE(name)                                                                  \
+#define VMMIPC__CU_RESOLVE(name, version)                                                                \
   fn = NULL;                                                                                      \
   status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;                                                  \
-  rc = getproc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);                   \
+  rc = getproc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);                        \
   if (rc != CUDA_SUCCESS || fn == NULL || status != CU_GET_PROC_ADDRESS_SUCCESS)                  \
     return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,                                                  \
                          "loading the CUDA driver: cuGetProcAddress(\"%s\", version %d) in %s "   \
                          "failed (CUresult %d, query status %d); hint: the driver is older than " \
                          "the CUDA %d.%d headers vmmipc was built with; update the driver",       \
-                         #name, CUDA_VERSION, vmmipc__table.path, (int)rc, (int)status,          \
+                         #name, version, vmmipc__table.path, (int)rc, (int)status,               \
                          CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10);                        \
   memcpy(&vmmipc__table.name, &fn, sizeof fn);
   VMMIPC__CU_FUNCS(VMMIPC__CU_RESOLVE)
