@@ -21,7 +21,7 @@
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1).
 set -uo pipefail
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 
 OUT="" BUILD="${VMMIPC_BUILD_DIR:-build}" VISIBLE=0 QUICK=0 NPOS=0
 for arg in "$@"; do
@@ -85,8 +85,8 @@ step() {
 
 {
   echo "date: $(date -u +%FT%TZ)"; echo "host: $(hostname)"; echo "per-rank visible: $VISIBLE"
-  nvidia-smi -L; nvidia-smi topo -m; nvidia-smi nvlink -s
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv
+  timeout 20 nvidia-smi -L; timeout 20 nvidia-smi topo -m; timeout 20 nvidia-smi nvlink -s
+  timeout 20 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv
   "$MPIRUN" --version | head -1
 } > "$OUT/nvidia-smi.log" 2>&1
 

@@ -37,7 +37,7 @@ test_rc=$?
 grep -E "tests passed|Test +#" "$out/ctest-real.log" >&2
 if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -x "$root/benchmarks/run-gpu.sh" ]; then
   echo "gpu-check: running the benchmarks" >&2
-  BUILD_DIR="$build" timeout "${GPU_CHECK_BENCH_TIMEOUT:-300}" "$root/benchmarks/run-gpu.sh" "$out/bench" \
+  timeout "${GPU_CHECK_BENCH_TIMEOUT:-300}" "$root/benchmarks/run-gpu.sh" "$out/bench" "$build" \
     > "$out/bench.log" 2>&1
   echo "gpu-check: benchmarks exited $?" >&2
 fi

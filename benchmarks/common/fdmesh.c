@@ -84,7 +84,7 @@ int bench_fdmesh_create(MPI_Comm comm, bench_fdmesh_t *m, char *err, size_t errl
   close(lsn);
   return 0;
 fail:
-  if (!err[0]) snprintf(err, errlen, "fd mesh: another rank failed");
+  /* Only the failing rank has a message: bench_agree_skip spreads it. */
   if (lsn >= 0) close(lsn);
   bench_fdmesh_destroy(m);
   return -1;

@@ -15,7 +15,8 @@ typedef struct bench_fdmesh {
 } bench_fdmesh_t;
 
 /* Collective over comm (all ranks on one node). 0 on success, else -1 with a
- * message in err (on the failing rank only: agree with bench_agree_skip). */
+ * message in err on the rank that failed (err is empty on the others: agree
+ * with bench_agree_skip). */
 int bench_fdmesh_create(MPI_Comm comm, bench_fdmesh_t *m, char *err, size_t errlen);
 void bench_fdmesh_destroy(bench_fdmesh_t *m);
 

@@ -4,8 +4,8 @@
 //
 // The stand-in reads its environment once, at the first cuInit, so cases
 // that need another environment run in a forked child that loads a fresh,
-// uninitialised copy of the stand-in with dlmopen(LM_ID_NEWLM). Children
-// never call MPI or gtest and leave with _exit.
+// uninitialised copy of the stand-in (see LoadFresh). Children never call
+// MPI or gtest and leave with _exit.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -128,11 +128,30 @@ const Loaded &Main() {
 
 const Api &D() { return Main().api; }
 
-// In a forked child only: a second, uninitialised copy of the stand-in in a
-// new link-map namespace, whose cuInit reads the child's environment.
+// In a forked child only: a second, uninitialised instance of the stand-in,
+// whose cuInit reads the child's environment. The library is copied into a
+// memfd first: the dynamic loader recognises an already-loaded library by
+// its file, so a copy loads as a separate instance with its own state (and,
+// unlike dlmopen, shares the sanitizer runtimes of a sanitized build).
 std::string LoadFresh(Api *api) {
-  void *lib = dlmopen(LM_ID_NEWLM, DriverPath(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return std::string("dlmopen: ") + dlerror();
+  int src = open(DriverPath(), O_RDONLY | O_CLOEXEC);
+  if (src < 0) return std::string("open driver: ") + std::strerror(errno);
+  int copy = memfd_create("vmmipc-standin-copy", MFD_CLOEXEC);
+  if (copy < 0) {
+    close(src);
+    return std::string("memfd_create: ") + std::strerror(errno);
+  }
+  char buf[1 << 16];
+  ssize_t n;
+  while ((n = read(src, buf, sizeof buf)) > 0)
+    if (write(copy, buf, size_t(n)) != n) n = -1;
+  close(src);
+  if (n < 0) return "copying the driver failed";
+  std::string path = "/proc/self/fd/" + std::to_string(copy);
+  void *lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  close(copy);  // the mapping keeps the copy alive
+  if (!lib) return std::string("dlopen(copy): ") + dlerror();
+  if (lib == Main().api.lib) return "the copy loaded as the same instance";
   return LoadApi(lib, api);
 }
 
