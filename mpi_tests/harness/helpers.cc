@@ -21,6 +21,7 @@ struct Drv {
   void *lib = nullptr;
   CUresult (*memcpy_htod)(CUdeviceptr, const void *, size_t) = nullptr;
   CUresult (*memcpy_dtoh)(void *, CUdeviceptr, size_t) = nullptr;
+  CUresult (*ctx_sync)(void) = nullptr;
   CUresult (*get_access)(unsigned long long *, const CUmemLocation *, CUdeviceptr) = nullptr;
 };
 
@@ -30,7 +31,7 @@ const char *DriverPath() {
 }
 
 template <typename F>
-void Resolve(void *lib, const char *name, F *fn) {
+void Resolve(void *lib, const char *name, F *fn, int version = CUDA_VERSION) {
   using GetProc = CUresult (*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
   void *sym = dlsym(lib, "cuGetProcAddress_v2");
   if (!sym) sym = dlsym(lib, "cuGetProcAddress");
@@ -38,7 +39,7 @@ void Resolve(void *lib, const char *name, F *fn) {
   GetProc gp = reinterpret_cast<GetProc>(sym);
   void *p = nullptr;
   CUdriverProcAddressQueryResult st;
-  if (gp(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st) == CUDA_SUCCESS) *fn = reinterpret_cast<F>(p);
+  if (gp(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &st) == CUDA_SUCCESS) *fn = reinterpret_cast<F>(p);
 }
 
 Drv &D() {
@@ -50,6 +51,8 @@ Drv &D() {
       Resolve(x.lib, "cuMemcpyDtoH", &x.memcpy_dtoh);
 
       Resolve(x.lib, "cuMemGetAccess", &x.get_access);
+      // 12.0: CUDA 13.0 gave cuCtxSynchronize a context argument.
+      Resolve(x.lib, "cuCtxSynchronize", &x.ctx_sync, 12000);
     }
     return x;
   }();
@@ -123,6 +126,10 @@ unsigned char PatternByte(unsigned seed, size_t offset) {
 void CopyToDevice(void *dev_ptr, const void *host, size_t size) {
   ASSERT_NE(D().memcpy_htod, nullptr);
   ASSERT_EQ(D().memcpy_htod(reinterpret_cast<CUdeviceptr>(dev_ptr), host, size), CUDA_SUCCESS);
+  // From pageable memory the copy may still be in flight when it returns;
+  // another process must see the data once this rank reaches a barrier.
+  ASSERT_NE(D().ctx_sync, nullptr);
+  ASSERT_EQ(D().ctx_sync(), CUDA_SUCCESS);
 }
 
 void CopyToHost(void *host, const void *dev_ptr, size_t size) {

@@ -74,3 +74,32 @@ CUresult cuCtxSynchronize(void) {
   sti_leave();
   return CUDA_SUCCESS;
 }
+
+/* The CUDA 13 variants, served for "cuCtxGetDevice" / "cuCtxSynchronize" at
+ * cudaVersion >= 13000: an explicit context, or NULL for the current one. */
+static CUresult sti_enter_ctx_arg(CUcontext *ctx) {
+  CUresult rc = sti_enter();
+  if (rc) return rc;
+  if (!*ctx) *ctx = sti_current;
+  if (!*ctx || !sti_is_context(*ctx)) {
+    sti_leave();
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = sti_enter_ctx_arg(&ctx);
+  if (rc) return rc;
+  *device = sti_ordinal_of_phys(ctx->phys);
+  sti_leave();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  CUresult rc = sti_enter_ctx_arg(&ctx);
+  if (rc) return rc;
+  sti_leave();
+  return CUDA_SUCCESS;
+}

@@ -1,7 +1,9 @@
 /* cuGetProcAddress: the only way into the stand-in (everything else is
  * hidden), looked up by BASE name as the real driver does ("cuMemcpyHtoD",
- * not "cuMemcpyHtoD_v2"). cuda.h maps many names to versioned symbols; the
- * table's strings are taken before that macro expansion. */
+ * not "cuMemcpyHtoD_v2"), and by cudaVersion where the ABI behind a name
+ * changed (cuCtxGetDevice, cuCtxSynchronize in CUDA 13.0). cuda.h maps many
+ * names to versioned symbols; the table's strings are taken before that
+ * macro expansion. */
 #include <string.h>
 
 #include "state.h"
@@ -17,51 +19,64 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuin
 
 typedef void (*sti_fn)(void);
 _Static_assert(sizeof(sti_fn) == sizeof(void *), "function and data pointers differ in size");
+/* One ABI variant of a base name, served to requests for cudaVersion >= since. */
 typedef struct {
   const char *name;
+  int since;
   sti_fn fn;
 } sti_entry;
 
 /* #name is not macro-expanded; the function reference is, to the versioned
- * symbol that cuda.h's prototype names. */
-#define E(name) {#name, (sti_fn)name}
+ * symbol that cuda.h's prototype names. `since` is the CUDA version that
+ * introduced the ABI served here (older variants are not emulated). */
+#define E(name, since) {#name, since, (sti_fn)name}
 static const sti_entry sti_entries[] = {
     /* library: VMMIPC__CU_FUNCS in src/driver/cu.h */
-    E(cuInit), E(cuDriverGetVersion), E(cuGetErrorName), E(cuGetErrorString), E(cuDeviceGetCount), E(cuDeviceGet),
-    E(cuDeviceGetUuid), E(cuDeviceGetAttribute), E(cuDevicePrimaryCtxRetain), E(cuCtxSetCurrent),
-    E(cuCtxGetCurrent), E(cuCtxGetDevice), E(cuMemGetAllocationGranularity), E(cuMemCreate), E(cuMemRelease),
-    E(cuMemAddressReserve), E(cuMemAddressFree), E(cuMemMap), E(cuMemUnmap), E(cuMemSetAccess), E(cuMemGetAccess),
-    E(cuMemExportToShareableHandle), E(cuMemImportFromShareableHandle), E(cuMemGetAllocationPropertiesFromHandle),
+    E(cuInit, 2000), E(cuDriverGetVersion, 2020), E(cuGetErrorName, 6000), E(cuGetErrorString, 6000),
+    E(cuDeviceGetCount, 2000), E(cuDeviceGet, 2000), E(cuDeviceGetUuid, 9020), E(cuDeviceGetAttribute, 2000),
+    E(cuDevicePrimaryCtxRetain, 7000), E(cuCtxSetCurrent, 4000), E(cuCtxGetCurrent, 4000),
+    E(cuMemGetAllocationGranularity, 10020), E(cuMemCreate, 10020), E(cuMemRelease, 10020),
+    E(cuMemAddressReserve, 10020), E(cuMemAddressFree, 10020), E(cuMemMap, 10020), E(cuMemUnmap, 10020),
+    E(cuMemSetAccess, 10020), E(cuMemGetAccess, 10020), E(cuMemExportToShareableHandle, 10020),
+    E(cuMemImportFromShareableHandle, 10020), E(cuMemGetAllocationPropertiesFromHandle, 10020),
+    /* CUDA 13.0 gave these a context argument under the same base name. */
+    E(cuCtxGetDevice, 2000), {"cuCtxGetDevice", 13000, (sti_fn)cuCtxGetDevice_v2},
+    E(cuCtxSynchronize, 2000), {"cuCtxSynchronize", 13000, (sti_fn)cuCtxSynchronize_v2},
     /* tests and benchmarks */
-    E(cuMemcpyHtoD), E(cuMemcpyDtoH), E(cuMemcpyDtoD), E(cuMemsetD8), E(cuCtxSynchronize),
-    E(cuDevicePrimaryCtxRelease), E(cuStreamCreate), E(cuStreamDestroy), E(cuStreamSynchronize), E(cuMemcpyAsync),
-    E(cuMemcpyHtoDAsync), E(cuMemcpyDtoHAsync), E(cuMemcpyDtoDAsync), E(cuEventCreate), E(cuEventDestroy),
-    E(cuEventRecord), E(cuEventSynchronize), E(cuEventElapsedTime), E(cuMemAlloc), E(cuMemFree),
-    E(cuIpcGetMemHandle), E(cuIpcOpenMemHandle), E(cuIpcCloseMemHandle), E(cuDeviceGetName),
-    E(cuDeviceCanAccessPeer), E(cuGetProcAddress),
+    E(cuMemcpyHtoD, 3020), E(cuMemcpyDtoH, 3020), E(cuMemcpyDtoD, 3020), E(cuMemsetD8, 3020),
+    E(cuDevicePrimaryCtxRelease, 7000), E(cuStreamCreate, 2000), E(cuStreamDestroy, 4000),
+    E(cuStreamSynchronize, 2000), E(cuMemcpyAsync, 4000), E(cuMemcpyHtoDAsync, 3020), E(cuMemcpyDtoHAsync, 3020),
+    E(cuMemcpyDtoDAsync, 3020), E(cuEventCreate, 2000), E(cuEventDestroy, 4000), E(cuEventRecord, 2000),
+    E(cuEventSynchronize, 2000), E(cuEventElapsedTime, 2000), E(cuMemAlloc, 3020), E(cuMemFree, 3020),
+    E(cuIpcGetMemHandle, 4010), E(cuIpcOpenMemHandle, 4010), E(cuIpcCloseMemHandle, 4010),
+    E(cuDeviceGetName, 2000), E(cuDeviceCanAccessPeer, 4000), E(cuGetProcAddress, 12000),
 };
 #undef E
 
-/* Works before cuInit, like the real one. Only the CUDA 12/13 variants of
- * the entry points exist here, so older cudaVersion requests are refused. */
+/* Works before cuInit, like the real one: the newest variant of `symbol`
+ * that is not newer than cudaVersion. */
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus) {
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
   const cuuint64_t known = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if (flags & ~known) return CUDA_ERROR_INVALID_VALUE;
   *pfn = NULL;
+  const sti_entry *best = NULL;
+  int named = 0;
   for (size_t i = 0; i < sizeof sti_entries / sizeof sti_entries[0]; i++) {
-    if (strcmp(sti_entries[i].name, symbol) != 0) continue;
-    if (cudaVersion < 12000) {
-      if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
-      return CUDA_ERROR_NOT_FOUND;
-    }
-    memcpy(pfn, &sti_entries[i].fn, sizeof(void *));
-    if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
-    return CUDA_SUCCESS;
+    const sti_entry *e = &sti_entries[i];
+    if (strcmp(e->name, symbol) != 0) continue;
+    named = 1;
+    if (e->since <= cudaVersion && (!best || e->since > best->since)) best = e;
   }
-  if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  return CUDA_ERROR_NOT_FOUND;
+  if (!best) {
+    if (symbolStatus)
+      *symbolStatus = named ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  memcpy(pfn, &best->fn, sizeof(void *));
+  if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
+  return CUDA_SUCCESS;
 }
 
 /* The loader falls back to this name with the same five arguments. (The

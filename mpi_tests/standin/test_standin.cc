@@ -74,11 +74,19 @@ const char *DriverPath() {
   return (p && *p) ? p : nullptr;
 }
 
+// The CUDA version whose ABI matches the prototype cuda.h gives `name`:
+// CUDA 13.0 gave cuCtxGetDevice and cuCtxSynchronize a context argument under
+// the same base name, so those are asked for at 12.0 (as the library does).
+int AbiVersion(const char *name) {
+  return std::strcmp(name, "cuCtxGetDevice") == 0 || std::strcmp(name, "cuCtxSynchronize") == 0 ? 12000
+                                                                                                   : CUDA_VERSION;
+}
+
 template <typename F>
 bool Resolve(GetProcFn gp, const char *name, F *out) {
   void *p = nullptr;
   CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  if (gp(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS || !p ||
+  if (gp(name, &p, AbiVersion(name), CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS || !p ||
       st != CU_GET_PROC_ADDRESS_SUCCESS)
     return false;
   *out = reinterpret_cast<F>(p);
@@ -440,19 +448,20 @@ TEST(StandinGetProc, ResolvesEveryEntryPointTheLibraryNeeds) {
   GetProcFn gp = D().getproc;
   GetProcFn gp1 = reinterpret_cast<GetProcFn>(dlsym(D().lib, "cuGetProcAddress"));
   ASSERT_NE(gp1, nullptr);
-  std::vector<const char *> names;
-#define STI_NAME(name, version) names.push_back(#name);
+  // Each name at the version the library asks for it.
+  std::vector<std::pair<const char *, int>> names;
+#define STI_NAME(name, version) names.emplace_back(#name, version);
   VMMIPC__CU_FUNCS(STI_NAME)
 #undef STI_NAME
   ASSERT_GE(names.size(), 24u);
-  for (const char *n : names) {
+  for (const auto &[n, version] : names) {
     void *p = nullptr, *p1 = nullptr;
     CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, st1 = st;
-    EXPECT_EQ(gp(n, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_SUCCESS) << n;
+    EXPECT_EQ(gp(n, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_SUCCESS) << n << " at " << version;
     EXPECT_EQ(st, CU_GET_PROC_ADDRESS_SUCCESS) << n;
     EXPECT_NE(p, nullptr) << n;
     // The unversioned export is the loader's fallback and answers the same.
-    EXPECT_EQ(gp1(n, &p1, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st1), CUDA_SUCCESS) << n;
+    EXPECT_EQ(gp1(n, &p1, version, CU_GET_PROC_ADDRESS_DEFAULT, &st1), CUDA_SUCCESS) << n;
     EXPECT_EQ(p1, p) << n;
   }
   // Base names select the CUDA 13 variants: distinct names, distinct functions.
@@ -476,6 +485,30 @@ TEST(StandinGetProc, UnknownNamesAreNotFound) {
   void *p = nullptr;
   EXPECT_EQ(D().getproc(nullptr, &p, CUDA_VERSION, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(D().getproc("cuInit", nullptr, CUDA_VERSION, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST(StandinGetProc, VersionSelectsTheAbi) {
+  ASSERT_EQ(Main().error, "");
+  GetProcFn gp = D().getproc;
+  auto get = [&](const char *name, int version, CUdriverProcAddressQueryResult *st) {
+    void *p = nullptr;
+    *st = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult rc = gp(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, st);
+    return rc == CUDA_SUCCESS ? p : nullptr;
+  };
+  CUdriverProcAddressQueryResult st;
+  // Below the version that introduced a function: found, but too new.
+  EXPECT_EQ(get("cuMemCreate", 10010, &st), nullptr);
+  EXPECT_EQ(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  EXPECT_NE(get("cuMemCreate", 10020, &st), nullptr);
+  // CUDA 13.0 gave cuCtxGetDevice and cuCtxSynchronize a context argument.
+  for (const char *n : {"cuCtxGetDevice", "cuCtxSynchronize"}) {
+    void *v12 = get(n, 12000, &st), *v12_9 = get(n, 12090, &st), *v13 = get(n, 13000, &st);
+    EXPECT_NE(v12, nullptr) << n;
+    EXPECT_EQ(v12, v12_9) << n;
+    EXPECT_NE(v13, nullptr) << n;
+    EXPECT_NE(v13, v12) << n << ": 13.0 serves another ABI";
+  }
 }
 
 TEST(StandinErrors, RealNamesAndDescriptions) {
@@ -720,6 +753,44 @@ TEST_F(Standin, ContextsArePerDeviceAndCurrentPerThread) {
   EXPECT_EQ(d().cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
   EXPECT_EQ(d().cuCtxGetDevice(&dev), CUDA_ERROR_INVALID_CONTEXT);
   EXPECT_EQ(d().cuCtxSetCurrent(ctx0_), CUDA_SUCCESS);
+}
+
+// The CUDA 13 variants behind "cuCtxGetDevice" / "cuCtxSynchronize" at
+// cudaVersion 13000 take a context, NULL meaning the current one.
+TEST_F(Standin, Cuda13ContextVariants) {
+  using GetDeviceV2 = CUresult (*)(CUdevice *, CUcontext);
+  using SyncV2 = CUresult (*)(CUcontext);
+  GetDeviceV2 get_device = nullptr;
+  SyncV2 sync = nullptr;
+  void *p = nullptr;
+  CUdriverProcAddressQueryResult st;
+  ASSERT_EQ(d().getproc("cuCtxGetDevice", &p, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_SUCCESS);
+  get_device = reinterpret_cast<GetDeviceV2>(p);
+  ASSERT_EQ(d().getproc("cuCtxSynchronize", &p, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_SUCCESS);
+  sync = reinterpret_cast<SyncV2>(p);
+  CUdevice dev = -1;
+  EXPECT_EQ(get_device(&dev, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 0);
+  EXPECT_EQ(get_device(&dev, ctx0_), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 0);
+  EXPECT_EQ(sync(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(sync(ctx0_), CUDA_SUCCESS);
+  int bogus = 0;
+  EXPECT_EQ(get_device(&dev, reinterpret_cast<CUcontext>(&bogus)), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(sync(reinterpret_cast<CUcontext>(&bogus)), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(get_device(nullptr, ctx0_), CUDA_ERROR_INVALID_VALUE);
+  // Another thread, with no current context, may still name one.
+  std::string other;
+  std::thread t([&] {
+    CUdevice dv = -1;
+    other = std::to_string(get_device(&dv, nullptr));
+    other += " " + std::to_string(get_device(&dv, ctx0_));
+    other += ":" + std::to_string(dv);
+    other += " " + std::to_string(sync(nullptr));
+    other += " " + std::to_string(sync(ctx0_));
+  });
+  t.join();
+  EXPECT_EQ(other, "201 0:0 201 0");
 }
 
 // ---- granularity, create, reserve -----------------------------------------------
