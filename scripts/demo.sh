@@ -24,5 +24,5 @@ else
 fi
 mpirun -np "$np" "${flags[@]}" "$build/examples/allgather_demo"
 if [ -x "$build/benchmarks/vmmipc_bw" ]; then
-  mpirun -np "$np" "${flags[@]}" "$build/benchmarks/vmmipc_bw" --max-size "$max" --modes ce --iters 5
+  mpirun -np "$np" "${flags[@]}" "$build/benchmarks/vmmipc_bw" --max-size "$max" --modes vmmipc.ce --iters 5
 fi
