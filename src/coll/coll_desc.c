@@ -13,7 +13,7 @@
 vmmipc_result_t vmmipc__desc_dup(vmmipc_desc_t d, vmmipc_desc_t *out) {
   *out = NULL;
   if (!d) return VMMIPC_SUCCESS;
-  vmmipc_desc_t n;
+  vmmipc_desc_t n = NULL;
   vmmipc_result_t r = vmmipc__desc_new(d->num_chunks, &n);
   if (r) return r;
   n->handle_type = d->handle_type;

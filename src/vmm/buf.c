@@ -61,7 +61,7 @@ vmmipc_result_t vmmipc_alloc(size_t size, vmmipc_buf_t *out) {
   if ((r = vmmipc__device_granularity(cu, dev, op, &g))) return r;
   if (size > SIZE_MAX / 2)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: size %zu is too large", op, size);
-  struct vmmipc_buf *b;
+  struct vmmipc_buf *b = NULL;
   if ((r = vmmipc__buf_new(1, &b))) return r;
   b->device = dev;
   b->granularity = g;
@@ -78,7 +78,7 @@ vmmipc_result_t vmmipc_alloc(size_t size, vmmipc_buf_t *out) {
   if ((r = vmmipc__chunk_create(cu, dev, rounded, op, &b->chunks[0].handle))) goto fail;
   b->chunks[0].size = rounded;
   b->num_chunks = 1;
-  CUdeviceptr base;
+  CUdeviceptr base = 0;
   if ((r = vmmipc__reserve(cu, rounded, g, 0, &base, op))) goto fail;
   if ((r = vmmipc__buf_add_resv(b, base, rounded))) {
     cu->cuMemAddressFree(base, rounded);

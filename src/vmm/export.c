@@ -24,7 +24,7 @@ vmmipc_result_t vmmipc_export(vmmipc_buf_t b, vmmipc_desc_t *out) {
   const vmmipc__cu_t *cu;
   vmmipc_result_t r = vmmipc__cu_load(&cu);
   if (r) return r;
-  vmmipc_desc_t d;
+  vmmipc_desc_t d = NULL;
   if ((r = vmmipc__desc_new(b->num_chunks, &d))) return r;
   d->owner = b->owner;
   d->size = b->size;

@@ -46,7 +46,7 @@ static vmmipc_result_t vmmipc__grow_in_place(const vmmipc__cu_t *cu, struct vmmi
 static vmmipc_result_t vmmipc__grow_move(const vmmipc__cu_t *cu, struct vmmipc_buf *b, const char *op) {
   int n = b->num_chunks + 1; /* the new chunk already sits at chunks[num_chunks] */
   size_t total = b->mapped + b->chunks[b->num_chunks].size;
-  CUdeviceptr base;
+  CUdeviceptr base = 0;
   vmmipc_result_t r = vmmipc__reserve(cu, total, b->granularity, 0, &base, op);
   if (r) return r;
   struct vmmipc__resv *nr = malloc(sizeof *nr);

@@ -68,7 +68,7 @@ vmmipc_result_t vmmipc__import_timed(vmmipc_desc_t d, const vmmipc_access_t *acc
   if (r) return r;
   const vmmipc__cu_t *cu;
   if ((r = vmmipc__cu_load(&cu))) return r;
-  struct vmmipc_buf *b;
+  struct vmmipc_buf *b = NULL;
   if ((r = vmmipc__buf_new(d->num_chunks, &b))) return r;
   b->imported = 1;
   b->owner = d->owner;
@@ -90,7 +90,7 @@ vmmipc_result_t vmmipc__import_timed(vmmipc_desc_t d, const vmmipc_access_t *acc
   }
   size_t total = 0;
   for (int i = 0; i < d->num_chunks; i++) total += (size_t)d->sizes[i];
-  CUdeviceptr base;
+  CUdeviceptr base = 0;
   if ((r = vmmipc__reserve(cu, total, b->granularity, 0, &base, op))) goto fail;
   if ((r = vmmipc__buf_add_resv(b, base, total))) {
     cu->cuMemAddressFree(base, total);
