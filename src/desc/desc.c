@@ -146,10 +146,11 @@ vmmipc_result_t vmmipc_desc_unpack(const void *bytes, size_t num_bytes, const in
   vmmipc_result_t r = vmmipc__desc_decode(bytes, num_bytes, &d);
   if (r) return r;
   if (num_fds != d->num_chunks) {
+    int chunks = d->num_chunks;
     vmmipc_desc_free(d);
     return vmmipc__error(VMMIPC_ERR_INVALID_DESC,
                          "vmmipc_desc_unpack: the descriptor has %d chunks but %d file descriptors were given",
-                         d->num_chunks, num_fds);
+                         chunks, num_fds);
   }
   for (int i = 0; i < num_fds; i++) {
     /* The caller keeps its fds; the descriptor owns duplicates. */
