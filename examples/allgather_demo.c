@@ -1,17 +1,14 @@
 /* allgather_demo: every rank allocates a buffer on its GPU, writes its rank
  * into it, maps every node peer's buffer with vmmipc_allgather_map, and reads
- * them all back. Copies use the CUDA driver's cuMemcpy, found the same way
- * vmmipc finds the driver (an application would use cudaMemcpy). */
+ * them all back. Copies use the CUDA driver's cuMemcpy from the driver vmmipc
+ * loaded (an application would use cudaMemcpy). */
 #include <cuda.h>
-#include <dlfcn.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "vmmipc.h"
-
-typedef CUresult (*copy_fn)(void *, const void *, size_t);
 
 #define CHECK(call)                                                                          \
   do {                                                                                       \
@@ -23,16 +20,8 @@ typedef CUresult (*copy_fn)(void *, const void *, size_t);
   } while (0)
 
 static void *driver_fn(const char *name) {
-  const char *path = getenv("VMMIPC_CUDA_DRIVER");
-  void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  void *gp = lib ? dlsym(lib, "cuGetProcAddress_v2") : NULL;
   void *fn = NULL;
-  CUdriverProcAddressQueryResult st;
-  if (gp) {
-    CUresult (*getproc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-    memcpy(&getproc, &gp, sizeof gp);
-    getproc(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st);
-  }
+  vmmipc_driver_proc(name, 0, &fn); /* the driver vmmipc loaded */
   return fn;
 }
 

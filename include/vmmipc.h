@@ -68,6 +68,13 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_device_count(int *count);
 #define VMMIPC_UUID_STRING_LEN 41
 VMMIPC_EXPORT void vmmipc_uuid_format(const vmmipc_uuid_t *uuid, char out[VMMIPC_UUID_STRING_LEN]);
 
+/* An entry point of the CUDA driver that vmmipc loaded (the same library
+ * and instance, VMMIPC_CUDA_DRIVER or libcuda.so.1), for programs that make
+ * driver calls without linking libcuda. cuda_version <= 0 asks for the ABI
+ * of the prototype in the cuda.h vmmipc was built with (CUDA 13.0 changed
+ * cuCtxGetDevice and cuCtxSynchronize under the same name). */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_driver_proc(const char *name, int cuda_version, void **fn);
+
 /* ---- node-local communicator -------------------------------------------- */
 
 typedef struct vmmipc_config {

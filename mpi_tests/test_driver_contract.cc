@@ -2,7 +2,6 @@
 // loaded. The same suite passes on the CPU stand-in and on the real driver,
 // which is what shows that the stand-in emulates the real one.
 #include <cuda.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -25,18 +24,12 @@ struct Api {
   CUresult (*imp)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
   CUresult (*props)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
   CUresult (*gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
-  CUresult (*ctx_dev)(CUdevice *);
 };
 
 template <typename F>
-void Get(void *lib, const char *name, F *fn) {
-  using GetProc = CUresult (*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-  void *sym = dlsym(lib, "cuGetProcAddress_v2");
-  ASSERT_NE(sym, nullptr);
+void Get(const char *name, F *fn) {
   void *p = nullptr;
-  CUdriverProcAddressQueryResult st;
-  ASSERT_EQ(reinterpret_cast<GetProc>(sym)(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_SUCCESS)
-      << name;
+  ASSERT_VMM_OK(vmmipc_driver_proc(name, 0, &p));
   *fn = reinterpret_cast<F>(p);
 }
 
@@ -45,20 +38,16 @@ class DriverContract : public ::testing::Test {
   void SetUp() override {
     dev_ = vt::UseRankDevice();
     ASSERT_GE(dev_, 0);
-    const char *path = std::getenv("VMMIPC_CUDA_DRIVER");
-    void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    ASSERT_NE(lib, nullptr);
-    Get(lib, "cuMemCreate", &a_.create);
-    Get(lib, "cuMemRelease", &a_.release);
-    Get(lib, "cuMemAddressReserve", &a_.reserve);
-    Get(lib, "cuMemAddressFree", &a_.free_va);
-    Get(lib, "cuMemMap", &a_.map);
-    Get(lib, "cuMemUnmap", &a_.unmap);
-    Get(lib, "cuMemExportToShareableHandle", &a_.exp);
-    Get(lib, "cuMemImportFromShareableHandle", &a_.imp);
-    Get(lib, "cuMemGetAllocationPropertiesFromHandle", &a_.props);
-    Get(lib, "cuMemGetAllocationGranularity", &a_.gran);
-    Get(lib, "cuCtxGetDevice", &a_.ctx_dev);
+    Get("cuMemCreate", &a_.create);
+    Get("cuMemRelease", &a_.release);
+    Get("cuMemAddressReserve", &a_.reserve);
+    Get("cuMemAddressFree", &a_.free_va);
+    Get("cuMemMap", &a_.map);
+    Get("cuMemUnmap", &a_.unmap);
+    Get("cuMemExportToShareableHandle", &a_.exp);
+    Get("cuMemImportFromShareableHandle", &a_.imp);
+    Get("cuMemGetAllocationPropertiesFromHandle", &a_.props);
+    Get("cuMemGetAllocationGranularity", &a_.gran);
   }
   CUmemAllocationProp Prop(CUmemAllocationHandleType t = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
     CUmemAllocationProp p = {};

@@ -112,6 +112,11 @@ void bw_sm_fini(void);
 
 /* NCCL send/recv (nccl.c), between the local and own buffers of `bufs`. */
 void bw_nccl_init(bw_ctx_t *c);
+/* Event timing on c->stream, around the issue loop of a point. */
+void bw_events_begin(bw_ctx_t *c);
+double bw_events_end(bw_ctx_t *c);
+/* Fills `pt` from this rank's `secs`, taking the slowest rank's time. */
+void bw_point_set(bw_point_t *pt, size_t size, int warmup, int iters, double secs, int bidir);
 void bw_nccl_point(bw_ctx_t *c, const bw_ptrs_t *bufs, int bidir, size_t size, int warmup, int iters, bw_point_t *pt);
 void bw_nccl_fini(bw_ctx_t *c);
 

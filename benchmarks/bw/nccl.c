@@ -112,22 +112,11 @@ void bw_nccl_point(bw_ctx_t *c, const bw_ptrs_t *bufs, int bidir, size_t size, i
   MPI_Barrier(MPI_COMM_WORLD);
   double secs = 0;
   if (active) {
-    BD_CHECK(bd.cuEventRecord(c->ev0, c->stream));
+    bw_events_begin(c);
     for (int i = 0; i < iters; i++) nccl_issue(c, bufs, bidir, size);
-    BD_CHECK(bd.cuEventRecord(c->ev1, c->stream));
-    BD_CHECK(bd.cuEventSynchronize(c->ev1));
-    float ms = 0;
-    BD_CHECK(bd.cuEventElapsedTime(&ms, c->ev0, c->ev1));
-    secs = ms * 1e-3;
+    secs = bw_events_end(c);
   }
-  double slowest;
-  MPI_Allreduce(&secs, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  pt->size = size;
-  pt->warmup = warmup;
-  pt->iters = iters;
-  pt->seconds = slowest;
-  double bytes = (double)size * iters * (bidir ? 2 : 1);
-  pt->gbps = slowest > 0 ? bytes / slowest / 1e9 : NAN;
+  bw_point_set(pt, size, warmup, iters, secs, bidir);
 }
 
 void bw_nccl_fini(bw_ctx_t *c) {

@@ -6,7 +6,7 @@
 #include "bw/bw.h"
 #include "common/args.h"
 #include "common/driver.h"
-#include "common/json.h"
+#include "common/json_node.h"
 
 static const char *bw_engine_str(bw_engine_t e) {
   return e == BW_CE ? "ce" : e == BW_SM ? "sm" : e == BW_NCCL ? "nccl" : "mpi";
@@ -153,31 +153,11 @@ int bw_report_json(const bw_ctx_t *c, const char *path, bw_series_t *s, int ns, 
   jw_t w;
   jw_init(&w, f);
   jw_obj(&w, NULL);
-  jw_str(&w, "benchmark", "vmmipc_bw");
-  jw_str(&w, "vmmipc_version", vmmipc_version());
-  jw_arr(&w, "argv");
-  for (int i = 0; i < argc; i++) jw_str(&w, NULL, argv[i]);
-  jw_end_arr(&w);
-  jw_int(&w, "ranks", n->size);
+  bench_json_node(&w, n, "vmmipc_bw", argc, argv);
   jw_arr(&w, "pair");
   jw_int(&w, NULL, c->a);
   jw_int(&w, NULL, c->b);
   jw_end_arr(&w);
-  jw_arr(&w, "devices");
-  for (int r = 0; r < n->size; r++) {
-    jw_obj(&w, NULL);
-    jw_int(&w, "rank", r);
-    jw_int(&w, "ordinal", n->all_devices[r]);
-    jw_str(&w, "name", n->all_names[r]);
-    jw_str(&w, "uuid", n->all_uuids[r]);
-    jw_end_obj(&w);
-  }
-  jw_end_arr(&w);
-  jw_obj(&w, "driver");
-  jw_str(&w, "path", bd.path);
-  jw_int(&w, "version", bd.driver_version);
-  jw_bool(&w, "standin", bd.is_standin);
-  jw_end_obj(&w);
   jw_obj(&w, "units");
   jw_str(&w, "size", "bytes");
   jw_str(&w, "gbps", "GB/s, 1e9 bytes per second; bidirectional figures sum both directions");

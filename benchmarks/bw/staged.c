@@ -110,14 +110,7 @@ void bw_staged_point(bw_ctx_t *c, const bw_ptrs_t *bufs, int bidir, size_t size,
     }
     secs = MPI_Wtime() - t0;
   }
-  double slowest;
-  MPI_Allreduce(&secs, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  pt->size = size;
-  pt->warmup = warmup;
-  pt->iters = iters;
-  pt->seconds = slowest;
-  double bytes = (double)size * iters * (bidir ? 2 : 1);
-  pt->gbps = slowest > 0 ? bytes / slowest / 1e9 : NAN;
+  bw_point_set(pt, size, warmup, iters, secs, bidir);
 }
 
 void bw_staged_fini(bw_ctx_t *c) {

@@ -1,4 +1,4 @@
-/* dlopen + cuGetProcAddress_v2 for the benchmarks' driver table. */
+/* The benchmarks' driver table, from the driver vmmipc loaded. */
 #include "common/driver.h"
 
 #include <dlfcn.h>
@@ -7,19 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vmmipc.h"
+
 bd_table_t bd;
 
-typedef CUresult (*bd_getproc_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-
-static void *bd_lookup(bd_getproc_fn getproc, const char *name) {
+/* Entry points come from the driver vmmipc loaded, at cuda.h's ABI. */
+static void *bd_lookup(const char *name) {
   void *fn = NULL;
-  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  /* CUDA 13.0 gave cuCtxSynchronize a context argument under the same name:
-   * ask for the ABI of cuda.h's prototype. */
-  int version = strcmp(name, "cuCtxSynchronize") == 0 ? 12000 : CUDA_VERSION;
-  CUresult rc = getproc(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
-  if (rc != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS) return NULL;
-  return fn;
+  return vmmipc_driver_proc(name, 0, &fn) == VMMIPC_SUCCESS ? fn : NULL;
 }
 
 int bd_load(char *err, size_t errlen) {
@@ -34,25 +29,16 @@ int bd_load(char *err, size_t errlen) {
     snprintf(err, errlen, "dlopen(\"%s\") failed: %s", path, why ? why : "unknown error");
     return -1;
   }
-  void *sym = dlsym(lib, "cuGetProcAddress_v2");
-  if (!sym) sym = dlsym(lib, "cuGetProcAddress");
-  if (!sym) {
-    snprintf(err, errlen, "%s exports no cuGetProcAddress_v2 (not a CUDA 12+ driver)", path);
-    return -1;
-  }
-  bd_getproc_fn getproc;
-  memcpy(&getproc, &sym, sizeof sym);
   void *fn;
-#define BD_RESOLVE_REQ(name)                                                                         \
-  fn = bd_lookup(getproc, #name);                                                                    \
-  if (!fn) {                                                                                         \
-    snprintf(err, errlen, "cuGetProcAddress_v2(\"%s\", %d) found nothing in %s", #name, CUDA_VERSION, \
-             path);                                                                                  \
-    return -1;                                                                                       \
-  }                                                                                                  \
+#define BD_RESOLVE_REQ(name)                        \
+  fn = bd_lookup(#name);                            \
+  if (!fn) {                                        \
+    snprintf(err, errlen, "%s", vmmipc_last_error()); \
+    return -1;                                      \
+  }                                                 \
   memcpy(&bd.name, &fn, sizeof fn);
-#define BD_RESOLVE_OPT(name)     \
-  fn = bd_lookup(getproc, #name); \
+#define BD_RESOLVE_OPT(name) \
+  fn = bd_lookup(#name);     \
   memcpy(&bd.name, &fn, sizeof fn);
   BD_REQUIRED(BD_RESOLVE_REQ)
   BD_OPTIONAL(BD_RESOLVE_OPT)

@@ -1,9 +1,8 @@
 /* The benchmarks' own table of CUDA driver entry points.
  *
- * Like the library, the benchmarks never link libcuda: they dlopen the same
- * driver (VMMIPC_CUDA_DRIVER, else libcuda.so.1; already loaded by vmmipc,
- * so the same instance comes back) and resolve every entry point by its base
- * name through cuGetProcAddress_v2 with the CUDA_VERSION of the headers. */
+ * Like the library, the benchmarks never link libcuda: every entry point
+ * comes from vmmipc_driver_proc, i.e. the driver vmmipc loaded, at the ABI
+ * of cuda.h's prototype. */
 #ifndef VMMIPC_BENCH_DRIVER_H
 #define VMMIPC_BENCH_DRIVER_H
 

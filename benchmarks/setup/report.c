@@ -5,7 +5,7 @@
 
 #include "common/args.h"
 #include "common/driver.h"
-#include "common/json.h"
+#include "common/json_node.h"
 #include "setup/setup.h"
 
 static const setup_result_t *setup_floor_of(const setup_ctx_t *c, const setup_result_t *r) {
@@ -79,28 +79,8 @@ int setup_report_json(const setup_ctx_t *c, const char *path, int argc, char **a
   jw_t w;
   jw_init(&w, f);
   jw_obj(&w, NULL);
-  jw_str(&w, "benchmark", "vmmipc_setup");
-  jw_str(&w, "vmmipc_version", vmmipc_version());
-  jw_arr(&w, "argv");
-  for (int i = 0; i < argc; i++) jw_str(&w, NULL, argv[i]);
-  jw_end_arr(&w);
-  jw_int(&w, "ranks", n->size);
+  bench_json_node(&w, n, "vmmipc_setup", argc, argv);
   jw_int(&w, "root", c->root);
-  jw_arr(&w, "devices");
-  for (int r = 0; r < n->size; r++) {
-    jw_obj(&w, NULL);
-    jw_int(&w, "rank", r);
-    jw_int(&w, "ordinal", n->all_devices[r]);
-    jw_str(&w, "name", n->all_names[r]);
-    jw_str(&w, "uuid", n->all_uuids[r]);
-    jw_end_obj(&w);
-  }
-  jw_end_arr(&w);
-  jw_obj(&w, "driver");
-  jw_str(&w, "path", bd.path);
-  jw_int(&w, "version", bd.driver_version);
-  jw_bool(&w, "standin", bd.is_standin);
-  jw_end_obj(&w);
   jw_obj(&w, "units");
   jw_str(&w, "times", "seconds; each repetition is the maximum over ranks");
   jw_str(&w, "first", "the first (cold) call of this size x chunks x collective x method");

@@ -450,7 +450,7 @@ TEST(StandinGetProc, ResolvesEveryEntryPointTheLibraryNeeds) {
   ASSERT_NE(gp1, nullptr);
   // Each name at the version the library asks for it.
   std::vector<std::pair<const char *, int>> names;
-#define STI_NAME(name, version) names.emplace_back(#name, version);
+#define STI_NAME(name) names.emplace_back(#name, vmmipc__cu_abi_version(#name));
   VMMIPC__CU_FUNCS(STI_NAME)
 #undef STI_NAME
   ASSERT_GE(names.size(), 24u);

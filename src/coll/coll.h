@@ -18,8 +18,10 @@ vmmipc_result_t vmmipc__coll_scatter(struct vmmipc_comm *c, const vmmipc_desc_t 
                                      vmmipc_desc_t *got);
 /* A copy of `d` with duplicated fds (NULL stays NULL). */
 vmmipc_result_t vmmipc__desc_dup(vmmipc_desc_t d, vmmipc_desc_t *out);
-/* Checks `root` and reports whether it is on this rank's node. */
-vmmipc_result_t vmmipc__check_root(struct vmmipc_comm *c, int root, const char *op);
+/* Start of every collective: clears the phase timings; returns the start time. */
+double vmmipc__coll_begin(struct vmmipc_comm *c);
+/* Argument checks of the rooted collectives: `out` given and `root` a rank. */
+vmmipc_result_t vmmipc__check_rooted(struct vmmipc_comm *c, const void *out, int root, const char *op);
 /* Internal import that splits the time into import/map/access. */
 vmmipc_result_t vmmipc__import_timed(vmmipc_desc_t d, const vmmipc_access_t *access, vmmipc_buf_t *out,
                                      vmmipc_timing_t *t);

@@ -36,7 +36,13 @@ vmmipc_result_t vmmipc__desc_dup(vmmipc_desc_t d, vmmipc_desc_t *out) {
   return VMMIPC_SUCCESS;
 }
 
-vmmipc_result_t vmmipc__check_root(struct vmmipc_comm *c, int root, const char *op) {
+double vmmipc__coll_begin(struct vmmipc_comm *c) {
+  memset(&c->timing, 0, sizeof c->timing);
+  return vmmipc__now();
+}
+
+vmmipc_result_t vmmipc__check_rooted(struct vmmipc_comm *c, const void *out, int root, const char *op) {
+  if (!out) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: out is NULL", op);
   if (root < 0 || root >= c->size)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: root %d is out of range 0..%d", op, root, c->size - 1);
   return VMMIPC_SUCCESS;
@@ -168,8 +174,7 @@ vmmipc_result_t vmmipc__coll_scatter(struct vmmipc_comm *c, const vmmipc_desc_t 
 vmmipc_result_t vmmipc_allgather_desc(vmmipc_comm_t c, vmmipc_desc_t desc, vmmipc_desc_t *descs_out) {
   const char *op = "vmmipc_allgather_desc";
   if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm is NULL", op);
-  memset(&c->timing, 0, sizeof c->timing);
-  double t0 = vmmipc__now();
+  double t0 = vmmipc__coll_begin(c);
   vmmipc_result_t local = descs_out ? VMMIPC_SUCCESS : vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: descs_out is NULL", op);
   if (descs_out)
     for (int i = 0; i < c->size; i++) descs_out[i] = NULL;
@@ -201,12 +206,9 @@ vmmipc_result_t vmmipc_allgather_desc(vmmipc_comm_t c, vmmipc_desc_t desc, vmmip
 vmmipc_result_t vmmipc_scatter_desc(vmmipc_comm_t c, const vmmipc_desc_t *descs, int root, vmmipc_desc_t *out) {
   const char *op = "vmmipc_scatter_desc";
   if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm is NULL", op);
-  memset(&c->timing, 0, sizeof c->timing);
-  double t0 = vmmipc__now();
-  vmmipc_result_t local = VMMIPC_SUCCESS;
-  if (!out) local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: out is NULL", op);
-  else *out = NULL;
-  if (!local) local = vmmipc__check_root(c, root, op);
+  double t0 = vmmipc__coll_begin(c);
+  vmmipc_result_t local = vmmipc__check_rooted(c, out, root, op);
+  if (out) *out = NULL;
   if (!local && c->rank == root && !descs)
     local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: descs is NULL at the root", op);
   vmmipc_result_t r = vmmipc__agree(c, local, op);

@@ -55,8 +55,7 @@ vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t c, vmmipc_buf_t buf, const vm
                                      vmmipc_win_t *out) {
   const char *op = "vmmipc_allgather_map";
   if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm is NULL", op);
-  memset(&c->timing, 0, sizeof c->timing);
-  double t0 = vmmipc__now();
+  double t0 = vmmipc__coll_begin(c);
   vmmipc_result_t local = VMMIPC_SUCCESS;
   vmmipc_desc_t mine = NULL;
   struct vmmipc_win *w = calloc(1, sizeof *w);
@@ -123,12 +122,9 @@ static vmmipc_result_t vmmipc__map_from_root(vmmipc_comm_t c, int scatter, const
                                              vmmipc_buf_t single, int root, const vmmipc_access_t *access,
                                              vmmipc_buf_t *out, const char *op) {
   if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm is NULL", op);
-  memset(&c->timing, 0, sizeof c->timing);
-  double t0 = vmmipc__now();
-  vmmipc_result_t local = VMMIPC_SUCCESS;
-  if (!out) local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: out is NULL", op);
-  else *out = NULL;
-  if (!local) local = vmmipc__check_root(c, root, op);
+  double t0 = vmmipc__coll_begin(c);
+  vmmipc_result_t local = vmmipc__check_rooted(c, out, root, op);
+  if (out) *out = NULL;
   int on_root_node = !local && c->node_of[root] >= 0;
   vmmipc_desc_t *descs = NULL;
   if (!local && c->rank == root && scatter && !bufs)

@@ -12,38 +12,36 @@ extern "C" {
 
 /* Every driver entry point the library uses. The stand-in driver in
  * mpi_tests/standin must provide each of these. Each is requested at the
- * CUDA version whose ABI matches the prototype cuda.h gives that name:
- * CUDA 13.0 gave cuCtxGetDevice (and cuCtxSynchronize) a context argument
- * under the same name, so those are asked for at 12.0. */
+ * ABI of the prototype cuda.h declares (vmmipc__cu_abi_version). */
 #define VMMIPC__CU_FUNCS(X)                  \
-  X(cuInit, CUDA_VERSION)                                  \
-  X(cuDriverGetVersion, CUDA_VERSION)                      \
-  X(cuGetErrorName, CUDA_VERSION)                          \
-  X(cuGetErrorString, CUDA_VERSION)                        \
-  X(cuDeviceGetCount, CUDA_VERSION)                        \
-  X(cuDeviceGet, CUDA_VERSION)                             \
-  X(cuDeviceGetUuid, CUDA_VERSION)                         \
-  X(cuDeviceGetAttribute, CUDA_VERSION)                    \
-  X(cuDevicePrimaryCtxRetain, CUDA_VERSION)                \
-  X(cuCtxSetCurrent, CUDA_VERSION)                         \
-  X(cuCtxGetCurrent, CUDA_VERSION)                         \
-  X(cuCtxGetDevice, 12000)                          \
-  X(cuMemGetAllocationGranularity, CUDA_VERSION)           \
-  X(cuMemCreate, CUDA_VERSION)                             \
-  X(cuMemRelease, CUDA_VERSION)                            \
-  X(cuMemAddressReserve, CUDA_VERSION)                     \
-  X(cuMemAddressFree, CUDA_VERSION)                        \
-  X(cuMemMap, CUDA_VERSION)                                \
-  X(cuMemUnmap, CUDA_VERSION)                              \
-  X(cuMemSetAccess, CUDA_VERSION)                          \
-  X(cuMemGetAccess, CUDA_VERSION)                          \
-  X(cuMemExportToShareableHandle, CUDA_VERSION)            \
-  X(cuMemImportFromShareableHandle, CUDA_VERSION)          \
-  X(cuMemGetAllocationPropertiesFromHandle, CUDA_VERSION)
+  X(cuInit)                                  \
+  X(cuDriverGetVersion)                      \
+  X(cuGetErrorName)                          \
+  X(cuGetErrorString)                        \
+  X(cuDeviceGetCount)                        \
+  X(cuDeviceGet)                             \
+  X(cuDeviceGetUuid)                         \
+  X(cuDeviceGetAttribute)                    \
+  X(cuDevicePrimaryCtxRetain)                \
+  X(cuCtxSetCurrent)                         \
+  X(cuCtxGetCurrent)                         \
+  X(cuCtxGetDevice)                          \
+  X(cuMemGetAllocationGranularity)           \
+  X(cuMemCreate)                             \
+  X(cuMemRelease)                            \
+  X(cuMemAddressReserve)                     \
+  X(cuMemAddressFree)                        \
+  X(cuMemMap)                                \
+  X(cuMemUnmap)                              \
+  X(cuMemSetAccess)                          \
+  X(cuMemGetAccess)                          \
+  X(cuMemExportToShareableHandle)            \
+  X(cuMemImportFromShareableHandle)          \
+  X(cuMemGetAllocationPropertiesFromHandle)
 
 /* __typeof__ of the prototype in cuda.h; macros such as cuDeviceGetUuid ->
  * cuDeviceGetUuid_v2 expand consistently in the field name and its type. */
-#define VMMIPC__CU_FIELD(name, version) __typeof__(&name) name;
+#define VMMIPC__CU_FIELD(name) __typeof__(&name) name;
 typedef struct vmmipc__cu {
   VMMIPC__CU_FUNCS(VMMIPC__CU_FIELD)
   int driver_version;
@@ -56,6 +54,11 @@ typedef struct vmmipc__cu {
 const vmmipc__cu_t *vmmipc__cu(void);
 /* Like vmmipc__cu() but also returns the result code. */
 vmmipc_result_t vmmipc__cu_load(const vmmipc__cu_t **out);
+
+/* The CUDA version at which to ask cuGetProcAddress for `name` so that the
+ * result has the ABI of cuda.h's prototype: CUDA 13.0 changed cuCtxGetDevice
+ * and cuCtxSynchronize in place (a context argument under the same name). */
+int vmmipc__cu_abi_version(const char *name);
 
 /* "CUDA_ERROR_INVALID_VALUE (invalid argument)" for a driver result. */
 const char *vmmipc__cu_errstr(CUresult rc, char *buf, size_t len);

@@ -13,6 +13,7 @@ typedef CUresult (*vmmipc__getproc_fn)(const char *, void **, int, cuuint64_t,
                                        CUdriverProcAddressQueryResult *);
 
 static vmmipc__cu_t vmmipc__table;
+static vmmipc__getproc_fn vmmipc__getproc;
 static pthread_once_t vmmipc__once = PTHREAD_ONCE_INIT;
 static vmmipc_result_t vmmipc__load_rc;
 static char vmmipc__load_msg[VMMIPC__ERRMSG_MAX];
@@ -21,16 +22,17 @@ static vmmipc_result_t vmmipc__resolve(vmmipc__getproc_fn getproc) {
   CUdriverProcAddressQueryResult status;
   void *fn;
   CUresult rc;
-#define VMMIPC__CU_RESOLVE(name, version)                                                                \
+#define VMMIPC__CU_RESOLVE(name)                                                                         \
   fn = NULL;                                                                                      \
   status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;                                                  \
-  rc = getproc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);                        \
+  rc = getproc(#name, &fn, vmmipc__cu_abi_version(#name), CU_GET_PROC_ADDRESS_DEFAULT, &status);  \
   if (rc != CUDA_SUCCESS || fn == NULL || status != CU_GET_PROC_ADDRESS_SUCCESS)                  \
     return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,                                                  \
                          "loading the CUDA driver: cuGetProcAddress(\"%s\", version %d) in %s "   \
                          "failed (CUresult %d, query status %d); hint: the driver is older than " \
                          "the CUDA %d.%d headers vmmipc was built with; update the driver",       \
-                         #name, version, vmmipc__table.path, (int)rc, (int)status,               \
+                         #name, vmmipc__cu_abi_version(#name), vmmipc__table.path, (int)rc,      \
+                         (int)status,                                                             \
                          CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10);                        \
   memcpy(&vmmipc__table.name, &fn, sizeof fn);
   VMMIPC__CU_FUNCS(VMMIPC__CU_RESOLVE)
@@ -59,9 +61,8 @@ static vmmipc_result_t vmmipc__load_once(void) {
                          "loading the CUDA driver: %s exports no cuGetProcAddress; hint: it is not a "
                          "CUDA driver of version 12 or later; set VMMIPC_CUDA_DRIVER to one",
                          path);
-  vmmipc__getproc_fn getproc;
-  memcpy(&getproc, &sym, sizeof sym);
-  vmmipc_result_t r = vmmipc__resolve(getproc);
+  memcpy(&vmmipc__getproc, &sym, sizeof sym);
+  vmmipc_result_t r = vmmipc__resolve(vmmipc__getproc);
   if (r != VMMIPC_SUCCESS) return r;
   CUresult rc = vmmipc__table.cuInit(0);
   if (rc != CUDA_SUCCESS) {
@@ -81,6 +82,32 @@ static void vmmipc__load_entry(void) {
   vmmipc__load_rc = vmmipc__load_once();
   if (vmmipc__load_rc != VMMIPC_SUCCESS)
     snprintf(vmmipc__load_msg, sizeof vmmipc__load_msg, "%s", vmmipc_last_error());
+}
+
+int vmmipc__cu_abi_version(const char *name) {
+  static const char *const changed_in_13[] = {"cuCtxGetDevice", "cuCtxSynchronize"};
+  for (size_t i = 0; i < sizeof changed_in_13 / sizeof *changed_in_13; i++)
+    if (strcmp(name, changed_in_13[i]) == 0) return 12000;
+  return CUDA_VERSION;
+}
+
+vmmipc_result_t vmmipc_driver_proc(const char *name, int cuda_version, void **fn) {
+  if (!name || !fn) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_driver_proc: name or fn is NULL");
+  *fn = NULL;
+  const vmmipc__cu_t *cu;
+  vmmipc_result_t r = vmmipc__cu_load(&cu);
+  if (r) return r;
+  int version = cuda_version > 0 ? cuda_version : vmmipc__cu_abi_version(name);
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  CUresult rc = vmmipc__getproc(name, fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  if (rc != CUDA_SUCCESS || !*fn || status != CU_GET_PROC_ADDRESS_SUCCESS) {
+    *fn = NULL;
+    return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,
+                         "vmmipc_driver_proc: %s has no entry point \"%s\" at CUDA version %d (CUresult %d, "
+                         "query status %d)",
+                         cu->path, name, version, (int)rc, (int)status);
+  }
+  return VMMIPC_SUCCESS;
 }
 
 /* Reads the table directly: it is also used while the table is being built. */

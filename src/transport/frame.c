@@ -3,7 +3,8 @@
  * receiver makes before it trusts a frame). */
 #include "transport/tp_internal.h"
 
-#include <dirent.h>
+#include "common/host.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -251,17 +252,6 @@ int vmmipc__tp_send_abort_frame(vmmipc__tp_t *tp, int p, const char *msg) {
 
 /* ---- receiving a message ------------------------------------------------------ */
 
-static int tp_count_open_fds(void) {
-  DIR *d = opendir("/proc/self/fd");
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.') n++;
-  closedir(d);
-  return n - 1;
-}
-
 /* Rejects the frame just read for op: releases its fds, drops the
  * connection (its position in the stream is lost) and reports
  * VMMIPC_ERR_INVALID_DESC naming the peer. The fds already gathered in op
@@ -335,7 +325,7 @@ vmmipc_result_t vmmipc__tp_recv_progress(vmmipc__tp_t *tp, vmmipc__tp_rop_t *op)
       int got = rf.nfds;
       vmmipc__tp_close_fds(rf.fds, rf.nfds);
       rf.nfds = 0;
-      int open_now = tp_count_open_fds();
+      int open_now = vmmipc__fd_count();
       return tp_bad_frame(tp, op, &rf,
                           "raise the open-file limit (ulimit -n): every imported chunk holds one fd until it is "
                           "mapped",
