@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
   vmmipc_win_t win;
   vmmipc_access_t access = VMMIPC_ACCESS_DEFAULT;
   CHECK(vmmipc_allgather_map(comm, buf, &access, &win));
-  vmmipc_timing_t t;
+  vmmipc_timing_t t = VMMIPC_TIMING_INIT;
   CHECK(vmmipc_comm_last_timing(comm, &t));
 
   int bad = 0, mapped = 0;

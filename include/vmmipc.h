@@ -15,6 +15,7 @@
 #define VMMIPC_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <mpi.h>
 
 #ifdef __cplusplus
@@ -22,7 +23,7 @@ extern "C" {
 #endif
 
 #define VMMIPC_VERSION_MAJOR 0
-#define VMMIPC_VERSION_MINOR 1
+#define VMMIPC_VERSION_MINOR 2
 #define VMMIPC_VERSION_PATCH 0
 
 #if defined(__GNUC__)
@@ -80,12 +81,18 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_driver_proc(const char *name, int cuda_vers
 typedef struct vmmipc_config {
   size_t struct_size;     /* sizeof(vmmipc_config_t): lets the struct grow compatibly  */
   int timeout_ms;         /* bound on every wait for a peer; <= 0: VMMIPC_TIMEOUT_MS or 60 s */
-  int socket_namespace;   /* VMMIPC_SOCKET_ABSTRACT or VMMIPC_SOCKET_FILESYSTEM        */
+  int socket_namespace;   /* VMMIPC_SOCKET_AUTO, VMMIPC_SOCKET_ABSTRACT or VMMIPC_SOCKET_FILESYSTEM */
   const char *socket_dir; /* filesystem mode: parent directory (NULL: VMMIPC_SOCKET_DIR, TMPDIR, /tmp) */
+  /* since 0.2 */
+  int map_cache_entries;  /* idle imported mappings the comm keeps for reuse; < 0: VMMIPC_MAP_CACHE_ENTRIES
+                             or 64; 0: no mapping cache */
 } vmmipc_config_t;
-#define VMMIPC_SOCKET_ABSTRACT 0   /* default: Linux abstract namespace */
+/* AUTO: filesystem sockets when VMMIPC_SOCKET_DIR is set, else abstract. An
+ * explicit ABSTRACT or FILESYSTEM beats the environment. */
+#define VMMIPC_SOCKET_AUTO (-1)
+#define VMMIPC_SOCKET_ABSTRACT 0   /* Linux abstract namespace */
 #define VMMIPC_SOCKET_FILESYSTEM 1 /* for containers that do not share a network namespace */
-#define VMMIPC_CONFIG_INIT { sizeof(vmmipc_config_t), 0, VMMIPC_SOCKET_ABSTRACT, NULL }
+#define VMMIPC_CONFIG_INIT { sizeof(vmmipc_config_t), 0, VMMIPC_SOCKET_AUTO, NULL, -1 }
 
 typedef struct vmmipc_comm *vmmipc_comm_t;
 /* Collective over `comm`; works on a private duplicate of it. */
@@ -97,21 +104,42 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_same_node(vmmipc_comm_t comm, int rank
 
 /* Where the last collective on `comm` spent its time on this rank (seconds).
  * import, map and access are the three parts of importing the peers' chunks;
- * agree is the MPI agreement that makes collectives all-or-nothing. */
+ * agree is the MPI agreement that makes collectives all-or-nothing. Set
+ * struct_size (VMMIPC_TIMING_INIT); only that many bytes are written. */
 typedef struct vmmipc_timing {
+  size_t struct_size;
   double export_s, transfer_s, import_s, map_s, access_s, agree_s, total_s;
 } vmmipc_timing_t;
+#define VMMIPC_TIMING_INIT { sizeof(vmmipc_timing_t), 0, 0, 0, 0, 0, 0, 0 }
 VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_last_timing(vmmipc_comm_t comm, vmmipc_timing_t *timing);
+
+/* Counters of a comm since it was created, for monitoring and tests. Set
+ * struct_size (VMMIPC_COMM_STATS_INIT); only that many bytes are written. */
+typedef struct vmmipc_comm_stats {
+  size_t struct_size;
+  uint64_t stale_frames;      /* frames of an earlier (failed) call, dropped unread */
+  uint64_t stale_fds;         /* fds that came with them, closed */
+  uint64_t refused;           /* connections from foreign processes, dropped */
+  uint64_t map_cache_hits;    /* imports served by the mapping cache */
+  uint64_t map_cache_misses;  /* imports that mapped anew */
+  uint64_t map_cache_evictions;
+  int map_cache_idle;         /* idle mappings held now */
+  int open_windows;           /* windows of this comm not freed yet */
+  int broken;                 /* 1: a bounded wait expired; every call fails (see vmmipc_last_error) */
+} vmmipc_comm_stats_t;
+#define VMMIPC_COMM_STATS_INIT { sizeof(vmmipc_comm_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t comm, vmmipc_comm_stats_t *stats);
 
 /* ---- access ------------------------------------------------------------ */
 
 typedef enum { VMMIPC_PROT_READWRITE = 0, VMMIPC_PROT_READ = 1 } vmmipc_prot_t;
 typedef struct vmmipc_access {
+  size_t struct_size;            /* sizeof(vmmipc_access_t): lets the struct grow compatibly */
   vmmipc_prot_t prot;
   int num_devices;               /* 0: the current device */
   const vmmipc_uuid_t *devices;  /* devices are named by UUID, never by ordinal */
 } vmmipc_access_t;
-#define VMMIPC_ACCESS_DEFAULT { VMMIPC_PROT_READWRITE, 0, NULL }
+#define VMMIPC_ACCESS_DEFAULT { sizeof(vmmipc_access_t), VMMIPC_PROT_READWRITE, 0, NULL }
 
 /* ---- buffers ------------------------------------------------------------ */
 
@@ -125,6 +153,22 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_ptr(vmmipc_buf_t buf, void **ptr, size_
 VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_free(vmmipc_buf_t buf);
 /* Number of physical chunks; whether the buffer holds imported memory. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_info(vmmipc_buf_t buf, int *num_chunks, int *is_imported);
+
+/* Allocation properties for vmmipc_alloc_ex (VMMIPC_ALLOC_PROPS_INIT). */
+typedef struct vmmipc_alloc_props {
+  size_t struct_size;           /* sizeof(vmmipc_alloc_props_t) */
+  const vmmipc_uuid_t *device;  /* NULL: the current device */
+  size_t chunk_size;            /* bytes per physical chunk (a multiple of the granularity); 0: default */
+  unsigned int flags;           /* VMMIPC_ALLOC_* */
+  int export_cache;             /* < 0: VMMIPC_EXPORT_CACHE or on; 0: off; 1: on */
+} vmmipc_alloc_props_t;
+#define VMMIPC_ALLOC_PROPS_INIT { sizeof(vmmipc_alloc_props_t), NULL, 0, 0u, -1 }
+#define VMMIPC_ALLOC_GPU_DIRECT_RDMA 0x1u /* the driver's gpuDirectRDMACapable allocation flag */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_alloc_ex(size_t size, const vmmipc_alloc_props_t *props, vmmipc_buf_t *out);
+/* Wraps VMM memory mapped by someone else (POSIX-fd handle type required). */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_wrap(void *ptr, size_t size, vmmipc_buf_t *out);
+/* Minimum and recommended allocation granularity of a device (POSIX-fd handles). */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_granularity(int device_ordinal, size_t *minimum, size_t *recommended);
 
 /* ---- descriptors -------------------------------------------------------- */
 
@@ -169,6 +213,13 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_bcast_map(vmmipc_comm_t comm, vmmipc_buf_t 
                                                const vmmipc_access_t *access, vmmipc_buf_t *out);
 VMMIPC_EXPORT vmmipc_result_t vmmipc_scatter_map(vmmipc_comm_t comm, const vmmipc_buf_t *bufs, int root,
                                                  const vmmipc_access_t *access, vmmipc_buf_t *out);
+
+/* ---- stream-ordered synchronisation on windows ----------------------------- */
+/* `stream` is a CUstream or cudaStream_t; NULL is the legacy default stream. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_win_signal(vmmipc_win_t win, int rank, uint64_t value, void *stream);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_win_wait(vmmipc_win_t win, int rank, uint64_t value, void *stream);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t win, void *stream);
+VMMIPC_EXPORT vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t win, int rank, uint64_t value, int timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -71,7 +71,7 @@ TEST_F(Coll, AllgatherMapReadsEveryNodePeer) {
     }
     EXPECT_TRUE(vt::CheckPattern(p, sz, 500 + r)) << "buffer of rank " << r;
   }
-  vmmipc_timing_t t;
+  vmmipc_timing_t t = VMMIPC_TIMING_INIT;
   ASSERT_VMM_OK(vmmipc_comm_last_timing(c_, &t));
   EXPECT_GT(t.total_s, 0.0);
   ASSERT_VMM_OK(vmmipc_win_free(w));
@@ -82,7 +82,7 @@ TEST_F(Coll, AllgatherMapReadsEveryNodePeer) {
 TEST_F(Coll, ReadAndReadWriteMixAcrossRanks) {
   int me = vt::Rank(), n = vt::Size();
   vmmipc_buf_t b = vt::PatternBuf(1, 700 + me);
-  vmmipc_access_t a = {me % 2 ? VMMIPC_PROT_READ : VMMIPC_PROT_READWRITE, 0, nullptr};
+  vmmipc_access_t a = {sizeof(vmmipc_access_t), me % 2 ? VMMIPC_PROT_READ : VMMIPC_PROT_READWRITE, 0, nullptr};
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, &a, &w));
   for (int r = 0; r < n; r++) {

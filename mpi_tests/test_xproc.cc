@@ -126,7 +126,7 @@ TEST_F(CrossProcess, ReadOnlyImportReportsReadAccess) {
   }
   vmmipc_desc_t d = Ship(ch, b);
   if (vt::Rank() == 1) {
-    vmmipc_access_t a = {VMMIPC_PROT_READ, 0, nullptr};
+    vmmipc_access_t a = {sizeof(vmmipc_access_t), VMMIPC_PROT_READ, 0, nullptr};
     vmmipc_buf_t ro = nullptr;
     ASSERT_VMM_OK(vmmipc_import(d, &a, &ro));
     void *q = nullptr;
@@ -199,7 +199,7 @@ TEST_F(CrossProcess, ImporterThatCannotSeeTheOwnerStillMapsIt) {
     EXPECT_EQ(std::memcmp(got.bytes, owner.bytes, 16), 0) << "the descriptor names the owner GPU";
     vmmipc_uuid_t mine;
     ASSERT_VMM_OK(vmmipc_device_uuid(dev_, &mine));
-    vmmipc_access_t a = {VMMIPC_PROT_READWRITE, 1, &mine};
+    vmmipc_access_t a = {sizeof(vmmipc_access_t), VMMIPC_PROT_READWRITE, 1, &mine};
     vmmipc_buf_t imp = nullptr;
     ASSERT_VMM_OK(vmmipc_import(d, &a, &imp));
     void *q = nullptr;
@@ -208,7 +208,7 @@ TEST_F(CrossProcess, ImporterThatCannotSeeTheOwnerStillMapsIt) {
     vmmipc_buf_free(imp);
     if (count == 1) {
       // Asking for the owner's device by UUID names it: it is not visible here.
-      vmmipc_access_t bad = {VMMIPC_PROT_READWRITE, 1, &owner};
+      vmmipc_access_t bad = {sizeof(vmmipc_access_t), VMMIPC_PROT_READWRITE, 1, &owner};
       if (std::memcmp(owner.bytes, mine.bytes, 16) != 0) {
         EXPECT_EQ(vmmipc_import(d, &bad, &imp), VMMIPC_ERR_INVALID_ARG);
         char s[VMMIPC_UUID_STRING_LEN];

@@ -101,7 +101,7 @@ static void lib_rep(setup_ctx_t *c, void *argp, double v[SF_N]) {
   if (r != VMMIPC_SUCCESS)
     bench_fatal("vmmipc_%s of %zu bytes failed: %s: %s", setup_coll_names[a->coll], a->size, vmmipc_strerror(r),
                 vmmipc_last_error());
-  vmmipc_timing_t t;
+  vmmipc_timing_t t = VMMIPC_TIMING_INIT;
   VCHECK(vmmipc_comm_last_timing(c->comm, &t));
   v[SF_EXPORT] = t.export_s;
   v[SF_TRANSFER] = t.transfer_s;

@@ -107,7 +107,7 @@ vmmipc_result_t vmmipc_win_query(vmmipc_win_t w, int rank, void **ptr, size_t *s
 }
 
 vmmipc_result_t vmmipc_win_free(vmmipc_win_t w) {
-  if (!w) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_win_free: win is NULL");
+  if (!w) return VMMIPC_SUCCESS; /* like free(NULL) */
   vmmipc_comm_t c = w->comm;
   for (int i = 0; i < c->node_size; i++)
     if (w->peers[i]) vmmipc_buf_free(w->peers[i]);

@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "common/host.h"
 
-#define VMMIPC__DEFAULT_TIMEOUT_MS 60000
+#include "common/defaults.h"
 
 /* What each rank tells the others of its node (through MPI). */
 struct vmmipc__rank_info {
@@ -41,7 +41,8 @@ static vmmipc_result_t vmmipc__check_config(const vmmipc_config_t *cfg) {
                          "vmmipc_comm_create: config->struct_size is %zu; hint: initialise the config with "
                          "VMMIPC_CONFIG_INIT",
                          cfg->struct_size);
-  if (cfg->socket_namespace != VMMIPC_SOCKET_ABSTRACT && cfg->socket_namespace != VMMIPC_SOCKET_FILESYSTEM)
+  if (cfg->socket_namespace != VMMIPC_SOCKET_AUTO && cfg->socket_namespace != VMMIPC_SOCKET_ABSTRACT &&
+      cfg->socket_namespace != VMMIPC_SOCKET_FILESYSTEM)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                          "vmmipc_comm_create: config->socket_namespace %d is neither VMMIPC_SOCKET_ABSTRACT nor "
                          "VMMIPC_SOCKET_FILESYSTEM",
@@ -250,7 +251,7 @@ vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
 }
 
 vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
-  if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_comm_destroy: comm is NULL");
+  if (!c) return VMMIPC_SUCCESS; /* like free(NULL) */
   /* Collective: nobody closes its sockets while a peer may still send. */
   vmmipc_result_t r = vmmipc__agree(c, VMMIPC_SUCCESS, "vmmipc_comm_destroy");
   vmmipc__comm_free(c);
@@ -274,7 +275,15 @@ vmmipc_result_t vmmipc_comm_same_node(vmmipc_comm_t c, int rank, int *same) {
 
 vmmipc_result_t vmmipc_comm_last_timing(vmmipc_comm_t c, vmmipc_timing_t *t) {
   if (!c || !t) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_comm_last_timing: comm or timing is NULL");
-  *t = c->timing;
+  if (t->struct_size < sizeof(size_t) + sizeof(double) || t->struct_size > 4096)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "vmmipc_comm_last_timing: timing->struct_size is %zu; hint: initialise it with "
+                         "VMMIPC_TIMING_INIT",
+                         t->struct_size);
+  size_t n = t->struct_size < sizeof c->timing ? t->struct_size : sizeof c->timing;
+  vmmipc_timing_t copy = c->timing;
+  copy.struct_size = t->struct_size;
+  memcpy(t, &copy, n);
   return VMMIPC_SUCCESS;
 }
 

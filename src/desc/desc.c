@@ -31,7 +31,7 @@ vmmipc_result_t vmmipc__desc_new(int num_chunks, vmmipc_desc_t *out) {
 }
 
 vmmipc_result_t vmmipc_desc_free(vmmipc_desc_t d) {
-  if (!d) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_desc_free: desc is NULL");
+  if (!d) return VMMIPC_SUCCESS; /* like free(NULL) */
   for (int i = 0; i < d->num_chunks; i++)
     if (d->fds[i] >= 0) close(d->fds[i]);
   free(d->sizes);

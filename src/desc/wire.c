@@ -3,24 +3,8 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/le.h"
 #include "desc/desc.h"
-
-static void vmmipc__put32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void vmmipc__put64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t vmmipc__get32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-  return v;
-}
-static uint64_t vmmipc__get64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
 
 size_t vmmipc__desc_wire_bytes(const struct vmmipc_desc *d) {
   return VMMIPC__DESC_HEADER_BYTES + 8u * (size_t)d->num_chunks;

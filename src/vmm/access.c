@@ -1,4 +1,5 @@
 /* What an importer asks for, as driver access descriptors. */
+#include <stddef.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -9,6 +10,10 @@ vmmipc_result_t vmmipc__access_resolve(const vmmipc__cu_t *cu, const vmmipc_acce
                                        CUmemAccessDesc *out, int *num) {
   vmmipc_access_t def = VMMIPC_ACCESS_DEFAULT;
   if (!a) a = &def;
+  if (a->struct_size < offsetof(vmmipc_access_t, devices) + sizeof a->devices || a->struct_size > 4096)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: access.struct_size is %zu; hint: initialise it with VMMIPC_ACCESS_DEFAULT", op,
+                         a->struct_size);
   if (a->prot != VMMIPC_PROT_READWRITE && a->prot != VMMIPC_PROT_READ)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: access.prot %d is neither VMMIPC_PROT_READ nor _READWRITE", op,
                          (int)a->prot);

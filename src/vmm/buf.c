@@ -111,7 +111,7 @@ vmmipc_result_t vmmipc_buf_info(vmmipc_buf_t b, int *num_chunks, int *is_importe
 }
 
 vmmipc_result_t vmmipc_buf_free(vmmipc_buf_t b) {
-  if (!b) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_buf_free: buf is NULL");
+  if (!b) return VMMIPC_SUCCESS; /* like free(NULL) */
   const vmmipc__cu_t *cu = NULL;
   vmmipc__cu_load(&cu); /* a buffer exists only if the driver loaded */
   vmmipc__buf_destroy(cu, b);
