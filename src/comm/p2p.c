@@ -1,24 +1,31 @@
-/* vmmipc_send / vmmipc_recv: one descriptor between two ranks of a node. */
+/* vmmipc_send / vmmipc_recv: one descriptor between two ranks of a node, in
+ * the point-to-point context (never matched with a collective's traffic). */
 #include <stdlib.h>
 
 #include "comm/comm.h"
-#include "common/error.h"
 #include "desc/desc.h"
 
 vmmipc_result_t vmmipc_send(vmmipc_comm_t c, vmmipc_desc_t d, int dest) {
   const char *op = "vmmipc_send";
   if (!c || !d) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm or desc is NULL", op);
-  int peer;
-  vmmipc_result_t r = vmmipc__peer_node_rank(c, dest, op, &peer);
+  vmmipc_result_t r = vmmipc__enter(c, op, 0);
   if (r) return r;
+  int peer;
+  if ((r = vmmipc__peer_node_rank(c, dest, op, &peer))) goto out;
   size_t nb = vmmipc__desc_wire_bytes(d);
   unsigned char *bytes = malloc(nb);
-  if (!bytes) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %zu bytes", op, nb);
+  if (!bytes) {
+    r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %zu bytes", op, nb);
+    goto out;
+  }
   vmmipc__desc_encode(d, bytes);
   vmmipc__tp_send_t s = {peer, bytes, nb, d->fds, d->num_chunks};
-  r = vmmipc__tp_exchange(c->tp, &s, 1, NULL, 0);
+  vmmipc__tp_xchg_t x = {VMMIPC__CTX_P2P, 0, &s, 1, NULL, 0, NULL, NULL, VMMIPC_SUCCESS, -1};
+  r = vmmipc__tp_exchange(c->tp, &x);
   free(bytes);
   if (r) vmmipc__error_prefix("%s to rank %d: ", op, dest);
+out:
+  vmmipc__leave(c);
   return r;
 }
 
@@ -26,18 +33,18 @@ vmmipc_result_t vmmipc_recv(vmmipc_comm_t c, int source, vmmipc_desc_t *out) {
   const char *op = "vmmipc_recv";
   if (!c || !out) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm or out is NULL", op);
   *out = NULL;
-  int peer;
-  vmmipc_result_t r = vmmipc__peer_node_rank(c, source, op, &peer);
+  vmmipc_result_t r = vmmipc__enter(c, op, 0);
   if (r) return r;
-  vmmipc__tp_recv_t m = {peer, NULL, 0, NULL, 0};
-  r = vmmipc__tp_exchange(c->tp, NULL, 0, &m, 1);
-  if (r) {
-    vmmipc__error_prefix("%s from rank %d: ", op, source);
-    return r;
-  }
-  r = vmmipc__desc_adopt(m.bytes, m.num_bytes, m.fds, m.num_fds, out);
+  int peer;
+  if ((r = vmmipc__peer_node_rank(c, source, op, &peer))) goto out;
+  vmmipc__tp_recv_t m = {peer, NULL, 0, NULL, 0, 0};
+  vmmipc__tp_xchg_t x = {VMMIPC__CTX_P2P, 0, NULL, 0, &m, 1, NULL, NULL, VMMIPC_SUCCESS, -1};
+  r = vmmipc__tp_exchange(c->tp, &x);
+  if (!r) r = vmmipc__desc_adopt(m.bytes, m.num_bytes, m.fds, m.num_fds, out);
   if (r) vmmipc__error_prefix("%s from rank %d: ", op, source);
   free(m.bytes);
   free(m.fds);
+out:
+  vmmipc__leave(c);
   return r;
 }

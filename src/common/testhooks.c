@@ -4,6 +4,7 @@
 #ifdef VMMIPC_TEST_HOOKS
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static _Thread_local char vmmipc__fail_step[32];
 static _Thread_local int vmmipc__fail_countdown;
@@ -23,6 +24,26 @@ int vmmipc__test_should_fail(const char *step) {
   if (--vmmipc__fail_countdown > 0) return 0;
   vmmipc__fail_step[0] = '\0';
   return 1;
+}
+void vmmipc__test_late(int timeout_ms) {
+  long ms = (long)timeout_ms * 3 / 2;
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+static _Thread_local void (*vmmipc__inside_fn)(void *);
+static _Thread_local void *vmmipc__inside_arg;
+
+void vmmipc__test_on_inside(void (*fn)(void *), void *arg) {
+  vmmipc__inside_fn = fn;
+  vmmipc__inside_arg = arg;
+}
+
+void vmmipc__test_inside(void) {
+  void (*fn)(void *) = vmmipc__inside_fn;
+  vmmipc__inside_fn = NULL;
+  if (fn) fn(vmmipc__inside_arg);
 }
 #else
 /* Keeps the translation unit non-empty in release builds. */

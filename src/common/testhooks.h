@@ -11,13 +11,25 @@ extern "C" {
 #ifdef VMMIPC_TEST_HOOKS
 /* Make the nth (1-based) next occurrence of `step` in this process fail;
  * step NULL or nth <= 0 disarms. Steps: "alloc", "reserve", "export",
- * "import", "map", "access", "transfer", "args". */
+ * "import", "map", "access", "transfer", "args", "late" (this rank
+ * sleeps inside the next exchange), "agree" (this rank skips the next
+ * agreement, as a rank that never enters it). */
 void vmmipc__test_fail_at(const char *step, int nth);
 /* Whether this occurrence of `step` must fail (counts occurrences). */
 int vmmipc__test_should_fail(const char *step);
 #define VMMIPC__INJECT(step) vmmipc__test_should_fail(step)
+/* Makes this rank late: sleeps for 1.5 x timeout_ms (the "late" step). */
+void vmmipc__test_late(int timeout_ms);
+/* Runs fn(arg) once, on this thread, inside its next collective (while the
+ * comm is held): lets a test act at a known point of a call. */
+void vmmipc__test_on_inside(void (*fn)(void *), void *arg);
+void vmmipc__test_inside(void);
+#define VMMIPC__INSIDE() vmmipc__test_inside()
+#define VMMIPC__LATE(ms) vmmipc__test_late(ms)
 #else
 #define VMMIPC__INJECT(step) 0
+#define VMMIPC__INSIDE() ((void)0)
+#define VMMIPC__LATE(ms) ((void)0)
 #endif
 
 #ifdef __cplusplus

@@ -1,75 +1,102 @@
-/* Unix-socket transport between the ranks of one node: naming, binding,
- * peer-credential checks, framing, SCM_RIGHTS batches and bounded waits.
+/* The Unix-socket transport between the ranks of one node, as the comm
+ * layer uses it. Three one-way layers (docs/transport.md):
+ *   exchange.c  the progress loop: messages, matching, bounded waits
+ *   conn.c      connections: names, credentials, the mesh, raw frame I/O
+ *   codec.c     frames to bytes and back, message reassembly, every check
  *
- * Peers are identified by their node rank (0..node_size-1). Error messages
- * name peers by their rank in the user's communicator (`ranks[]`). */
+ * Peers are node ranks (0..node_size-1); messages name them by their rank in
+ * the user's communicator. A tp is used by one thread at a time (the comm
+ * layer refuses overlapping calls). */
 #ifndef VMMIPC_TRANSPORT_TP_H
 #define VMMIPC_TRANSPORT_TP_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
+#include "transport/codec.h"
+#include "transport/conn.h"
 #include "vmmipc.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* At most this many fds ride on one sendmsg (the kernel's SCM_MAX_FD is 253). */
-#define VMMIPC__TP_MAX_FDS_PER_MSG 253
-
 typedef struct vmmipc__tp vmmipc__tp_t;
 
 typedef struct vmmipc__tp_opts {
-  int socket_namespace;        /* VMMIPC_SOCKET_ABSTRACT or VMMIPC_SOCKET_FILESYSTEM */
-  const char *socket_dir;      /* filesystem mode: parent directory (already resolved) */
-  unsigned char nonce[16];     /* random, broadcast by rank 0: makes names unguessable */
-  int node_rank, node_size;    /* this process and the node's size */
-  const int *ranks;            /* comm rank of each node rank, for messages (copied) */
-  int timeout_ms;              /* bound on every wait */
+  int socket_namespace;  /* VMMIPC_SOCKET_ABSTRACT or VMMIPC_SOCKET_FILESYSTEM (resolved) */
+  const char *socket_dir;
+  int node_rank, node_size;
+  const int *ranks;      /* comm rank of each node rank (copied) */
+  int timeout_ms;        /* bound on every wait */
+  uint64_t comm_id;      /* equal on every rank of the node: carried by every frame */
 } vmmipc__tp_opts_t;
 
-/* Create and bind this rank's listening socket. Nothing is published yet:
- * the name is derived from the nonce and the node rank. */
-vmmipc_result_t vmmipc__tp_open(const vmmipc__tp_opts_t *opts, vmmipc__tp_t **out);
-/* Pids and uids of every node rank, as allgathered through MPI; connections
- * and messages from any other process are refused. */
-vmmipc_result_t vmmipc__tp_set_peers(vmmipc__tp_t *tp, const pid_t *pids, const uid_t *uids);
-/* Close every socket; unlink filesystem sockets and their directory. */
+/* Binds this rank's listener under a fresh random name; nothing is
+ * published yet. */
+vmmipc_result_t vmmipc__tp_open(const vmmipc__tp_opts_t *o, vmmipc__tp_t **out);
+/* The address to publish (VMMIPC__ADDR_BYTES bytes). */
+const unsigned char *vmmipc__tp_addr(const vmmipc__tp_t *tp);
+/* Connects the whole node (see vmmipc__conn_mesh), bounded by the timeout. */
+vmmipc_result_t vmmipc__tp_connect(vmmipc__tp_t *tp, const unsigned char *addrs, const pid_t *pids,
+                                   const uid_t *uids);
 void vmmipc__tp_close(vmmipc__tp_t *tp);
-/* The socket address of node rank `node_rank` as text (abstract names start
- * with '@'), for diagnostics and tests. */
-void vmmipc__tp_address(const vmmipc__tp_t *tp, int node_rank, char *buf, size_t len);
-/* How many connections were refused because of their credentials or contents. */
-int vmmipc__tp_refused(const vmmipc__tp_t *tp);
 
-/* One message: opaque bytes plus fds. */
+/* One message to send: bytes plus fds (borrowed). */
 typedef struct vmmipc__tp_send {
-  int peer;            /* node rank */
+  int peer;
   const void *bytes;
   size_t num_bytes;
-  const int *fds;      /* borrowed: the caller keeps them */
+  const int *fds;
   int num_fds;
 } vmmipc__tp_send_t;
 
+/* One message to receive; bytes and fds are malloc'd and owned by the
+ * caller once done is set (the fds too: close them). */
 typedef struct vmmipc__tp_recv {
-  int peer;            /* node rank */
-  void *bytes;         /* out: malloc'd, the caller frees */
-  size_t num_bytes;    /* out */
-  int *fds;            /* out: malloc'd, owned (and closed) by the caller */
-  int num_fds;         /* out */
+  int peer;
+  unsigned char *bytes;
+  size_t num_bytes;
+  int *fds;
+  int num_fds;
+  int done;
 } vmmipc__tp_recv_t;
 
-/* Send every message in `sends` and receive one message from each peer in
- * `recvs`, making progress on all of them at once so that no order of calls
- * across ranks can deadlock. Every wait is bounded by the timeout; a peer
- * that dies, hangs up or sends garbage gives an error naming it. On failure
- * every fd received so far is closed and every recv slot is left empty. */
-vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, const vmmipc__tp_send_t *sends, int num_sends,
-                                    vmmipc__tp_recv_t *recvs, int num_recvs);
-/* Best effort, bounded: tell `peers` that this rank gave up, with the current
- * error message, so that they fail at once instead of waiting. */
-void vmmipc__tp_abort(vmmipc__tp_t *tp, const int *peers, int num_peers);
+/* Called as soon as one receive completes, while others are still in
+ * flight (so that a peer's chunks can be imported early). A failure ends
+ * the exchange like a local failure. */
+typedef vmmipc_result_t (*vmmipc__tp_on_recv_t)(void *arg, vmmipc__tp_recv_t *r);
+
+typedef struct vmmipc__tp_xchg {
+  int ctx;                       /* VMMIPC__CTX_P2P or VMMIPC__CTX_COLL */
+  uint64_t epoch;                /* COLL: the collective's epoch (equal on every rank) */
+  const vmmipc__tp_send_t *sends;
+  int num_sends;
+  vmmipc__tp_recv_t *recvs;
+  int num_recvs;
+  vmmipc__tp_on_recv_t on_recv;  /* may be NULL */
+  void *arg;
+  vmmipc_result_t local;         /* in: this rank already failed: it tells the
+                                    peers (ABORT with the current message)
+                                    instead of sending data */
+  int aborted_by;                /* out: node rank whose ABORT ended the exchange, or -1 */
+} vmmipc__tp_xchg_t;
+
+/* Sends every message and receives one from each peer in recvs, making
+ * progress on all at once so that no order of calls can deadlock. Frames of
+ * an earlier call are dropped (fds closed, counted). Bounded by the timeout;
+ * a peer that dies, hangs up, gives up or breaks the protocol gives an
+ * error naming it. On any failure this rank tells the peers it still owed
+ * or awaited (ABORT), so that they do not wait out the timeout, and no
+ * received fd or buffer is left behind. */
+vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x);
+
+/* Counters for vmmipc_comm_stats. */
+typedef struct vmmipc__tp_stats {
+  uint64_t stale_frames, stale_fds, refused;
+} vmmipc__tp_stats_t;
+void vmmipc__tp_stats(const vmmipc__tp_t *tp, vmmipc__tp_stats_t *s);
 
 #ifdef __cplusplus
 }

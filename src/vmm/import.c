@@ -3,10 +3,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/host.h"
 #include "common/testhooks.h"
-#include "coll/coll.h"
 #include "desc/desc.h"
 #include "driver/device.h"
 #include "vmm/vmm.h"

@@ -31,6 +31,7 @@ struct vmmipc_buf {
   int imported;                /* holds imported memory: never exportable */
   int device;                  /* ordinal that new chunks are created on */
   vmmipc_uuid_t owner;         /* owner GPU of the memory */
+  int exposed;                 /* live windows that expose this buffer */
   size_t granularity;
   int num_access;
   CUmemAccessDesc access[VMMIPC__MAX_ACCESS];
@@ -62,6 +63,10 @@ vmmipc_result_t vmmipc__buf_new(int chunks, struct vmmipc_buf **out);
 /* Unmap, release and free everything a buffer holds. */
 void vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b);
 vmmipc_result_t vmmipc__buf_add_resv(struct vmmipc_buf *b, CUdeviceptr ptr, size_t size);
+
+/* vmmipc_import that adds its import/map/access phases to *t (may be NULL). */
+vmmipc_result_t vmmipc__import_timed(vmmipc_desc_t d, const vmmipc_access_t *access, vmmipc_buf_t *out,
+                                     vmmipc_timing_t *t);
 
 static inline size_t vmmipc__round_up(size_t v, size_t g) { return (v + g - 1) / g * g; }
 

@@ -1,0 +1,84 @@
+/* vmmipc_bcast_map and vmmipc_scatter_map: the root exports one buffer per
+ * rank of its node (bcast: one export, fds duplicated), every other rank of
+ * that node imports its own. One exchange, one agreement. */
+#include <stdlib.h>
+
+#include "coll/coll.h"
+#include "vmm/vmm.h"
+
+typedef struct {
+  struct vmmipc_comm *c;
+  const vmmipc_access_t *access;
+  vmmipc_buf_t *out;
+  int root;
+} root_ctx_t;
+
+static vmmipc_result_t import_from_root(void *arg, int p, vmmipc_desc_t d) {
+  (void)p;
+  root_ctx_t *m = arg;
+  vmmipc_result_t r = vmmipc__coll_import(m->c, d, m->access, m->out, m->root);
+  vmmipc_desc_free(d);
+  return r;
+}
+
+static vmmipc_result_t map_from_root(vmmipc_comm_t c, int scatter, const vmmipc_buf_t *bufs, vmmipc_buf_t single,
+                                     int root, const vmmipc_access_t *access, vmmipc_buf_t *out, const char *op) {
+  if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm is NULL", op);
+  vmmipc_result_t r = vmmipc__enter(c, op, 1);
+  if (r) return r;
+  double t0 = vmmipc__now();
+  int n = c->node_size;
+  vmmipc_result_t local = vmmipc__check_rooted(c, out, root, op);
+  if (out) *out = NULL;
+  int root_node = (root >= 0 && root < c->size) ? c->node_of[root] : -1;
+  int is_root = c->rank == root;
+  if (!local && is_root && scatter && !bufs)
+    local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: bufs is NULL at the root", op);
+  if (!local && root_node >= 0 && !is_root) local = vmmipc__check_access(access, op);
+  vmmipc_desc_t *send = calloc((size_t)n, sizeof *send);
+  char *to = calloc((size_t)n, 1), *from = calloc((size_t)n, 1);
+  if (!local && (!send || !to || !from)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d slots", op, n);
+  if (send && to && from && root_node >= 0) {
+    /* Roles are set even after a local failure: the peers must be told. */
+    if (!is_root) from[root_node] = 1;
+    for (int p = 0; is_root && p < n; p++) to[p] = p != c->node_rank;
+  }
+  if (!local && is_root && n > 1) {
+    vmmipc_desc_t shared = NULL;
+    if (!scatter) local = vmmipc__export_opt(c, single, &shared);
+    for (int p = 0; !local && p < n; p++) {
+      int rk = c->rank_of[p];
+      if (rk == root) continue;
+      if (!scatter) local = vmmipc__desc_dup(shared, &send[p]); /* bcast: one export */
+      else local = vmmipc__export_opt(c, bufs[rk], &send[p]);
+      if (local) vmmipc__error_prefix("buffer for rank %d: ", rk);
+    }
+    vmmipc_desc_free(shared);
+  }
+  root_ctx_t m = {c, access, out, root};
+  int secondary = 0;
+  vmmipc_result_t x = vmmipc__coll_exchange(c, send, to, from, import_from_root, &m, local, &secondary);
+  if (!local) local = x;
+  vmmipc__free_descs(send, send ? n : 0);
+  free(send);
+  free(to);
+  free(from);
+  r = vmmipc__agree(c, local, secondary, op);
+  if (r && out && *out) {
+    vmmipc_buf_free(*out);
+    *out = NULL;
+  }
+  c->timing.total_s = vmmipc__now() - t0;
+  vmmipc__leave(c);
+  return r;
+}
+
+vmmipc_result_t vmmipc_bcast_map(vmmipc_comm_t c, vmmipc_buf_t buf, int root, const vmmipc_access_t *access,
+                                 vmmipc_buf_t *out) {
+  return map_from_root(c, 0, NULL, buf, root, access, out, "vmmipc_bcast_map");
+}
+
+vmmipc_result_t vmmipc_scatter_map(vmmipc_comm_t c, const vmmipc_buf_t *bufs, int root,
+                                   const vmmipc_access_t *access, vmmipc_buf_t *out) {
+  return map_from_root(c, 1, bufs, NULL, root, access, out, "vmmipc_scatter_map");
+}

@@ -1,0 +1,390 @@
+/* vmmipc_comm_create / vmmipc_comm_destroy: the private duplicate, one
+ * bounded allgather of what each rank is (process, host, configuration),
+ * the node split, the configuration agreed, the socket mesh, and the
+ * agreement. Every rank takes part in every step, whatever failed locally,
+ * so that a local failure is reported everywhere instead of leaving a peer
+ * waiting. */
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "common/defaults.h"
+#include "common/host.h"
+#include "common/random.h"
+
+/* What each rank tells every other (MPI_BYTE: one ABI across a job). */
+struct rank_info {
+  int32_t status;       /* this rank's result so far */
+  int32_t pid, uid;
+  int32_t timeout_ms;
+  int32_t socket_ns;    /* resolved: VMMIPC_SOCKET_ABSTRACT or _FILESYSTEM */
+  int32_t explicit_ns;  /* 1: the config chose it; 0: the environment or the default */
+  uint64_t comm_id;     /* rank 0's names the comm */
+  unsigned char boot_id[16];
+  char node_id[64];     /* VMMIPC_NODE_ID, or "" */
+  char host[64];
+};
+
+/* What each rank tells its node once its socket is bound. */
+struct node_info {
+  int32_t status;
+  int32_t pad;
+  unsigned char addr[VMMIPC__ADDR_BYTES];
+};
+
+static vmmipc_result_t check_config(const vmmipc_config_t *cfg, const char *op) {
+  if (!cfg) return VMMIPC_SUCCESS;
+  if (cfg->struct_size < offsetof(vmmipc_config_t, socket_dir) + sizeof(const char *) || cfg->struct_size > 4096)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: config->struct_size is %zu; hint: initialise the config with VMMIPC_CONFIG_INIT", op,
+                         cfg->struct_size);
+  if (cfg->socket_namespace != VMMIPC_SOCKET_AUTO && cfg->socket_namespace != VMMIPC_SOCKET_ABSTRACT &&
+      cfg->socket_namespace != VMMIPC_SOCKET_FILESYSTEM)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: config->socket_namespace %d is none of VMMIPC_SOCKET_AUTO, _ABSTRACT, _FILESYSTEM", op,
+                         cfg->socket_namespace);
+  return VMMIPC_SUCCESS;
+}
+
+/* A field of the config, or its default when the caller's struct is older. */
+#define CFG_HAS(cfg, field) \
+  ((cfg) && (cfg)->struct_size >= offsetof(vmmipc_config_t, field) + sizeof((cfg)->field))
+
+static int resolve_timeout(const vmmipc_config_t *cfg) {
+  if (cfg && cfg->timeout_ms > 0) return cfg->timeout_ms;
+  const char *e = getenv("VMMIPC_TIMEOUT_MS");
+  if (e && *e) {
+    long v = strtol(e, NULL, 10);
+    if (v > 0 && v < INT_MAX / 2) return (int)v;
+  }
+  return VMMIPC__DEFAULT_TIMEOUT_MS;
+}
+
+/* An explicit choice in the config beats VMMIPC_SOCKET_DIR. */
+static int resolve_namespace(const vmmipc_config_t *cfg, int *explicit_choice) {
+  *explicit_choice = cfg && cfg->socket_namespace != VMMIPC_SOCKET_AUTO;
+  if (*explicit_choice) return cfg->socket_namespace;
+  const char *env = getenv("VMMIPC_SOCKET_DIR");
+  return (env && *env) ? VMMIPC_SOCKET_FILESYSTEM : VMMIPC_SOCKET_ABSTRACT;
+}
+
+static const char *resolve_dir(const vmmipc_config_t *cfg) {
+  if (cfg && cfg->socket_dir && *cfg->socket_dir) return cfg->socket_dir;
+  const char *env = getenv("VMMIPC_SOCKET_DIR");
+  if (env && *env) return env;
+  const char *tmp = getenv("TMPDIR");
+  return (tmp && *tmp) ? tmp : "/tmp";
+}
+
+static void comm_free(struct vmmipc_comm *c) {
+  if (!c) return;
+  vmmipc__tp_close(c->tp);
+  if (c->node != MPI_COMM_NULL) MPI_Comm_free(&c->node);
+  if (c->dup != MPI_COMM_NULL) MPI_Comm_free(&c->dup);
+  free(c->node_of);
+  free(c->rank_of);
+  free(c);
+}
+
+/* The first rank whose status is a failure, or -1. */
+static int first_failure(const struct rank_info *all, int n) {
+  for (int r = 0; r < n; r++)
+    if (all[r].status) return r;
+  return -1;
+}
+
+/* Every rank must use the same timeout and socket mode: a rank that waits
+ * less, or listens elsewhere, would fail later with a misleading error. */
+static vmmipc_result_t check_agreed(const struct rank_info *all, int n, const char *op) {
+  for (int r = 1; r < n; r++) {
+    if (all[r].timeout_ms != all[0].timeout_ms)
+      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                           "%s: the ranks disagree on the timeout: rank 0 uses %d ms and rank %d %d ms; hint: set "
+                           "vmmipc_config_t.timeout_ms or VMMIPC_TIMEOUT_MS alike on every rank",
+                           op, all[0].timeout_ms, r, all[r].timeout_ms);
+    if (all[r].socket_ns != all[0].socket_ns) {
+      const char *how[2] = {"by VMMIPC_SOCKET_DIR or the default", "by its config"};
+      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                           "%s: the ranks disagree on the socket mode: rank 0 uses %s sockets (chosen %s) and rank %d "
+                           "%s sockets (chosen %s); hint: set VMMIPC_SOCKET_DIR (or socket_namespace) alike on every "
+                           "rank",
+                           op, all[0].socket_ns ? "filesystem" : "abstract", how[all[0].explicit_ns != 0], r,
+                           all[r].socket_ns ? "filesystem" : "abstract", how[all[r].explicit_ns != 0]);
+    }
+  }
+  return VMMIPC_SUCCESS;
+}
+
+static int same_node_key(const struct rank_info *a, const struct rank_info *b) {
+  return memcmp(a->boot_id, b->boot_id, 16) == 0 && strcmp(a->node_id, b->node_id) == 0;
+}
+
+/* Ranks that MPI puts on one node must share a kernel to pass fds. */
+static vmmipc_result_t check_shared_node(struct vmmipc_comm *c, const struct rank_info *all, const char *op) {
+  MPI_Comm shm = MPI_COMM_NULL;
+  int rc = MPI_Comm_split_type(c->dup, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &shm);
+  if (rc != MPI_SUCCESS) return vmmipc__mpi_error(rc, "%s: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", op);
+  int n = 0;
+  MPI_Comm_size(shm, &n);
+  MPI_Group g = MPI_GROUP_NULL, dg = MPI_GROUP_NULL;
+  int *in = malloc((size_t)n * sizeof *in), *out = malloc((size_t)n * sizeof *out);
+  vmmipc_result_t r = VMMIPC_SUCCESS;
+  if (!in || !out) r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s", op);
+  if (!r) {
+    for (int i = 0; i < n; i++) in[i] = i;
+    MPI_Comm_group(shm, &g);
+    MPI_Comm_group(c->dup, &dg);
+    MPI_Group_translate_ranks(g, n, in, dg, out);
+    for (int i = 1; i < n && !r; i++)
+      if (memcmp(all[out[i]].boot_id, all[out[0]].boot_id, 16) != 0)
+        r = vmmipc__error(VMMIPC_ERR_PEER,
+                          "%s: ranks %d (host %s) and %d (host %s) share an MPI node but run on different kernels "
+                          "(boot ids differ), so they cannot share memory; hint: run one container per node with "
+                          "shared IPC, PID and network namespaces, or set VMMIPC_NODE_ID per host",
+                          op, out[0], all[out[0]].host, out[i], all[out[i]].host);
+  }
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (dg != MPI_GROUP_NULL) MPI_Group_free(&dg);
+  free(in);
+  free(out);
+  MPI_Comm_free(&shm);
+  return r;
+}
+
+/* Node tables from the allgathered records (node ranks follow comm ranks). */
+static vmmipc_result_t node_tables(struct vmmipc_comm *c, const struct rank_info *all, const char *op) {
+  c->node_of = malloc((size_t)c->size * sizeof *c->node_of);
+  if (!c->node_of) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: node tables", op);
+  int k = 0;
+  for (int r = 0; r < c->size; r++) c->node_of[r] = same_node_key(&all[r], &all[c->rank]) ? k++ : -1;
+  c->rank_of = malloc((size_t)k * sizeof *c->rank_of);
+  if (!c->rank_of) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: node tables", op);
+  for (int r = 0; r < c->size; r++)
+    if (c->node_of[r] >= 0) c->rank_of[c->node_of[r]] = r;
+  c->node_size = k;
+  c->node_rank = c->node_of[c->rank];
+  return VMMIPC_SUCCESS;
+}
+
+/* Binds, publishes the address over the node, and connects the mesh. */
+static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t *cfg, const struct rank_info *all,
+                                    vmmipc_result_t local, const char *op) {
+  if (!local) {
+    int explicit_ns;
+    vmmipc__tp_opts_t o = {resolve_namespace(cfg, &explicit_ns), resolve_dir(cfg), c->node_rank, c->node_size,
+                           c->rank_of, c->timeout_ms, all[0].comm_id};
+    local = vmmipc__tp_open(&o, &c->tp);
+  }
+  int n = c->node_size;
+  struct node_info *mine = calloc(1, sizeof *mine), *ni = calloc((size_t)n, sizeof *ni);
+  if (!mine || !ni) {
+    free(mine);
+    free(ni);
+    return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d address records", op, n);
+  }
+  mine->status = (int32_t)local;
+  if (!local) memcpy(mine->addr, vmmipc__tp_addr(c->tp), VMMIPC__ADDR_BYTES);
+  MPI_Request req = MPI_REQUEST_NULL;
+  int mrc = MPI_Iallgather(mine, (int)sizeof *mine, MPI_BYTE, ni, (int)sizeof *mine, MPI_BYTE, c->node, &req);
+  int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(&req, 1, vmmipc__now_ms() + c->timeout_ms, &mrc) : -1;
+  if (w != 0) {
+    vmmipc_result_t r =
+        w < 0 ? vmmipc__mpi_error(mrc, "%s: MPI_Iallgather of socket addresses", op)
+              : vmmipc__error(VMMIPC_ERR_TIMEOUT,
+                              "%s: publishing socket addresses over the node timed out after %d ms: a rank of this "
+                              "node is not in the call",
+                              op, c->timeout_ms);
+    if (w > 0) {
+      vmmipc__mpi_abandon(&req, 1, 0, ni);
+      ni = NULL;
+      vmmipc__mpi_keep(mine);
+      mine = NULL;
+    }
+    free(mine);
+    free(ni);
+    return r;
+  }
+  vmmipc_result_t r = local;
+  for (int i = 0; i < n && !r; i++)
+    if (ni[i].status)
+      r = vmmipc__error(VMMIPC_ERR_PEER, "%s: rank %d could not open its socket", op, c->rank_of[i]);
+  if (!r) {
+    unsigned char *addrs = malloc((size_t)n * VMMIPC__ADDR_BYTES);
+    pid_t *pids = malloc((size_t)n * sizeof *pids);
+    uid_t *uids = malloc((size_t)n * sizeof *uids);
+    if (!addrs || !pids || !uids) {
+      r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: peer tables", op);
+    } else {
+      for (int i = 0; i < n; i++) {
+        memcpy(addrs + (size_t)i * VMMIPC__ADDR_BYTES, ni[i].addr, VMMIPC__ADDR_BYTES);
+        pids[i] = (pid_t)all[c->rank_of[i]].pid;
+        uids[i] = (uid_t)all[c->rank_of[i]].uid;
+      }
+      r = vmmipc__tp_connect(c->tp, addrs, pids, uids);
+    }
+    free(addrs);
+    free(pids);
+    free(uids);
+  }
+  free(mine);
+  free(ni);
+  return r;
+}
+
+vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vmmipc_comm_t *out) {
+  const char *op = "vmmipc_comm_create";
+  if (out) *out = NULL;
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  if (inited) MPI_Finalized(&finalized);
+  if (!inited || finalized)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: MPI is %s; hint: call it between MPI_Init and MPI_Finalize",
+                         op, inited ? "finalized" : "not initialised");
+  if (comm == MPI_COMM_NULL) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm is MPI_COMM_NULL", op);
+  struct vmmipc_comm *c = calloc(1, sizeof *c);
+  MPI_Comm *cell = malloc(sizeof *cell); /* MPI writes it when the idup completes */
+  if (!c || !cell) {
+    free(c);
+    free(cell);
+    return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s", op);
+  }
+  c->dup = c->node = MPI_COMM_NULL;
+  c->timeout_ms = resolve_timeout(cfg);
+  MPI_Query_thread(&c->thread_level);
+  /* Bad arguments fail every rank, through the steps below. */
+  vmmipc_result_t local = out ? check_config(cfg, op) : vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: out is NULL", op);
+
+  MPI_Request req = MPI_REQUEST_NULL;
+  int mrc = MPI_Comm_idup(comm, cell, &req);
+  int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(&req, 1, vmmipc__now_ms() + c->timeout_ms, &mrc) : -1;
+  if (w != 0) {
+    vmmipc_result_t r = w < 0 ? vmmipc__mpi_error(mrc, "%s: MPI_Comm_idup", op)
+                              : vmmipc__error(VMMIPC_ERR_TIMEOUT,
+                                              "%s: duplicating the communicator timed out after %d ms: some rank is "
+                                              "not in vmmipc_comm_create",
+                                              op, c->timeout_ms);
+    if (w > 0) {
+      vmmipc__mpi_abandon(&req, 1, 0, cell);
+      cell = NULL;
+    }
+    free(cell);
+    free(c);
+    return r;
+  }
+  c->dup = *cell;
+  free(cell);
+  MPI_Comm_set_errhandler(c->dup, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(c->dup, &c->rank);
+  MPI_Comm_size(c->dup, &c->size);
+
+  struct rank_info *me = calloc(1, sizeof *me), *all = calloc((size_t)c->size, sizeof *all);
+  if (!me || !all) {
+    free(me);
+    free(all);
+    comm_free(c);
+    return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d rank records", op, c->size);
+  }
+  me->pid = (int32_t)getpid();
+  me->uid = (int32_t)geteuid(); /* SO_PEERCRED reports the effective uid */
+  me->timeout_ms = c->timeout_ms;
+  int explicit_ns;
+  me->socket_ns = resolve_namespace(cfg, &explicit_ns);
+  me->explicit_ns = explicit_ns;
+  const char *nid = getenv("VMMIPC_NODE_ID");
+  snprintf(me->node_id, sizeof me->node_id, "%s", nid ? nid : "");
+  gethostname(me->host, sizeof me->host - 1);
+  if (!local) local = vmmipc__host_id(me->boot_id);
+  if (!local && c->rank == 0) local = vmmipc__random(&me->comm_id, sizeof me->comm_id, op);
+  me->status = (int32_t)local;
+  req = MPI_REQUEST_NULL;
+  mrc = MPI_Iallgather(me, (int)sizeof *me, MPI_BYTE, all, (int)sizeof *me, MPI_BYTE, c->dup, &req);
+  w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(&req, 1, vmmipc__now_ms() + c->timeout_ms, &mrc) : -1;
+  if (w != 0) {
+    vmmipc_result_t r = w < 0 ? vmmipc__mpi_error(mrc, "%s: MPI_Iallgather of rank records", op)
+                              : vmmipc__error(VMMIPC_ERR_TIMEOUT,
+                                              "%s: gathering rank records timed out after %d ms: some rank is not in "
+                                              "vmmipc_comm_create",
+                                              op, c->timeout_ms);
+    if (w > 0) { /* MPI may still fill them: keep both */
+      vmmipc__mpi_abandon(&req, 1, 0, all);
+      vmmipc__mpi_keep(me);
+      all = me = NULL;
+    }
+    free(me);
+    free(all);
+    comm_free(c);
+    return r;
+  }
+  /* Every rank now sees every status and configuration: what follows is
+   * decided alike everywhere. */
+  int failed = first_failure(all, c->size);
+  if (failed < 0) local = check_agreed(all, c->size, op);
+  if (failed < 0 && !local) local = check_shared_node(c, all, op);
+  if (failed < 0) {
+    int color = 0;
+    while (!same_node_key(&all[color], &all[c->rank])) color++;
+    mrc = MPI_Comm_split(c->dup, color, c->rank, &c->node);
+    if (mrc != MPI_SUCCESS && !local) local = vmmipc__mpi_error(mrc, "%s: MPI_Comm_split by node", op);
+    if (mrc == MPI_SUCCESS) {
+      MPI_Comm_set_errhandler(c->node, MPI_ERRORS_RETURN);
+      vmmipc_result_t t = node_tables(c, all, op);
+      if (!local) local = t;
+      /* All ranks of one node saw the same records: they share the outcome
+       * so far, and take part in the address exchange together. */
+      if (!t) {
+        vmmipc_result_t s = open_sockets(c, cfg, all, local, op);
+        if (!local) local = s;
+      }
+    }
+  } else if (failed != c->rank) {
+    local = vmmipc__error(VMMIPC_ERR_PEER, "%s: rank %d failed before the node split", op, failed);
+  }
+  free(me);
+  free(all);
+  /* A failure that only this rank saw is secondary when a lower rank also failed. */
+  vmmipc_result_t r = vmmipc__agree(c, local, failed >= 0 && failed != c->rank, op);
+  if (r || c->broken) {
+    if (!r) r = VMMIPC_ERR_TIMEOUT;
+    comm_free(c);
+    return r;
+  }
+  c->timing.struct_size = sizeof c->timing;
+  *out = c;
+  return VMMIPC_SUCCESS;
+}
+
+vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
+  const char *op = "vmmipc_comm_destroy";
+  if (!c) return VMMIPC_SUCCESS; /* like free(NULL) */
+  if (c->broken) { /* nobody to agree with: clean up locally */
+    int idle = 0;
+    if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: another thread is inside a call on this comm", op);
+    if (c->open_windows) {
+      __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                           "%s: %d window(s) of this comm are open; hint: vmmipc_win_free them first (it frees them "
+                           "locally on a broken comm)",
+                           op, c->open_windows);
+    }
+    comm_free(c);
+    return VMMIPC_SUCCESS;
+  }
+  vmmipc_result_t r = vmmipc__enter(c, op, 1);
+  if (r) return r;
+  vmmipc_result_t local = VMMIPC_SUCCESS;
+  if (c->open_windows)
+    local = vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                          "%s: %d window(s) of this comm are open; hint: vmmipc_win_free them first", op,
+                          c->open_windows);
+  /* Collective: nobody closes its sockets while a peer may still send. */
+  r = vmmipc__agree(c, local, 0, op);
+  vmmipc__leave(c);
+  if (r && !c->broken) return r; /* refused everywhere: the comm stays usable */
+  comm_free(c);
+  return r;
+}

@@ -1,0 +1,77 @@
+/* Who may call when: one call at a time per comm, concurrency across comms
+ * only as far as the MPI thread level allows, and no call on a broken comm.
+ * Overlapping calls on one comm are refused rather than serialised: two
+ * collectives serialised in different orders on two ranks would match the
+ * wrong calls, as in MPI. */
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/comm.h"
+
+/* Threads inside a call on any comm (each of them may call MPI). */
+static int g_inside; /* __atomic builtins: the header is shared with C++ tests */
+
+static const char *level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "an unknown thread level";
+}
+
+vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collective) {
+  int idle = 0;
+  if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+    const char *other = __atomic_load_n(&c->busy_op, __ATOMIC_RELAXED);
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: another thread is inside %s on this comm; hint: calls on one comm must not overlap: "
+                         "serialise them, or give each thread its own comm",
+                         op, other ? other : "a call");
+  }
+  __atomic_store_n(&c->busy_op, op, __ATOMIC_RELAXED);
+  int others = __atomic_fetch_add(&g_inside, 1, __ATOMIC_ACQ_REL);
+  if (c->thread_level < MPI_THREAD_MULTIPLE && others > 0) {
+    vmmipc__leave(c);
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: another thread is inside a vmmipc call on another comm, and MPI provides %s; hint: "
+                         "calls on different comms may run at once only under MPI_THREAD_MULTIPLE "
+                         "(MPI_Init_thread)",
+                         op, level_name(c->thread_level));
+  }
+  if (c->thread_level < MPI_THREAD_SERIALIZED) {
+    int main_thread = 0;
+    MPI_Is_thread_main(&main_thread);
+    if (!main_thread) {
+      vmmipc__leave(c);
+      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                           "%s: called from a thread other than MPI's main thread, and MPI provides %s; hint: call "
+                           "from the thread that initialised MPI, or initialise it with MPI_THREAD_SERIALIZED or "
+                           "higher",
+                           op, level_name(c->thread_level));
+    }
+  }
+  if (c->broken) {
+    vmmipc__leave(c);
+    return vmmipc__error(VMMIPC_ERR_PEER, "%s: the communicator is broken: %s", op, c->broken_msg);
+  }
+  if (collective) {
+    c->epoch++; /* on every rank, whatever the outcome: frames of this call carry it */
+    memset(&c->timing, 0, sizeof c->timing);
+    c->timing.struct_size = sizeof c->timing;
+  }
+  return VMMIPC_SUCCESS;
+}
+
+void vmmipc__leave(struct vmmipc_comm *c) {
+  __atomic_fetch_sub(&g_inside, 1, __ATOMIC_ACQ_REL);
+  __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+}
+
+void vmmipc__break(struct vmmipc_comm *c) {
+  if (c->broken) return;
+  c->broken = 1;
+  snprintf(c->broken_msg, sizeof c->broken_msg, "%s", vmmipc_last_error());
+}

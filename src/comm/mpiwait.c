@@ -1,0 +1,74 @@
+/* Bounded waits on MPI requests, and giving up on the ones that will not
+ * complete (a rank that died or never entered the call, under an MPI that
+ * does not end the job). */
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "comm/comm.h"
+
+vmmipc_result_t vmmipc__mpi_error(int mpi_rc, const char *fmt, ...) {
+  char call[512], text[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(call, sizeof call, fmt, ap);
+  va_end(ap);
+  if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "MPI error %d", mpi_rc);
+  return vmmipc__error(VMMIPC_ERR_MPI, "%s failed: %s", call, text);
+}
+
+int vmmipc__mpi_wait(MPI_Request *reqs, int n, int64_t deadline_ms, int *mpi_rc) {
+  for (unsigned spin = 0;; spin++) {
+    int done = 0;
+    int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      *mpi_rc = rc;
+      return -1;
+    }
+    if (done) return 0;
+    /* The clock is cheap (vDSO); yielding keeps oversubscribed nodes going. */
+    if (vmmipc__now_ms() >= deadline_ms) return 1;
+    if (spin > 64) sched_yield();
+  }
+}
+
+/* Buffers MPI may still write or read: kept for the life of the process
+ * (reachable, so leak checkers stay quiet), as are nonblocking collective
+ * requests, which MPI lets nobody cancel or free. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static void **g_keep;
+static size_t g_nkeep, g_capkeep;
+
+void vmmipc__mpi_keep(void *keep) {
+  if (!keep) return;
+  pthread_mutex_lock(&g_mu);
+  if (g_nkeep == g_capkeep) {
+    size_t cap = g_capkeep ? 2 * g_capkeep : 16;
+    void **k = realloc(g_keep, cap * sizeof *k);
+    if (k) {
+      g_keep = k;
+      g_capkeep = cap;
+    }
+  }
+  if (g_nkeep < g_capkeep) g_keep[g_nkeep++] = keep;
+  pthread_mutex_unlock(&g_mu);
+}
+
+void vmmipc__mpi_abandon(MPI_Request *reqs, int n, int cancel, void *keep) {
+  for (int i = 0; i < n; i++) {
+    if (reqs[i] == MPI_REQUEST_NULL) continue;
+    int flag = 0;
+    MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
+    if (flag || reqs[i] == MPI_REQUEST_NULL || !cancel) continue;
+    /* Cancelling works for receives; a request that still does not
+     * complete is left to MPI. (Nonblocking collectives cannot be
+     * cancelled at all.) */
+    MPI_Cancel(&reqs[i]);
+    int64_t until = vmmipc__now_ms() + 50;
+    while (!flag && vmmipc__now_ms() < until) MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
+  }
+  vmmipc__mpi_keep(keep);
+}

@@ -1,0 +1,590 @@
+/* The progress loop (tp.h): sends and receives messages over the mesh of
+ * conn.c, matched by context and epoch through the codec, every wait
+ * bounded, peers told (ABORT) when this rank gives up. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/host.h"
+#include "common/le.h"
+#include "transport/tp.h"
+
+/* Longest single poll(): liveness of pending peers is checked this often. */
+#define TP_SLICE_MS 100
+/* Poll slice while waiting for what poll() cannot report (ETOOMANYREFS). */
+#define TP_RETRY_MS 2
+/* Total time one exchange may spend telling peers it gave up. */
+#define TP_ABORT_BUDGET_MS 200
+
+struct vmmipc__tp {
+  vmmipc__conn_t *conn;
+  int timeout_ms;
+  vmmipc__asm_t *rx[2];     /* [ctx - 1][node rank]: the stream from that peer */
+  uint64_t *p2p_next_out;   /* [node rank]: number of the next message to it */
+  uint64_t *p2p_next_in;    /* [node rank]: lowest number still expected from it */
+  unsigned char *rbuf;      /* one frame: header + the largest payload + 1 */
+  size_t rbuf_cap;
+  uint64_t stale_frames, stale_fds;
+};
+
+static int tp_rank(const vmmipc__tp_t *tp, int p) { return vmmipc__conn_rank(tp->conn, p); }
+
+vmmipc_result_t vmmipc__tp_open(const vmmipc__tp_opts_t *o, vmmipc__tp_t **out) {
+  *out = NULL;
+  vmmipc__tp_t *tp = calloc(1, sizeof *tp);
+  if (!tp) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "opening the transport");
+  size_t n = o->node_size > 0 ? (size_t)o->node_size : 1;
+  tp->timeout_ms = o->timeout_ms;
+  tp->rx[0] = calloc(n, sizeof(vmmipc__asm_t));
+  tp->rx[1] = calloc(n, sizeof(vmmipc__asm_t));
+  tp->p2p_next_out = calloc(n, sizeof(uint64_t));
+  tp->p2p_next_in = calloc(n, sizeof(uint64_t));
+  tp->rbuf_cap = VMMIPC__FRAME_HEADER_BYTES + VMMIPC__FRAME_MAX_BYTES + 1;
+  tp->rbuf = malloc(tp->rbuf_cap);
+  if (!tp->rx[0] || !tp->rx[1] || !tp->p2p_next_out || !tp->p2p_next_in || !tp->rbuf) {
+    vmmipc__tp_close(tp);
+    return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "opening the transport: tables for %d ranks", o->node_size);
+  }
+  vmmipc__conn_opts_t co = {o->socket_namespace, o->socket_dir, o->node_rank, o->node_size, o->ranks, o->comm_id};
+  vmmipc_result_t rc = vmmipc__conn_open(&co, &tp->conn);
+  if (rc) {
+    vmmipc__tp_close(tp);
+    return rc;
+  }
+  *out = tp;
+  return VMMIPC_SUCCESS;
+}
+
+const unsigned char *vmmipc__tp_addr(const vmmipc__tp_t *tp) { return tp->conn->addr; }
+
+vmmipc_result_t vmmipc__tp_connect(vmmipc__tp_t *tp, const unsigned char *addrs, const pid_t *pids,
+                                   const uid_t *uids) {
+  return vmmipc__conn_mesh(tp->conn, addrs, pids, uids, vmmipc__now_ms() + tp->timeout_ms);
+}
+
+void vmmipc__tp_close(vmmipc__tp_t *tp) {
+  if (!tp) return;
+  int n = tp->conn ? tp->conn->node_size : 0;
+  for (int k = 0; k < 2; k++)
+    for (int p = 0; tp->rx[k] && p < n; p++) vmmipc__asm_reset(&tp->rx[k][p]);
+  vmmipc__conn_close(tp->conn);
+  free(tp->rx[0]);
+  free(tp->rx[1]);
+  free(tp->p2p_next_out);
+  free(tp->p2p_next_in);
+  free(tp->rbuf);
+  free(tp);
+}
+
+void vmmipc__tp_stats(const vmmipc__tp_t *tp, vmmipc__tp_stats_t *s) {
+  s->stale_frames = tp->stale_frames;
+  s->stale_fds = tp->stale_fds;
+  s->refused = tp->conn->refused;
+}
+
+/* ---- one exchange ------------------------------------------------------------ */
+
+typedef struct sop {
+  const vmmipc__tp_send_t *msg;
+  uint64_t seq;
+  uint32_t index;  /* next frame */
+  uint64_t frames;
+  int backoff;     /* ETOOMANYREFS: retry after a short wait, not on POLLOUT */
+  int done;
+} sop_t;
+
+typedef struct rop {
+  vmmipc__tp_recv_t *slot; /* NULL: only watched (COLL: a peer we send to but do not hear from) */
+  int peer;
+  uint64_t lo, hi;
+  int done;
+} rop_t;
+
+typedef struct xstate {
+  vmmipc__tp_t *tp;
+  vmmipc__tp_xchg_t *x;
+  sop_t *sops;
+  rop_t *rops;
+  int nrops;
+  int retry_soon;
+} xstate_t;
+
+static vmmipc_result_t closed_error(vmmipc__tp_t *tp, int p) {
+  int R = tp_rank(tp, p);
+  return vmmipc__error(VMMIPC_ERR_PEER,
+                       "the connection with rank %d is closed (%s); hint: rank %d failed, exited or destroyed its "
+                       "communicator; this comm cannot talk to it any more",
+                       R, tp->conn->closed[p] ? tp->conn->closed[p] : "unknown reason", R);
+}
+
+static int peer_gone_errno(int e) { return e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ECONNREFUSED; }
+
+static vmmipc_result_t hung_up(vmmipc__tp_t *tp, int p, int e) {
+  int R = tp_rank(tp, p);
+  char why[160];
+  snprintf(why, sizeof why, "rank %d hung up (%s)", R, e ? vmmipc__errno_name(e) : "end of file");
+  vmmipc__conn_drop(tp->conn, p, why);
+  return vmmipc__error(VMMIPC_ERR_PEER,
+                       "%s; hint: rank %d has probably failed or destroyed its communicator; check its output", why,
+                       R);
+}
+
+static vmmipc_result_t send_progress(xstate_t *s, sop_t *op) {
+  vmmipc__tp_t *tp = s->tp;
+  const vmmipc__tp_send_t *m = op->msg;
+  int p = m->peer, fd = tp->conn->fd[s->x->ctx - 1][p];
+  if (fd < 0) return closed_error(tp, p);
+  while (!op->done) {
+    vmmipc__frame_t f;
+    memset(&f, 0, sizeof f);
+    f.kind = VMMIPC__KIND_DATA;
+    f.ctx = (uint16_t)s->x->ctx;
+    f.sender = (uint32_t)tp->conn->node_rank;
+    f.receiver = (uint32_t)p;
+    f.comm_id = tp->conn->comm_id;
+    f.seq = op->seq;
+    f.total_bytes = m->num_bytes;
+    f.total_fds = (uint32_t)m->num_fds;
+    f.index = op->index;
+    vmmipc__frame_cut(f.total_bytes, f.total_fds, f.index, &f.frame_bytes, &f.frame_fds);
+    unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
+    vmmipc__frame_encode(&f, head);
+    size_t off_b = (size_t)op->index * VMMIPC__FRAME_MAX_BYTES, off_f = (size_t)op->index * VMMIPC__FRAME_MAX_FDS;
+    int e = vmmipc__conn_send(fd, head, sizeof head, f.frame_bytes ? (const char *)m->bytes + off_b : NULL,
+                              f.frame_bytes, f.frame_fds ? m->fds + off_f : NULL, (int)f.frame_fds);
+    if (e == EAGAIN || e == EWOULDBLOCK) return VMMIPC_SUCCESS; /* wait for POLLOUT */
+    if (e == ETOOMANYREFS) { /* too many fds in flight for this user: wait for the receiver */
+      op->backoff = 1;
+      s->retry_soon = 1;
+      return VMMIPC_SUCCESS;
+    }
+    if (e && peer_gone_errno(e)) return hung_up(tp, p, e);
+    if (e)
+      return vmmipc__os_error(VMMIPC_ERR_SYSTEM, e,
+                              e == EBADF ? "one of the fds to send was closed while the call ran" : NULL,
+                              "sending to rank %d (frame %u of %llu)", tp_rank(tp, p), (unsigned)op->index,
+                              (unsigned long long)op->frames);
+    if (++op->index == op->frames) op->done = 1;
+  }
+  return VMMIPC_SUCCESS;
+}
+
+/* The fds of a frame were cut short: almost always RLIMIT_NOFILE. */
+static vmmipc_result_t fd_limit_error(vmmipc__tp_t *tp, int p, int got, unsigned want) {
+  struct rlimit rl;
+  long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (long)rl.rlim_cur : -1;
+  return vmmipc__error(VMMIPC_ERR_SYSTEM,
+                       "receiving from rank %d: the file descriptors of a frame were cut short (MSG_CTRUNC: %d of %u "
+                       "arrived and were closed): this process has %d fds open with a limit of %ld (RLIMIT_NOFILE); "
+                       "hint: raise the open-file limit (ulimit -n)",
+                       tp_rank(tp, p), got, want, vmmipc__fd_count(), lim);
+}
+
+static vmmipc_result_t bad_stream(vmmipc__tp_t *tp, int p, const char *why) {
+  int R = tp_rank(tp, p);
+  char reason[400];
+  snprintf(reason, sizeof reason, "rank %d broke the protocol: %s", R, why);
+  vmmipc__conn_drop(tp->conn, p, reason);
+  return vmmipc__error(VMMIPC_ERR_INVALID_DESC,
+                       "receiving from rank %d: %s; the connection was closed; hint: every rank must run the same "
+                       "vmmipc build",
+                       R, why);
+}
+
+static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op) {
+  vmmipc__tp_t *tp = s->tp;
+  vmmipc__tp_xchg_t *x = s->x;
+  int p = op->peer, ctx = x->ctx, R = tp_rank(tp, p);
+  vmmipc__asm_t *a = &tp->rx[ctx - 1][p];
+  while (!op->done) {
+    int fd = tp->conn->fd[ctx - 1][p];
+    if (fd < 0) return closed_error(tp, p);
+    vmmipc__rec_t rec;
+    int e = vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec);
+    if (e == EAGAIN || e == EWOULDBLOCK) return VMMIPC_SUCCESS;
+    if (e && peer_gone_errno(e)) return hung_up(tp, p, e);
+    if (e) return vmmipc__os_error(VMMIPC_ERR_SYSTEM, e, NULL, "receiving from rank %d", R);
+    if (rec.len == 0) {
+      vmmipc__close_fds(rec.fds, rec.nfds);
+      return hung_up(tp, p, 0);
+    }
+    vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id, (uint16_t)ctx};
+    vmmipc__frame_t f;
+    char why[400];
+    if (rec.ctrunc) {
+      /* Not the peer's fault: this message is lost here; skip its other frames. */
+      int full = rec.len >= VMMIPC__FRAME_HEADER_BYTES;
+      unsigned announced = full ? vmmipc__get32(tp->rbuf + 60) : 0;
+      uint64_t seq = full ? vmmipc__get64(tp->rbuf + 32) : 0;
+      int got = rec.nfds;
+      vmmipc__close_fds(rec.fds, rec.nfds);
+      tp->stale_fds += (uint64_t)got;
+      vmmipc__asm_skip(a, seq, &tp->stale_fds);
+      return fd_limit_error(tp, p, got, announced);
+    }
+    if (rec.truncated || rec.odd_cmsg) {
+      vmmipc__close_fds(rec.fds, rec.nfds);
+      return bad_stream(tp, p, rec.truncated ? "a frame longer than the largest legal frame (MSG_TRUNC)"
+                                             : "a control message other than SCM_RIGHTS");
+    }
+    if (vmmipc__frame_decode(tp->rbuf, rec.len, rec.nfds, &want, &f, why, sizeof why) != 0) {
+      vmmipc__close_fds(rec.fds, rec.nfds);
+      return bad_stream(tp, p, why);
+    }
+    if (f.kind == VMMIPC__KIND_HELLO) {
+      vmmipc__close_fds(rec.fds, rec.nfds);
+      return bad_stream(tp, p, "a HELLO frame after the connection was set up");
+    }
+    const unsigned char *payload = tp->rbuf + VMMIPC__FRAME_HEADER_BYTES;
+    vmmipc__asm_rc_t rc = vmmipc__asm_feed(a, op->lo, op->hi, &f, payload, rec.fds, rec.nfds, &tp->stale_fds,
+                                           why, sizeof why);
+    switch (rc) {
+      case VMMIPC__ASM_STALE:
+        tp->stale_frames++;
+        continue;
+      case VMMIPC__ASM_MORE:
+        continue;
+      case VMMIPC__ASM_BAD:
+        vmmipc__asm_reset(a);
+        return bad_stream(tp, p, why);
+      case VMMIPC__ASM_NOMEM:
+        return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "receiving from rank %d: %s", R, why);
+      case VMMIPC__ASM_ABORT: {
+        if (ctx == VMMIPC__CTX_P2P) tp->p2p_next_in[p] = f.seq + 1; /* that message is gone */
+        x->aborted_by = p;
+        vmmipc_result_t code = (vmmipc_result_t)f.code;
+        if (code < VMMIPC_ERR_INVALID_ARG || code > VMMIPC_ERR_NO_MEMORY) code = VMMIPC_ERR_PEER;
+        return vmmipc__error(VMMIPC_ERR_PEER, "rank %d gave up (%s): %.*s", R, vmmipc_strerror(code),
+                             (int)f.frame_bytes, (const char *)payload);
+      }
+      case VMMIPC__ASM_DONE: {
+        if (!op->slot) { /* a watched peer sent data it owes nobody */
+          unsigned char *b;
+          size_t nb;
+          int *fds, nf;
+          vmmipc__asm_take(a, &b, &nb, &fds, &nf, NULL);
+          vmmipc__close_fds(fds, nf);
+          free(fds);
+          free(b);
+          return bad_stream(tp, p, "a message this rank does not expect in this collective");
+        }
+        uint64_t seq;
+        vmmipc__asm_take(a, &op->slot->bytes, &op->slot->num_bytes, &op->slot->fds, &op->slot->num_fds, &seq);
+        if (ctx == VMMIPC__CTX_P2P) tp->p2p_next_in[p] = seq + 1;
+        op->done = op->slot->done = 1;
+        if (x->on_recv) return x->on_recv(x->arg, op->slot);
+        return VMMIPC_SUCCESS;
+      }
+    }
+  }
+  return VMMIPC_SUCCESS;
+}
+
+/* Checks that the arguments describe an exchange this tp can carry out. */
+static vmmipc_result_t check_args(vmmipc__tp_t *tp, const vmmipc__tp_xchg_t *x) {
+  int n = tp->conn->node_size, me = tp->conn->node_rank;
+  if ((x->ctx != VMMIPC__CTX_P2P && x->ctx != VMMIPC__CTX_COLL) || x->num_sends < 0 || x->num_recvs < 0 ||
+      (x->num_sends && !x->sends) || (x->num_recvs && !x->recvs))
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "transport exchange: bad arguments");
+  char *seen = calloc(2 * (size_t)n, 1);
+  if (!seen) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "transport exchange");
+  vmmipc_result_t rc = VMMIPC_SUCCESS;
+  for (int i = 0; i < x->num_sends && !rc; i++) {
+    const vmmipc__tp_send_t *m = &x->sends[i];
+    if (m->peer < 0 || m->peer >= n || m->peer == me || seen[m->peer]++)
+      rc = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "transport exchange: send %d to node rank %d", i, m->peer);
+    else if ((m->num_bytes && !m->bytes) || m->num_fds < 0 || (m->num_fds && !m->fds) ||
+             (uint64_t)m->num_bytes > VMMIPC__MSG_MAX_BYTES || (uint64_t)m->num_fds > VMMIPC__MSG_MAX_FDS)
+      rc = vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "transport exchange: the message to rank %d (%zu bytes, %d fds) is malformed or exceeds the "
+                         "limits",
+                         tp_rank(tp, m->peer), m->num_bytes, m->num_fds);
+    for (int f = 0; !rc && f < m->num_fds; f++)
+      if (m->fds[f] < 0 || fcntl(m->fds[f], F_GETFD) < 0)
+        rc = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "transport exchange: fd %d (%d of %d) of the message to rank %d "
+                           "is not open",
+                           m->fds[f], f + 1, m->num_fds, tp_rank(tp, m->peer));
+  }
+  for (int i = 0; i < x->num_recvs && !rc; i++) {
+    int p = x->recvs[i].peer;
+    if (p < 0 || p >= n || p == me || seen[n + p]++)
+      rc = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "transport exchange: receive %d from node rank %d", i, p);
+  }
+  free(seen);
+  return rc;
+}
+
+/* Appends what each pending operation waits for (timeout messages). */
+static void describe_pending(const xstate_t *s, char *buf, size_t cap) {
+  size_t len = strlen(buf);
+  int shown = 0;
+#define APPEND(...)                                                           \
+  do {                                                                        \
+    if (len + 1 < cap) {                                                      \
+      int w_ = snprintf(buf + len, cap - len, __VA_ARGS__);                   \
+      if (w_ > 0) len += (size_t)w_ < cap - len ? (size_t)w_ : cap - len - 1; \
+    }                                                                         \
+  } while (0)
+  for (int i = 0; i < s->nrops; i++) {
+    const rop_t *o = &s->rops[i];
+    if (o->done || !o->slot) continue;
+    if (shown++ == 8) {
+      APPEND(", ...");
+      return;
+    }
+    const vmmipc__asm_t *a = &s->tp->rx[s->x->ctx - 1][o->peer];
+    if (a->active && a->seq >= o->lo)
+      APPEND("%srank %d (receive: %llu of %llu bytes and %u of %u fds arrived)", shown > 1 ? ", " : "",
+             tp_rank(s->tp, o->peer), (unsigned long long)a->bytes_done, (unsigned long long)a->total_bytes,
+             (unsigned)a->fds_done, (unsigned)a->total_fds);
+    else
+      APPEND("%srank %d (receive: nothing arrived)", shown > 1 ? ", " : "", tp_rank(s->tp, o->peer));
+  }
+  for (int i = 0; i < s->x->num_sends; i++) {
+    const sop_t *o = &s->sops[i];
+    if (o->done) continue;
+    if (shown++ == 8) {
+      APPEND(", ...");
+      return;
+    }
+    APPEND("%srank %d (send: %u of %llu frames taken)", shown > 1 ? ", " : "", tp_rank(s->tp, o->msg->peer),
+           (unsigned)o->index, (unsigned long long)o->frames);
+  }
+#undef APPEND
+}
+
+static int peer_pending(const xstate_t *s, int p) {
+  for (int i = 0; i < s->nrops; i++)
+    if (!s->rops[i].done && s->rops[i].slot && s->rops[i].peer == p) return 1;
+  for (int i = 0; i < s->x->num_sends; i++)
+    if (!s->sops[i].done && s->sops[i].msg->peer == p) return 1;
+  return 0;
+}
+
+/* One pass over every pending operation; *pending counts what is left. */
+static vmmipc_result_t progress(xstate_t *s, int *pending) {
+  vmmipc_result_t rc;
+  int left = 0;
+  for (int i = 0; i < s->x->num_sends; i++) {
+    sop_t *o = &s->sops[i];
+    if (o->done) continue;
+    o->backoff = 0;
+    if ((rc = send_progress(s, o))) return rc;
+    left += !o->done;
+  }
+  for (int i = 0; i < s->nrops; i++) {
+    rop_t *o = &s->rops[i];
+    if (o->done) continue;
+    if ((rc = recv_progress(s, o))) return rc;
+    left += !o->done && o->slot;
+  }
+  *pending = left;
+  return VMMIPC_SUCCESS;
+}
+
+/* Best effort, bounded: ABORT (with the current error) to every peer that
+ * still waits on this rank or that this rank still waits on. */
+static void tell_peers(xstate_t *s) {
+  vmmipc__tp_t *tp = s->tp;
+  vmmipc__tp_xchg_t *x = s->x;
+  int n = tp->conn->node_size;
+  char msg[VMMIPC__ABORT_MAX_BYTES + 1];
+  snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
+  char *todo = calloc((size_t)n, 1);
+  uint64_t *seq = calloc((size_t)n, sizeof *seq);
+  struct pollfd *pfd = calloc((size_t)n, sizeof *pfd);
+  if (!todo || !seq || !pfd) goto out;
+  for (int i = 0; i < x->num_sends; i++)
+    if (!s->sops[i].done) {
+      todo[s->sops[i].msg->peer] = 1;
+      seq[s->sops[i].msg->peer] = s->sops[i].seq;
+    }
+  if (x->ctx == VMMIPC__CTX_COLL)
+    for (int i = 0; i < s->nrops; i++)
+      if (!s->rops[i].done) {
+        todo[s->rops[i].peer] = 1;
+        seq[s->rops[i].peer] = x->epoch;
+      }
+  if (x->aborted_by >= 0) todo[x->aborted_by] = 0; /* it is done already */
+  vmmipc__frame_t f;
+  memset(&f, 0, sizeof f);
+  f.kind = VMMIPC__KIND_ABORT;
+  f.ctx = (uint16_t)x->ctx;
+  f.sender = (uint32_t)tp->conn->node_rank;
+  f.comm_id = tp->conn->comm_id;
+  vmmipc_result_t code = x->local ? x->local : VMMIPC_ERR_PEER;
+  f.code = (uint32_t)code;
+  f.frame_bytes = (uint32_t)strlen(msg);
+  f.total_bytes = f.frame_bytes;
+  const int64_t deadline = vmmipc__now_ms() + TP_ABORT_BUDGET_MS;
+  for (;;) {
+    nfds_t k = 0;
+    int left = 0;
+    for (int p = 0; p < n; p++) {
+      if (!todo[p]) continue;
+      int fd = tp->conn->fd[x->ctx - 1][p];
+      if (fd < 0) {
+        todo[p] = 0;
+        continue;
+      }
+      f.receiver = (uint32_t)p;
+      f.seq = seq[p];
+      unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
+      vmmipc__frame_encode(&f, head);
+      int e = vmmipc__conn_send(fd, head, sizeof head, msg, f.frame_bytes, NULL, 0);
+      if (e == EAGAIN || e == EWOULDBLOCK) {
+        pfd[k].fd = fd;
+        pfd[k++].events = POLLOUT;
+        left++;
+        continue;
+      }
+      todo[p] = 0; /* sent, or the peer is gone */
+    }
+    int64_t now = vmmipc__now_ms();
+    if (!left || now >= deadline) break;
+    poll(pfd, k, (int)(deadline - now));
+  }
+out:
+  free(todo);
+  free(seq);
+  free(pfd);
+  vmmipc__error_set_raw(msg); /* the caller's error stays the current one */
+}
+
+vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
+  x->aborted_by = -1;
+  for (int i = 0; i < x->num_recvs; i++) {
+    x->recvs[i].bytes = NULL;
+    x->recvs[i].fds = NULL;
+    x->recvs[i].num_bytes = 0;
+    x->recvs[i].num_fds = 0;
+    x->recvs[i].done = 0;
+  }
+  vmmipc_result_t rc = check_args(tp, x);
+  if (rc) return rc;
+  int n = tp->conn->node_size;
+  xstate_t s;
+  memset(&s, 0, sizeof s);
+  s.tp = tp;
+  s.x = x;
+  s.sops = calloc((size_t)x->num_sends + 1, sizeof *s.sops);
+  s.rops = calloc((size_t)x->num_recvs + (size_t)x->num_sends + 1, sizeof *s.rops);
+  struct pollfd *pfd = calloc((size_t)x->num_sends + (size_t)x->num_recvs + 1, sizeof *pfd);
+  char *hears = calloc((size_t)n, 1);
+  if (!s.sops || !s.rops || !pfd || !hears) {
+    rc = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "transport exchange");
+    goto fail;
+  }
+  for (int i = 0; i < x->num_sends; i++) {
+    sop_t *o = &s.sops[i];
+    o->msg = &x->sends[i];
+    o->seq = x->ctx == VMMIPC__CTX_COLL ? x->epoch : tp->p2p_next_out[o->msg->peer]++;
+    o->frames = vmmipc__frame_count(o->msg->num_bytes, (uint32_t)o->msg->num_fds);
+  }
+  for (int i = 0; i < x->num_recvs; i++) {
+    rop_t *o = &s.rops[s.nrops++];
+    o->slot = &x->recvs[i];
+    o->peer = x->recvs[i].peer;
+    hears[o->peer] = 1;
+  }
+  for (int i = 0; x->ctx == VMMIPC__CTX_COLL && i < x->num_sends; i++) {
+    /* Watch peers we only send to: their ABORT must end our wait. */
+    int p = x->sends[i].peer;
+    if (hears[p]) continue;
+    rop_t *o = &s.rops[s.nrops++];
+    o->peer = p;
+  }
+  for (int i = 0; i < s.nrops; i++) {
+    rop_t *o = &s.rops[i];
+    o->lo = x->ctx == VMMIPC__CTX_COLL ? x->epoch : tp->p2p_next_in[o->peer];
+    o->hi = x->ctx == VMMIPC__CTX_COLL ? x->epoch : UINT64_MAX;
+  }
+  if (x->local) {
+    rc = x->local;
+    goto fail;
+  }
+  const int64_t deadline = vmmipc__now_ms() + tp->timeout_ms;
+  int64_t next_liveness = 0;
+  for (;;) {
+    int pending = 0;
+    s.retry_soon = 0;
+    if ((rc = progress(&s, &pending))) goto fail;
+    if (!pending) break;
+    int64_t now = vmmipc__now_ms();
+    if (now >= next_liveness) {
+      next_liveness = now + TP_SLICE_MS;
+      for (int p = 0; p < n; p++) {
+        if (!peer_pending(&s, p) || !vmmipc__pid_gone(tp->conn->pids[p])) continue;
+        /* What it sent before it died is queued already: take it first. */
+        if ((rc = progress(&s, &pending))) goto fail;
+        if (!peer_pending(&s, p)) continue;
+        int R = tp_rank(tp, p);
+        rc = vmmipc__error(VMMIPC_ERR_PEER,
+                           "rank %d (pid %d) exited while rank %d waited on it; hint: rank %d crashed or was killed: "
+                           "its output has the first error",
+                           R, (int)tp->conn->pids[p], tp_rank(tp, tp->conn->node_rank), R);
+        goto fail;
+      }
+      if (!pending) break;
+    }
+    if (now >= deadline) {
+      char what[700] = "";
+      describe_pending(&s, what, sizeof what);
+      rc = vmmipc__error(VMMIPC_ERR_TIMEOUT,
+                         "rank %d timed out after %d ms waiting for %s; hint: is that rank alive and in the matching "
+                         "call? raise vmmipc_config_t.timeout_ms or VMMIPC_TIMEOUT_MS if it is just slow",
+                         tp_rank(tp, tp->conn->node_rank), tp->timeout_ms, what);
+      goto fail;
+    }
+    nfds_t k = 0;
+    for (int i = 0; i < s.nrops; i++)
+      if (!s.rops[i].done && tp->conn->fd[x->ctx - 1][s.rops[i].peer] >= 0) {
+        pfd[k].fd = tp->conn->fd[x->ctx - 1][s.rops[i].peer];
+        pfd[k++].events = POLLIN;
+      }
+    for (int i = 0; i < x->num_sends; i++)
+      if (!s.sops[i].done && !s.sops[i].backoff && tp->conn->fd[x->ctx - 1][x->sends[i].peer] >= 0) {
+        pfd[k].fd = tp->conn->fd[x->ctx - 1][x->sends[i].peer];
+        pfd[k++].events = POLLOUT;
+      }
+    int64_t wait = deadline - now;
+    if (next_liveness - now < wait) wait = next_liveness - now;
+    if (s.retry_soon && wait > TP_RETRY_MS) wait = TP_RETRY_MS;
+    if (poll(pfd, k, (int)(wait < 0 ? 0 : wait)) < 0 && errno != EINTR) {
+      rc = vmmipc__os_error(VMMIPC_ERR_SYSTEM, errno, NULL, "transport exchange: poll");
+      goto fail;
+    }
+  }
+  free(s.sops);
+  free(s.rops);
+  free(pfd);
+  free(hears);
+  return VMMIPC_SUCCESS;
+
+fail:
+  if (s.sops && s.rops) tell_peers(&s);
+  for (int i = 0; i < x->num_recvs; i++) {
+    vmmipc__tp_recv_t *r = &x->recvs[i];
+    if (r->fds) vmmipc__close_fds(r->fds, r->num_fds);
+    free(r->fds);
+    free(r->bytes);
+    r->fds = NULL;
+    r->bytes = NULL;
+    r->num_fds = 0;
+    r->num_bytes = 0;
+    r->done = 0;
+  }
+  free(s.sops);
+  free(s.rops);
+  free(pfd);
+  free(hears);
+  return rc;
+}
