@@ -84,6 +84,8 @@ void vmmipc__tp_close(vmmipc__tp_t *tp) {
   free(tp);
 }
 
+vmmipc__conn_t *vmmipc__tp_conn(vmmipc__tp_t *tp) { return tp->conn; }
+
 void vmmipc__tp_stats(const vmmipc__tp_t *tp, vmmipc__tp_stats_t *s) {
   s->stale_frames = tp->stale_frames;
   s->stale_fds = tp->stale_fds;

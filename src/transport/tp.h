@@ -92,6 +92,9 @@ typedef struct vmmipc__tp_xchg {
  * received fd or buffer is left behind. */
 vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x);
 
+/* The connections under the tp (tests inject raw frames through them). */
+vmmipc__conn_t *vmmipc__tp_conn(vmmipc__tp_t *tp);
+
 /* Counters for vmmipc_comm_stats. */
 typedef struct vmmipc__tp_stats {
   uint64_t stale_frames, stale_fds, refused;
