@@ -138,7 +138,11 @@ static vmmipc_result_t agree_root(struct vmmipc_comm *c, vmmipc_result_t local, 
     rc = vmmipc__mpi_error(mrc, "%s: agreement (receiving the outcomes)", op);
     vmmipc__break(c);
   } else {
-    for (int r = 1; r < n; r++) arrived[r] = recvs[r] == MPI_REQUEST_NULL;
+    for (int r = 1; r < n; r++) { /* MPI_Testall frees nothing unless all completed */
+      int flag = recvs[r] == MPI_REQUEST_NULL;
+      if (!flag) MPI_Test(&recvs[r], &flag, MPI_STATUS_IGNORE);
+      arrived[r] = flag;
+    }
     int len = pack_verdict(verdict, op, outcomes, arrived, n, c->timeout_ms);
     /* To the silent ranks as well: one that comes late learns the verdict at once. */
     for (int r = 1; r < n && mrc == MPI_SUCCESS; r++) mrc = MPI_Isend(verdict, len, MPI_BYTE, r, tag, c->dup, &sends[r]);
@@ -192,9 +196,9 @@ static vmmipc_result_t agree_member(struct vmmipc_comm *c, vmmipc_result_t local
   } else {
     rc = vmmipc__error(VMMIPC_ERR_TIMEOUT,
                        "%s: the agreement timed out after %d ms: rank 0, which collects it, did not answer (dead, or "
-                       "not in this call)%s; the communicator is broken: every later call on it fails, and "
+                       "not in this call); the communicator is broken: every later call on it fails, and "
                        "vmmipc_comm_destroy frees it locally",
-                       op, c->timeout_ms, reqs[0] != MPI_REQUEST_NULL ? " and did not take this rank's outcome" : "");
+                       op, c->timeout_ms);
   }
   vmmipc__mpi_abandon(reqs, 2, 1, bufs);
   vmmipc__break(c);

@@ -83,8 +83,11 @@ static const char *resolve_dir(const vmmipc_config_t *cfg) {
 static void comm_free(struct vmmipc_comm *c) {
   if (!c) return;
   vmmipc__tp_close(c->tp);
-  if (c->node != MPI_COMM_NULL) MPI_Comm_free(&c->node);
-  if (c->dup != MPI_COMM_NULL) MPI_Comm_free(&c->dup);
+  /* A broken comm may have messages in flight that nobody will receive:
+   * freeing its MPI communicators would let MPI reuse their context for a
+   * new comm, where those messages would match. They are left to MPI. */
+  if (!c->broken && c->node != MPI_COMM_NULL) MPI_Comm_free(&c->node);
+  if (!c->broken && c->dup != MPI_COMM_NULL) MPI_Comm_free(&c->dup);
   free(c->node_of);
   free(c->rank_of);
   free(c);
@@ -198,11 +201,12 @@ static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t
                               "%s: publishing socket addresses over the node timed out after %d ms: a rank of this "
                               "node is not in the call",
                               op, c->timeout_ms);
-    if (w > 0) {
+    if (w > 0) { /* pending on the node comm: keep the buffers and the comms */
       vmmipc__mpi_abandon(&req, 1, 0, ni);
       ni = NULL;
       vmmipc__mpi_keep(mine);
       mine = NULL;
+      c->broken = 1;
     }
     free(mine);
     free(ni);
@@ -309,10 +313,11 @@ vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
                                               "%s: gathering rank records timed out after %d ms: some rank is not in "
                                               "vmmipc_comm_create",
                                               op, c->timeout_ms);
-    if (w > 0) { /* MPI may still fill them: keep both */
+    if (w > 0) { /* MPI may still fill them: keep both, and the communicator */
       vmmipc__mpi_abandon(&req, 1, 0, all);
       vmmipc__mpi_keep(me);
       all = me = NULL;
+      c->broken = 1;
     }
     free(me);
     free(all);

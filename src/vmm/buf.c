@@ -112,6 +112,11 @@ vmmipc_result_t vmmipc_buf_info(vmmipc_buf_t b, int *num_chunks, int *is_importe
 
 vmmipc_result_t vmmipc_buf_free(vmmipc_buf_t b) {
   if (!b) return VMMIPC_SUCCESS; /* like free(NULL) */
+  if (b->exposed)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "vmmipc_buf_free: the buffer is exposed by %d open window(s); hint: vmmipc_win_free them "
+                         "first",
+                         b->exposed);
   const vmmipc__cu_t *cu = NULL;
   vmmipc__cu_load(&cu); /* a buffer exists only if the driver loaded */
   vmmipc__buf_destroy(cu, b);

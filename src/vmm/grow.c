@@ -77,6 +77,10 @@ undo_resv:
 vmmipc_result_t vmmipc_grow(vmmipc_buf_t b, size_t new_size) {
   const char *op = "vmmipc_grow";
   if (!b) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: buf is NULL", op);
+  if (b->exposed) /* the window's peers would keep the old size and address */
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: the buffer is exposed by %d open window(s); hint: vmmipc_win_free them first", op,
+                         b->exposed);
   if (new_size < b->size)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: new size %zu is smaller than the current %zu; buffers only grow",
                          op, new_size, b->size);

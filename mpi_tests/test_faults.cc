@@ -1,0 +1,358 @@
+// Correct under faults (issue 10): message matching by context and epoch,
+// a defined comm state after failures, failing fast, bounded agreements,
+// object lifetimes and threads. Every scenario checks data, result codes,
+// the rank the message names, and fd counts.
+#include <cuda.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/testhooks.h"
+#include "harness/bufs.h"
+
+namespace {
+
+using vt::kGran;
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool Has(const std::string &msg, const std::string &what) { return msg.find(what) != std::string::npos; }
+
+class Faults : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_GE(vt::UseRankDevice(), 0); }
+  void TearDown() override { vmmipc__test_fail_at(nullptr, 0); }
+  static vmmipc_comm_t Create(int timeout_ms) {
+    vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+    cfg.timeout_ms = timeout_ms;
+    vmmipc_comm_t c = nullptr;
+    EXPECT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+    return c;
+  }
+  static bool Same(vmmipc_comm_t c, int r) {
+    int s = 0;
+    vmmipc_comm_same_node(c, r, &s);
+    return s != 0;
+  }
+  static int NodeSize(vmmipc_comm_t c) {
+    MPI_Comm node;
+    vmmipc_comm_node_comm(c, &node);
+    int n = 0;
+    MPI_Comm_size(node, &n);
+    return n;
+  }
+  // allgather_map of a fresh buffer of `chunks` granules (seed from the
+  // rank and the round) and a check of every node peer's bytes.
+  static void MapAndCheck(vmmipc_comm_t c, int chunks, unsigned round) {
+    int me = vt::Rank(), n = vt::Size();
+    vmmipc_buf_t b = vt::PatternBuf(chunks + me % 2, round * 100 + me);
+    vmmipc_win_t w = nullptr;
+    ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w));
+    for (int r = 0; r < n; r++) {
+      if (!Same(c, r)) continue;
+      void *p = nullptr;
+      size_t sz = 0;
+      ASSERT_VMM_OK(vmmipc_win_query(w, r, &p, &sz));
+      EXPECT_EQ(sz, static_cast<size_t>(chunks + r % 2) * kGran) << "round " << round << ", rank " << r;
+      EXPECT_TRUE(vt::CheckPattern(p, sz, round * 100 + r)) << "round " << round << ": rank " << r
+                                                            << "'s window does not hold its buffer of this call";
+    }
+    ASSERT_VMM_OK(vmmipc_win_free(w));
+    vmmipc_buf_free(b);
+  }
+};
+
+// One rank is late inside the exchange past the timeout: the call fails on
+// every rank, naming it. The next two calls, with other sizes, map their
+// own buffers: the late frames are dropped and counted, never delivered.
+TEST_F(Faults, ALateRanksFramesNeverReachALaterCall) {
+  vmmipc_comm_t c = Create(1000);
+  ASSERT_NE(c, nullptr);
+  const int late = vt::Size() - 1;
+  if (NodeSize(c) < 2) {
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    GTEST_SKIP() << "needs two ranks on a node";
+  }
+  MapAndCheck(c, 1, 1);
+  vt::Baseline base;
+  int me = vt::Rank();
+  vmmipc_buf_t b = vt::PatternBuf(2, 700 + me);
+  if (me == late) vmmipc__test_fail_at("late", 1);
+  vmmipc_win_t w = nullptr;
+  vmmipc_result_t r = vmmipc_allgather_map(c, b, nullptr, &w);
+  vmmipc__test_fail_at(nullptr, 0);
+  EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << vmmipc_last_error();
+  EXPECT_TRUE(vt::SameEverywhere(r));
+  EXPECT_EQ(w, nullptr);
+  EXPECT_TRUE(Has(vmmipc_last_error(), "rank " + std::to_string(late))) << vmmipc_last_error();
+  vmmipc_buf_free(b);
+  // Two more calls with other sizes: each maps its own buffers.
+  MapAndCheck(c, 3, 2);
+  MapAndCheck(c, 2, 3);
+  vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
+  ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
+  EXPECT_EQ(st.broken, 0);
+  if (me != late && Same(c, late)) {
+    EXPECT_GE(st.stale_frames, 1u) << "the late rank's frames were not dropped as stale";
+    EXPECT_GE(st.stale_fds, 2u) << "its two chunk fds were not closed as stale";
+  }
+  base.Expect("after the late call");
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
+// Point-to-point traffic and collectives never match each other, in either
+// order on either side.
+TEST_F(Faults, PointToPointAndCollectivesDoNotMatchEachOther) {
+  vmmipc_comm_t c = Create(30000);
+  ASSERT_NE(c, nullptr);
+  if (vt::Size() < 2 || !Same(c, 1) || !Same(c, 0)) {
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    GTEST_SKIP() << "needs ranks 0 and 1 on one node";
+  }
+  int me = vt::Rank();
+  vt::Baseline base;
+  // case 0: 1 sends then maps; 0 maps then receives.
+  // case 1: 0 sends then maps; 1 maps then receives.
+  // case 2: 1 sends then maps; 0 receives then maps.
+  for (int k = 0; k < 3; k++) {
+    int sender = k == 1 ? 0 : 1, receiver = 1 - sender;
+    vmmipc_buf_t x = nullptr, y = vt::PatternBuf(1 + me % 2, 3000 + 10 * k + me);
+    vmmipc_desc_t dx = nullptr, got = nullptr;
+    if (me == sender) {
+      x = vt::PatternBuf(3, 4000 + k);
+      ASSERT_VMM_OK(vmmipc_export(x, &dx));
+      ASSERT_VMM_OK(vmmipc_send(c, dx, receiver));
+    }
+    if (me == receiver && k == 2) ASSERT_VMM_OK(vmmipc_recv(c, sender, &got));
+    vmmipc_win_t w = nullptr;
+    ASSERT_VMM_OK(vmmipc_allgather_map(c, y, nullptr, &w));
+    if (me == receiver && k != 2) ASSERT_VMM_OK(vmmipc_recv(c, sender, &got));
+    void *p = nullptr;
+    size_t sz = 0;
+    if (me <= 1) {
+      int peer = 1 - me;
+      ASSERT_VMM_OK(vmmipc_win_query(w, peer, &p, &sz));
+      EXPECT_EQ(sz, static_cast<size_t>(1 + peer % 2) * kGran) << "case " << k;
+      EXPECT_TRUE(vt::CheckPattern(p, sz, 3000 + 10 * k + peer)) << "case " << k << ": the window maps another buffer";
+    }
+    if (me == receiver) {
+      ASSERT_NE(got, nullptr);
+      vmmipc_buf_t imp = nullptr;
+      ASSERT_VMM_OK(vmmipc_import(got, nullptr, &imp));
+      ASSERT_VMM_OK(vmmipc_buf_ptr(imp, &p, &sz));
+      EXPECT_EQ(sz, 3 * kGran) << "case " << k << ": the receive got the collective's descriptor";
+      EXPECT_TRUE(vt::CheckPattern(p, sz, 4000 + k)) << "case " << k;
+      vmmipc_buf_free(imp);
+      vmmipc_desc_free(got);
+    }
+    ASSERT_VMM_OK(vmmipc_win_free(w));
+    vmmipc_desc_free(dx);
+    vmmipc_buf_free(x);
+    vmmipc_buf_free(y);
+  }
+  base.Expect("interleaving");
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
+// A rank that fails during a collective tells its peers: they return in far
+// less than the timeout, naming it, and the comm stays usable.
+TEST_F(Faults, ARankThatFailsMidwayIsKnownAtOnce) {
+  const int timeout_ms = 20000;
+  vmmipc_comm_t c = Create(timeout_ms);
+  ASSERT_NE(c, nullptr);
+  if (NodeSize(c) < 2) {
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    GTEST_SKIP() << "needs two ranks on a node";
+  }
+  int me = vt::Rank(), n = vt::Size();
+  vmmipc_buf_t b = vt::PatternBuf(2, 800 + me);
+  vt::Baseline base;
+  for (const char *step : {"export", "import", "map", "access", "transfer"}) {
+    for (int f = 0; f < n; f++) {
+      int f_has_peers = NodeSize(c) > 1;
+      MPI_Bcast(&f_has_peers, 1, MPI_INT, f, MPI_COMM_WORLD);
+      if (!f_has_peers) continue;
+      if (me == f) vmmipc__test_fail_at(step, 1);
+      MPI_Barrier(MPI_COMM_WORLD);
+      auto t0 = std::chrono::steady_clock::now();
+      vmmipc_win_t w = nullptr;
+      vmmipc_result_t r = vmmipc_allgather_map(c, b, nullptr, &w);
+      double s = Since(t0);
+      vmmipc__test_fail_at(nullptr, 0);
+      EXPECT_NE(r, VMMIPC_SUCCESS) << step << " on rank " << f;
+      EXPECT_TRUE(vt::SameEverywhere(r)) << step;
+      EXPECT_LT(s, 5.0) << step << " on rank " << f << ": the peers waited instead of being told";
+      EXPECT_TRUE(Has(vmmipc_last_error(), "failed on rank " + std::to_string(f))) << step << ": "
+                                                                                  << vmmipc_last_error();
+      base.Expect(step);
+    }
+  }
+  MapAndCheck(c, 1, 9);
+  vmmipc_buf_free(b);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
+// Windows never dangle: freeing an exposed buffer, growing it, or
+// destroying the comm of an open window is refused, naming the count.
+TEST_F(Faults, OpenWindowsPinTheirBufferAndComm) {
+  vt::Baseline base;
+  vmmipc_comm_t c = Create(30000);
+  ASSERT_NE(c, nullptr);
+  vmmipc_buf_t b = vt::PatternBuf(1, 90 + vt::Rank());
+  vmmipc_win_t w1 = nullptr, w2 = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w1));
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w2));
+  EXPECT_EQ(vmmipc_buf_free(b), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_TRUE(Has(vmmipc_last_error(), "2 open window")) << vmmipc_last_error();
+  EXPECT_EQ(vmmipc_grow(b, 4 * kGran), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(vmmipc_comm_destroy(c), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_TRUE(Has(vmmipc_last_error(), "2 window(s)")) << vmmipc_last_error();
+  // Refused everywhere, and the comm still works.
+  void *p = nullptr;
+  ASSERT_VMM_OK(vmmipc_win_query(w1, vt::Rank(), &p, nullptr));
+  EXPECT_TRUE(vt::CheckPattern(p, kGran, 90 + vt::Rank()));
+  vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
+  ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
+  EXPECT_EQ(st.open_windows, 2);
+  ASSERT_VMM_OK(vmmipc_win_free(w1));
+  EXPECT_EQ(vmmipc_buf_free(b), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_TRUE(Has(vmmipc_last_error(), "1 open window")) << vmmipc_last_error();
+  ASSERT_VMM_OK(vmmipc_win_free(w2));
+  ASSERT_VMM_OK(vmmipc_buf_free(b));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  base.Expect("lifetimes");
+}
+
+// A rank that never enters the agreement: the others return
+// VMMIPC_ERR_TIMEOUT naming it within the timeout, the comm reports itself
+// broken, every later call fails at once with that reason, and
+// vmmipc_comm_destroy still frees it locally.
+TEST_F(Faults, TheAgreementIsBoundedAndBreaksTheComm) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int timeout_ms = 1000;
+  int me = vt::Rank();
+  // The silent rank is the last one, then rank 0 (which collects the
+  // agreement: the others learn nothing from it).
+  for (int silent : {vt::Size() - 1, 0}) {
+    int before = vt::FdCount();
+    vmmipc_comm_t c = Create(timeout_ms);
+    ASSERT_NE(c, nullptr);
+    std::vector<vmmipc_desc_t> out(vt::Size(), nullptr);
+    if (me == silent) vmmipc__test_fail_at("agree", 1);
+    auto t0 = std::chrono::steady_clock::now();
+    vmmipc_result_t r = vmmipc_allgather_desc(c, nullptr, out.data());
+    double s = Since(t0);
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << vmmipc_last_error();
+    if (me != silent) {
+      std::string want = silent == 0 ? "rank 0, which collects it, did not answer"
+                                     : "rank(s) " + std::to_string(silent) + " did not answer";
+      EXPECT_TRUE(Has(vmmipc_last_error(), want)) << vmmipc_last_error();
+      EXPECT_LT(s, timeout_ms / 1000.0 + 1.0) << "the agreement waited longer than the timeout";
+    }
+    vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
+    ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
+    EXPECT_EQ(st.broken, 1);
+    // Every later call fails at once with the reason.
+    t0 = std::chrono::steady_clock::now();
+    vmmipc_win_t w = nullptr;
+    EXPECT_EQ(vmmipc_allgather_map(c, nullptr, nullptr, &w), VMMIPC_ERR_PEER);
+    EXPECT_TRUE(Has(vmmipc_last_error(), "broken")) << vmmipc_last_error();
+    EXPECT_LT(Since(t0), 0.5);
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    EXPECT_EQ(vt::FdCount(), before) << "a broken comm was not freed locally";
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+// Threads: two threads on two comms at once (MPI_THREAD_MULTIPLE); two
+// threads on one comm: the second is refused, never corrupted.
+TEST_F(Faults, TwoThreadsOnTwoCommsAtOnce) {
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE) GTEST_SKIP() << "MPI does not provide MPI_THREAD_MULTIPLE";
+  vmmipc_comm_t c1 = Create(30000), c2 = Create(30000);
+  ASSERT_NE(c1, nullptr);
+  ASSERT_NE(c2, nullptr);
+  int dev = vt::UseRankDevice();
+  vt::Baseline base;
+  auto run = [dev](vmmipc_comm_t c, unsigned seed0) {
+    vmmipc_set_device(dev); // the context is current per thread
+    for (unsigned k = 0; k < 10; k++) MapAndCheck(c, 1 + k % 2, seed0 + k);
+  };
+  std::thread t1(run, c1, 20), t2(run, c2, 40);
+  t1.join();
+  t2.join();
+  base.Expect("two comms");
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c1));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c2));
+}
+
+struct Overlap {
+  vmmipc_comm_t c = nullptr;
+  vmmipc_result_t second = VMMIPC_SUCCESS;
+  std::string msg;
+};
+
+// Runs on the calling thread inside its collective (while it holds the
+// comm): another thread tries the same comm and must be refused.
+void TryFromAnotherThread(void *arg) {
+  Overlap *o = static_cast<Overlap *>(arg);
+  std::thread t([o] {
+    std::vector<vmmipc_desc_t> out(vt::Size(), nullptr);
+    o->second = vmmipc_allgather_desc(o->c, nullptr, out.data());
+    o->msg = vmmipc_last_error();
+  });
+  t.join();
+}
+
+TEST_F(Faults, TwoThreadsOnOneCommAreRefusedNotCorrupted) {
+  vmmipc_comm_t c = Create(30000);
+  ASSERT_NE(c, nullptr);
+  vt::Baseline base;
+  Overlap o;
+  o.c = c;
+  vmmipc__test_on_inside(TryFromAnotherThread, &o);
+  MapAndCheck(c, 1, 5);
+  vmmipc__test_on_inside(nullptr, nullptr);
+  if (NodeSize(c) > 1) {
+    EXPECT_EQ(o.second, VMMIPC_ERR_INVALID_ARG) << o.msg;
+    EXPECT_TRUE(Has(o.msg, "another thread is inside vmmipc_allgather_map")) << o.msg;
+  }
+  MapAndCheck(c, 2, 6); // the comm is intact
+  base.Expect("overlap");
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
+// Configuration is agreed: ranks that disagree on the timeout fail together,
+// naming the ranks, and an explicit socket mode beats the environment.
+TEST_F(Faults, ConfigurationIsAgreedAndExplicitBeatsEnvironment) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = vt::Rank() == 1 ? 7000 : 9000;
+  vmmipc_comm_t c = nullptr;
+  EXPECT_EQ(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_TRUE(Has(vmmipc_last_error(), "rank 1 7000 ms")) << vmmipc_last_error();
+  // VMMIPC_SOCKET_DIR set on one rank only: an explicit ABSTRACT wins there.
+  if (vt::Rank() == 1) setenv("VMMIPC_SOCKET_DIR", "/nonexistent-vmmipc-dir", 1);
+  vmmipc_config_t abs = VMMIPC_CONFIG_INIT;
+  abs.socket_namespace = VMMIPC_SOCKET_ABSTRACT;
+  EXPECT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &abs, &c));
+  EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+  // Left to the environment, the ranks disagree: one error naming them.
+  c = nullptr;
+  EXPECT_EQ(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_TRUE(Has(vmmipc_last_error(), "disagree on the socket mode")) << vmmipc_last_error();
+  if (vt::Rank() == 1) unsetenv("VMMIPC_SOCKET_DIR");
+}
+
+}  // namespace
