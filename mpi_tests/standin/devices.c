@@ -65,6 +65,7 @@ static CUresult sti_read_caps(void) {
   const char *env = getenv("VMMIPC_STANDIN_CAPS");
   sti.cap_vmm = 1;
   sti.cap_fd = 1;
+  sti.cap_memops = 1;
   if (!env) return CUDA_SUCCESS;
   const char *p = env;
   while (*p) {
@@ -73,8 +74,10 @@ static CUresult sti_read_caps(void) {
       sti.cap_vmm = 0;
     else if (len == 4 && strncmp(p, "nofd", 4) == 0)
       sti.cap_fd = 0;
+    else if (len == 8 && strncmp(p, "nomemops", 8) == 0)
+      sti.cap_memops = 0;
     else if (len != 0)
-      return sti_bad_env("VMMIPC_STANDIN_CAPS", env, "known capabilities are novmm and nofd");
+      return sti_bad_env("VMMIPC_STANDIN_CAPS", env, "known capabilities are novmm, nofd and nomemops");
     p += len;
     if (*p == ',') p++;
   }
@@ -179,6 +182,11 @@ static int sti_attribute(CUdevice_attribute a, int phys) {
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: return 1;
+    /* As measured on H200: 64-bit memory operations and wait-NOR, but no
+     * flush of remote writes (CU_STREAM_WAIT_VALUE_FLUSH). */
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: return sti.cap_memops;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR: return sti.cap_memops;
+    case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES: return 0;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: return 9;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: return 0;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: return 132;

@@ -50,6 +50,8 @@ static const sti_entry sti_entries[] = {
     E(cuEventSynchronize, 2000), E(cuEventElapsedTime, 2000), E(cuMemAlloc, 3020), E(cuMemFree, 3020),
     E(cuIpcGetMemHandle, 4010), E(cuIpcOpenMemHandle, 4010), E(cuIpcCloseMemHandle, 4010),
     E(cuDeviceGetName, 2000), E(cuDeviceCanAccessPeer, 4000), E(cuGetProcAddress, 12000),
+    /* stream memory operations (the window synchronisation) */
+    E(cuStreamWriteValue64, 12000), E(cuStreamWaitValue64, 12000), E(cuStreamBatchMemOp, 12000),
 };
 #undef E
 

@@ -74,6 +74,7 @@ typedef struct sti_state {
   int nvis;                    /* visible devices, after CUDA_VISIBLE_DEVICES */
   int vis[STI_MAX_DEVICES];    /* vis[ordinal] = physical index */
   int cap_vmm, cap_fd;         /* VMMIPC_STANDIN_CAPS */
+  int cap_memops;              /* 64-bit stream memory operations (VMMIPC_STANDIN_CAPS nomemops) */
   struct CUctx_st ctx[STI_MAX_DEVICES]; /* primary contexts by physical index */
   sti_alloc *allocs;
   sti_resv *resvs;

@@ -6,17 +6,47 @@
 #define VMMIPC_COLL_COLL_H
 
 #include "comm/comm.h"
+#include <pthread.h>
+
 #include "desc/desc.h"
+#include "driver/cu.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The signal pool of a comm: one granule of device memory per rank, made
+ * with the comm's first window and mapped by every node peer. Each window
+ * takes one slice of it on every rank (the same index everywhere, since
+ * windows come and go collectively): per_win 64-bit slots, node_size for
+ * signals (slot q: written by node rank q) then node_size for barriers. */
+struct vmmipc__pool {
+  vmmipc_buf_t local;    /* this rank's pool */
+  vmmipc_buf_t *peer;    /* [node_size]: the peers' pools mapped here (NULL for self) */
+  CUdeviceptr *base;     /* [node_size]: where each rank's pool is seen here */
+  int per_win;           /* slots per window: 2 * node_size */
+  int slices;            /* windows the pool holds */
+  unsigned char *used;   /* [slices] */
+  CUstream stream;       /* private, non-blocking: zeroing slices and host waits */
+  pthread_mutex_t mu;    /* serialises the private stream */
+};
+
 struct vmmipc_win {
   vmmipc_comm_t comm;
-  vmmipc_buf_t own;    /* the caller's buffer (not owned; its `exposed` counts this window) */
-  vmmipc_buf_t *peers; /* [node_size]: imported mappings, NULL for self or none */
+  vmmipc_buf_t own;      /* the caller's buffer (not owned; its `exposed` counts this window) */
+  vmmipc_buf_t *peers;   /* [node_size]: imported mappings, NULL for self or none */
+  int slice;             /* its slice of the comm's signal pool; -1: none (a node of one) */
+  uint64_t barriers;     /* barriers entered so far (__atomic builtins) */
+  int memops;            /* 0: not checked yet, 1: supported, -1: not supported */
 };
+
+/* Makes the comm's signal pool (a collective of its own: one exchange, one
+ * agreement) unless it exists. Every rank calls it with its first window. */
+vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op);
+/* Takes the lowest free slice and zeroes this rank's part of it. */
+vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char *op);
+void vmmipc__pool_give(struct vmmipc_comm *c, int slice);
+void vmmipc__pool_destroy(struct vmmipc__pool *p, int node_size);
 
 /* Called for each descriptor as it arrives (d is NULL for "none"); takes
  * ownership of d. */

@@ -33,17 +33,28 @@ vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t c, vmmipc_buf_t buf, const vm
   vmmipc_result_t r = vmmipc__enter(c, op, 1);
   if (r) return r;
   double t0 = vmmipc__now();
+  if (out) *out = NULL;
+  /* The comm's first window also makes its signal pool: a step of its own,
+   * with its own epoch and agreement (all ranks take it together). */
+  if (!c->pool) {
+    if ((r = vmmipc__pool_setup(c, op))) {
+      vmmipc__leave(c);
+      return r;
+    }
+    c->epoch++;
+  }
   int n = c->node_size;
   vmmipc_result_t local = VMMIPC_SUCCESS;
   if (!out) local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: out is NULL", op);
-  else *out = NULL;
   struct vmmipc_win *w = calloc(1, sizeof *w);
+  if (w) w->slice = -1;
   if (w) w->peers = calloc((size_t)n, sizeof *w->peers);
   vmmipc_desc_t *send = calloc((size_t)n, sizeof *send);
   char *all = malloc((size_t)n);
   if (!local && (!w || !w->peers || !send || !all))
     local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: window tables", op);
   if (!local && n > 1) local = vmmipc__check_access(access, op);
+  if (!local && w) local = vmmipc__pool_take(c, &w->slice, op);
   vmmipc_desc_t mine = NULL;
   if (!local && n > 1) local = vmmipc__export_opt(c, buf, &mine);
   for (int p = 0; all && send && p < n; p++) {
@@ -59,6 +70,7 @@ vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t c, vmmipc_buf_t buf, const vm
   free(all);
   r = vmmipc__agree(c, local, secondary, op);
   if (r) {
+    if (w) vmmipc__pool_give(c, w->slice);
     win_drop(w, n);
   } else {
     w->comm = c;
@@ -95,6 +107,7 @@ vmmipc_result_t vmmipc_win_free(vmmipc_win_t w) {
   /* Unmap first: after the agreement no rank maps this window any more. */
   if (w->own) w->own->exposed--;
   c->open_windows--;
+  vmmipc__pool_give(c, w->slice);
   win_drop(w, c->node_size);
   if (broken) return VMMIPC_SUCCESS; /* nobody to agree with: freed locally */
   double t0 = vmmipc__now();

@@ -38,6 +38,7 @@ struct vmmipc_comm {
   int open_windows;
   struct vmmipc__mapcache *cache; /* NULL: no mapping cache */
   struct vmmipc__pool *pool;      /* signal pads of this comm's windows, made with the first window */
+  void (*pool_free)(struct vmmipc__pool *, int node_size); /* set by whoever made the pool (coll) */
   vmmipc_timing_t timing;  /* phases of the last collective */
 };
 

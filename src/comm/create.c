@@ -82,6 +82,7 @@ static const char *resolve_dir(const vmmipc_config_t *cfg) {
 
 static void comm_free(struct vmmipc_comm *c) {
   if (!c) return;
+  if (c->pool && c->pool_free) c->pool_free(c->pool, c->node_size);
   vmmipc__tp_close(c->tp);
   /* A broken comm may have messages in flight that nobody will receive:
    * freeing its MPI communicators would let MPI reuse their context for a

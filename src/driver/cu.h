@@ -37,7 +37,15 @@ extern "C" {
   X(cuMemGetAccess)                          \
   X(cuMemExportToShareableHandle)            \
   X(cuMemImportFromShareableHandle)          \
-  X(cuMemGetAllocationPropertiesFromHandle)
+  X(cuMemGetAllocationPropertiesFromHandle) \
+  X(cuStreamCreate)                          \
+  X(cuStreamDestroy)                         \
+  X(cuStreamSynchronize)                     \
+  X(cuMemcpyHtoDAsync)                       \
+  X(cuMemcpyDtoHAsync)                       \
+  X(cuStreamWriteValue64)                    \
+  X(cuStreamWaitValue64)                     \
+  X(cuStreamBatchMemOp)
 
 /* __typeof__ of the prototype in cuda.h; macros such as cuDeviceGetUuid ->
  * cuDeviceGetUuid_v2 expand consistently in the field name and its type. */

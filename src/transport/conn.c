@@ -47,6 +47,10 @@ int vmmipc__conn_rank(const vmmipc__conn_t *c, int p) {
   return (c && p >= 0 && p < c->node_size) ? c->ranks[p] : p;
 }
 
+pid_t vmmipc__conn_pid(const vmmipc__conn_t *c, int p) {
+  return (c && p >= 0 && p < c->node_size) ? c->pids[p] : 0;
+}
+
 int vmmipc__pid_gone(pid_t pid) {
   if (pid <= 0) return 0;
   if (kill(pid, 0) != 0 && errno == ESRCH) return 1;

@@ -68,6 +68,8 @@ vmmipc_result_t vmmipc__conn_mesh(vmmipc__conn_t *c, const unsigned char *addrs,
 void vmmipc__conn_drop(vmmipc__conn_t *c, int p, const char *why);
 /* The comm rank of node rank p, for messages. */
 int vmmipc__conn_rank(const vmmipc__conn_t *c, int p);
+/* The pid of node rank p (after the mesh), or 0. */
+pid_t vmmipc__conn_pid(const vmmipc__conn_t *c, int p);
 
 /* One received record and the fds that came with it (owned by the caller:
  * keep or close them). */

@@ -1,0 +1,100 @@
+/* Stream memory operations: 64-bit write and wait on device memory, and
+ * batches of them. Streams here are synchronous, so a write is an atomic
+ * store that is visible to every process mapping the page when it returns,
+ * and a wait blocks the calling thread until the condition holds (polling
+ * the shared page, outside the lock). A GPU would wait forever; the
+ * stand-in gives up after VMMIPC_STANDIN_WAIT_MS (default 120000) with
+ * CUDA_ERROR_LAUNCH_TIMEOUT, so that a test bug ends instead of hanging. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "state.h"
+#include "stream_event.h"
+
+/* Checks the stream, the 8-byte aligned device address and the capability. */
+static CUresult sti_memop_check(CUstream s, CUdeviceptr addr) {
+  CUresult rc = sti_enter_ctx();
+  if (rc) return rc;
+  if (!sti.cap_memops)
+    rc = CUDA_ERROR_NOT_SUPPORTED;
+  else if (!sti_stream_valid(s))
+    rc = CUDA_ERROR_INVALID_HANDLE;
+  else if (!addr || (addr & 7) || !sti_is_device_range((uintptr_t)addr, 8))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  sti_leave();
+  return rc;
+}
+
+static CUresult sti_write(CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+  if (flags & ~(unsigned)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) return CUDA_ERROR_INVALID_VALUE;
+  /* Sequentially consistent: also the default's fence before the write. */
+  __atomic_store_n((uint64_t *)(uintptr_t)addr, (uint64_t)value, __ATOMIC_SEQ_CST);
+  return CUDA_SUCCESS;
+}
+
+static int sti_holds(uint64_t have, uint64_t want, unsigned int op) {
+  switch (op) {
+    case CU_STREAM_WAIT_VALUE_GEQ: return (int64_t)(have - want) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ: return have == want;
+    case CU_STREAM_WAIT_VALUE_AND: return (have & want) != 0;
+    case CU_STREAM_WAIT_VALUE_NOR: return ~(have | want) != 0;
+  }
+  return 0;
+}
+
+static long sti_wait_budget_ms(void) {
+  const char *e = getenv("VMMIPC_STANDIN_WAIT_MS");
+  long v = e && *e ? strtol(e, NULL, 10) : 0;
+  return v > 0 ? v : 120000;
+}
+
+static CUresult sti_wait(CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+  if (flags & CU_STREAM_WAIT_VALUE_FLUSH) return CUDA_ERROR_NOT_SUPPORTED; /* as on H200 */
+  unsigned op = flags;
+  if (op > CU_STREAM_WAIT_VALUE_NOR) return CUDA_ERROR_INVALID_VALUE;
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  long budget = sti_wait_budget_ms(), pause_ns = 1000;
+  for (;;) {
+    uint64_t have = __atomic_load_n((const uint64_t *)(uintptr_t)addr, __ATOMIC_SEQ_CST);
+    if (sti_holds(have, (uint64_t)value, op)) return CUDA_SUCCESS;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long ms = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+    if (ms >= budget) return CUDA_ERROR_LAUNCH_TIMEOUT;
+    struct timespec ts = {0, pause_ns};
+    nanosleep(&ts, NULL);
+    if (pause_ns < 1000000) pause_ns *= 2;
+  }
+}
+
+CUresult cuStreamWriteValue64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+  CUresult rc = sti_memop_check(s, addr);
+  return rc ? rc : sti_write(addr, value, flags);
+}
+
+CUresult cuStreamWaitValue64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+  CUresult rc = sti_memop_check(s, addr);
+  return rc ? rc : sti_wait(addr, value, flags);
+}
+
+CUresult cuStreamBatchMemOp(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags) {
+  if (!ops || count == 0 || flags) return CUDA_ERROR_INVALID_VALUE;
+  /* Every operation is checked before any runs, as an enqueue would. */
+  for (unsigned i = 0; i < count; i++) {
+    CUstreamBatchMemOpType t = ops[i].operation;
+    if (t == CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES) return CUDA_ERROR_NOT_SUPPORTED;
+    if (t != CU_STREAM_MEM_OP_WRITE_VALUE_64 && t != CU_STREAM_MEM_OP_WAIT_VALUE_64) return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = sti_memop_check(s, t == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? ops[i].writeValue.address
+                                                                          : ops[i].waitValue.address);
+    if (rc) return rc;
+  }
+  for (unsigned i = 0; i < count; i++) {
+    CUresult rc = ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_64
+                      ? sti_write(ops[i].writeValue.address, ops[i].writeValue.value64, ops[i].writeValue.flags)
+                      : sti_wait(ops[i].waitValue.address, ops[i].waitValue.value64, ops[i].waitValue.flags);
+    if (rc) return rc;
+  }
+  return CUDA_SUCCESS;
+}

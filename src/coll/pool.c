@@ -1,0 +1,134 @@
+/* The signal pool of a comm (coll.h): made once, with the first window, so
+ * that a window costs no extra export, import or mapping; each window takes
+ * a slice. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "driver/device.h"
+#include "vmm/vmm.h"
+
+typedef struct {
+  struct vmmipc_comm *c;
+  struct vmmipc__pool *p;
+} pool_ctx_t;
+
+static vmmipc_result_t import_pool(void *arg, int q, vmmipc_desc_t d) {
+  pool_ctx_t *m = arg;
+  vmmipc_result_t r = VMMIPC_SUCCESS;
+  if (!d) {
+    r = vmmipc__error(VMMIPC_ERR_INVALID_DESC, "rank %d sent no signal pool", m->c->rank_of[q]);
+  } else {
+    r = vmmipc_import(d, NULL, &m->p->peer[q]);
+    if (r) vmmipc__error_prefix("signal pool of rank %d: ", m->c->rank_of[q]);
+  }
+  vmmipc_desc_free(d);
+  return r;
+}
+
+void vmmipc__pool_destroy(struct vmmipc__pool *p, int node_size) {
+  if (!p) return;
+  for (int q = 0; p->peer && q < node_size; q++) vmmipc_buf_free(p->peer[q]);
+  const vmmipc__cu_t *cu = NULL;
+  if (p->stream && vmmipc__cu_load(&cu) == VMMIPC_SUCCESS) cu->cuStreamDestroy(p->stream);
+  vmmipc_buf_free(p->local);
+  pthread_mutex_destroy(&p->mu);
+  free(p->peer);
+  free(p->base);
+  free(p->used);
+  free(p);
+}
+
+vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
+  int n = c->node_size;
+  struct vmmipc__pool *p = calloc(1, sizeof *p);
+  vmmipc_result_t local = VMMIPC_SUCCESS;
+  if (!p) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: signal pool", op);
+  if (p) {
+    pthread_mutex_init(&p->mu, NULL);
+    p->peer = calloc((size_t)n, sizeof *p->peer);
+    p->base = calloc((size_t)n, sizeof *p->base);
+    if (!p->peer || !p->base) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: signal pool", op);
+  }
+  const vmmipc__cu_t *cu = NULL;
+  if (!local && n > 1) local = vmmipc__cu_load(&cu);
+  if (!local && n > 1) {
+    /* One granule; the stream is non-blocking so that host waits never
+     * queue behind the user's work on the legacy stream. */
+    local = vmmipc_alloc(1, &p->local);
+    if (!local) {
+      p->per_win = 2 * n;
+      p->slices = (int)(p->local->mapped / 8 / (size_t)p->per_win);
+      p->used = calloc((size_t)p->slices, 1);
+      if (!p->used) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: signal pool", op);
+    }
+    if (!local) {
+      CUresult rc = cu->cuStreamCreate(&p->stream, CU_STREAM_NON_BLOCKING);
+      if (rc) local = vmmipc__cu_error(rc, NULL, "%s: cuStreamCreate for the signal pool", op);
+    }
+  }
+  vmmipc_desc_t mine = NULL;
+  if (!local && n > 1) local = vmmipc_export(p->local, &mine);
+  vmmipc_desc_t *send = calloc((size_t)n, sizeof *send);
+  char *all = malloc((size_t)n);
+  if (!local && (!send || !all)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: signal pool", op);
+  for (int q = 0; send && all && q < n; q++) {
+    send[q] = mine;
+    all[q] = q != c->node_rank;
+  }
+  pool_ctx_t m = {c, p};
+  int secondary = 0;
+  vmmipc_result_t x = vmmipc__coll_exchange(c, send, all, all, import_pool, &m, local, &secondary);
+  if (!local) local = x;
+  vmmipc_desc_free(mine);
+  free(send);
+  free(all);
+  vmmipc_result_t r = vmmipc__agree(c, local, secondary, op);
+  if (r) {
+    vmmipc__error_prefix("making the signal pool: ");
+    vmmipc__pool_destroy(p, n);
+    return r;
+  }
+  for (int q = 0; q < n; q++) p->base[q] = q == c->node_rank ? (p->local ? p->local->base : 0) : p->peer[q]->base;
+  c->pool = p;
+  c->pool_free = vmmipc__pool_destroy;
+  return VMMIPC_SUCCESS;
+}
+
+vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char *op) {
+  struct vmmipc__pool *p = c->pool;
+  *slice = -1;
+  if (c->node_size <= 1) return VMMIPC_SUCCESS;
+  int k = 0;
+  while (k < p->slices && p->used[k]) k++;
+  if (k == p->slices)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: %d windows are open on this comm, as many as its signal pool holds; hint: free windows "
+                         "you no longer use",
+                         op, p->slices);
+  /* Zero this rank's part before the window exists anywhere: no peer
+   * writes into it before the agreement. Synchronous on the private stream
+   * (a pageable copy alone may return before the data lands). */
+  static const uint64_t zeros[128];
+  const vmmipc__cu_t *cu;
+  vmmipc_result_t r = vmmipc__cu_load(&cu);
+  if (r) return r;
+  CUdeviceptr at = p->base[c->node_rank] + (CUdeviceptr)k * (CUdeviceptr)p->per_win * 8;
+  size_t left = (size_t)p->per_win * 8;
+  pthread_mutex_lock(&p->mu);
+  CUresult rc = CUDA_SUCCESS;
+  for (size_t off = 0; !rc && off < left; off += sizeof zeros) {
+    size_t len = left - off < sizeof zeros ? left - off : sizeof zeros;
+    rc = cu->cuMemcpyHtoDAsync(at + off, zeros, len, p->stream);
+  }
+  if (!rc) rc = cu->cuStreamSynchronize(p->stream);
+  pthread_mutex_unlock(&p->mu);
+  if (rc) return vmmipc__cu_error(rc, NULL, "%s: zeroing the window's signal slots", op);
+  p->used[k] = 1;
+  *slice = k;
+  return VMMIPC_SUCCESS;
+}
+
+void vmmipc__pool_give(struct vmmipc_comm *c, int slice) {
+  if (c->pool && slice >= 0 && slice < c->pool->slices) c->pool->used[slice] = 0;
+}

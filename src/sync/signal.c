@@ -1,0 +1,199 @@
+/* Stream-ordered synchronisation on windows: signal, wait, barrier, and the
+ * host wait, with the driver's stream memory operations (no kernels). The
+ * slots live in the comm's signal pool (coll/pool.c); docs/sync.md states
+ * what becomes visible to whom, and when.
+ *
+ * Ordering: cuStreamWriteValue64 without CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
+ * fences the stream's earlier writes (system scope) before the flag lands;
+ * cuStreamWaitValue64 holds later work on the stream until the flag is set.
+ * CU_STREAM_WAIT_VALUE_FLUSH is used where the device reports
+ * CAN_FLUSH_REMOTE_WRITES (it concerns writes from NICs; H200 reports 0). */
+#include <sched.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "coll/coll.h"
+#include "driver/device.h"
+#include "vmm/vmm.h"
+
+/* cuStreamBatchMemOp takes at most this many operations per call. */
+#define SYNC_BATCH_MAX 256
+
+/* The node rank of `rank`, which must share the caller's node. */
+static vmmipc_result_t sync_peer(vmmipc_win_t w, int rank, const char *op, int *p) {
+  vmmipc_comm_t c = w->comm;
+  if (rank < 0 || rank >= c->size)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: rank %d is out of range 0..%d", op, rank, c->size - 1);
+  if (c->node_of[rank] < 0)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: rank %d is not on the node of rank %d: windows synchronise node peers only", op, rank,
+                         c->rank);
+  *p = c->node_of[rank];
+  return VMMIPC_SUCCESS;
+}
+
+/* Checks once per window that the current device has 64-bit stream
+ * memory operations; what the flush flag adds, if anything. */
+static vmmipc_result_t sync_ready(vmmipc_win_t w, const char *op, const vmmipc__cu_t **cu, unsigned *wait_flags) {
+  vmmipc_result_t r = vmmipc__cu_load(cu);
+  if (r) return r;
+  *wait_flags = CU_STREAM_WAIT_VALUE_GEQ;
+  int state = __atomic_load_n(&w->memops, __ATOMIC_RELAXED);
+  if (state == 0) {
+    int dev, ok = 0, flush = 0;
+    if ((r = vmmipc__current_device(*cu, op, &dev))) return r;
+    CUresult rc = (*cu)->cuDeviceGetAttribute(&ok, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev);
+    if (!rc) rc = (*cu)->cuDeviceGetAttribute(&flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, dev);
+    if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuDeviceGetAttribute(device %d)", op, dev);
+    state = ok ? (flush ? 2 : 1) : -1;
+    __atomic_store_n(&w->memops, state, __ATOMIC_RELAXED);
+  }
+  if (state < 0)
+    return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,
+                         "%s: the current device has no 64-bit stream memory operations "
+                         "(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS is 0); hint: synchronise on the host "
+                         "(cuStreamSynchronize + MPI_Barrier) instead",
+                         op);
+  if (state == 2) *wait_flags |= CU_STREAM_WAIT_VALUE_FLUSH;
+  return VMMIPC_SUCCESS;
+}
+
+/* Address of slot `slot` in node rank q's part of the window's slice. */
+static CUdeviceptr slot_addr(vmmipc_win_t w, int q, int slot) {
+  const struct vmmipc__pool *p = w->comm->pool;
+  return p->base[q] + ((CUdeviceptr)w->slice * (CUdeviceptr)p->per_win + (CUdeviceptr)slot) * 8;
+}
+
+static vmmipc_result_t sync_args(vmmipc_win_t w, const char *op) {
+  if (!w) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: win is NULL", op);
+  return VMMIPC_SUCCESS;
+}
+
+vmmipc_result_t vmmipc_win_signal(vmmipc_win_t w, int rank, uint64_t value, void *stream) {
+  const char *op = "vmmipc_win_signal";
+  vmmipc_result_t r = sync_args(w, op);
+  int p;
+  if (r || (r = sync_peer(w, rank, op, &p))) return r;
+  const vmmipc__cu_t *cu;
+  unsigned wf;
+  if ((r = sync_ready(w, op, &cu, &wf))) return r;
+  if (w->slice < 0) return VMMIPC_SUCCESS; /* a node of one: nobody to tell */
+  /* The caller's slot in rank's part: the default flags fence earlier work first. */
+  CUresult rc = cu->cuStreamWriteValue64((CUstream)stream, slot_addr(w, p, w->comm->node_rank), value,
+                                         CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamWriteValue64 to rank %d", op, rank);
+  return VMMIPC_SUCCESS;
+}
+
+vmmipc_result_t vmmipc_win_wait(vmmipc_win_t w, int rank, uint64_t value, void *stream) {
+  const char *op = "vmmipc_win_wait";
+  vmmipc_result_t r = sync_args(w, op);
+  int p;
+  if (r || (r = sync_peer(w, rank, op, &p))) return r;
+  const vmmipc__cu_t *cu;
+  unsigned wf;
+  if ((r = sync_ready(w, op, &cu, &wf))) return r;
+  if (w->slice < 0) return VMMIPC_SUCCESS;
+  CUresult rc = cu->cuStreamWaitValue64((CUstream)stream, slot_addr(w, w->comm->node_rank, p), value, wf);
+  if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamWaitValue64 for rank %d", op, rank);
+  return VMMIPC_SUCCESS;
+}
+
+vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t w, void *stream) {
+  const char *op = "vmmipc_win_barrier";
+  vmmipc_result_t r = sync_args(w, op);
+  if (r) return r;
+  const vmmipc__cu_t *cu;
+  unsigned wf;
+  if ((r = sync_ready(w, op, &cu, &wf))) return r;
+  vmmipc_comm_t c = w->comm;
+  int n = c->node_size, me = c->node_rank;
+  if (w->slice < 0 || n <= 1) return VMMIPC_SUCCESS;
+  /* Barrier k: write k into this rank's barrier slot of every peer, then
+   * wait until every peer's slot here reaches k. Counters only grow, so the
+   * barrier repeats without resets. */
+  uint64_t k = __atomic_add_fetch(&w->barriers, 1, __ATOMIC_RELAXED);
+  CUstreamBatchMemOpParams ops[SYNC_BATCH_MAX];
+  int m = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int q = 0; q < n; q++) {
+      if (q == me) continue;
+      memset(&ops[m], 0, sizeof ops[m]);
+      if (pass == 0) {
+        ops[m].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+        ops[m].writeValue.address = slot_addr(w, q, n + me);
+        ops[m].writeValue.value64 = k;
+        ops[m].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+      } else {
+        ops[m].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+        ops[m].waitValue.address = slot_addr(w, me, n + q);
+        ops[m].waitValue.value64 = k;
+        ops[m].waitValue.flags = wf;
+      }
+      if (++m == SYNC_BATCH_MAX) {
+        CUresult rc = cu->cuStreamBatchMemOp((CUstream)stream, (unsigned)m, ops, 0);
+        if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamBatchMemOp (%d operations)", op, m);
+        m = 0;
+      }
+    }
+  if (m) {
+    CUresult rc = cu->cuStreamBatchMemOp((CUstream)stream, (unsigned)m, ops, 0);
+    if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamBatchMemOp (%d operations)", op, m);
+  }
+  return VMMIPC_SUCCESS;
+}
+
+/* Reads this rank's slot written by node rank p, through the pool's
+ * private stream (it never queues behind the user's streams). */
+static vmmipc_result_t read_slot(const vmmipc__cu_t *cu, vmmipc_win_t w, int p, uint64_t *v, const char *op) {
+  struct vmmipc__pool *pool = w->comm->pool;
+  pthread_mutex_lock(&pool->mu);
+  CUresult rc = cu->cuMemcpyDtoHAsync(v, slot_addr(w, w->comm->node_rank, p), sizeof *v, pool->stream);
+  if (!rc) rc = cu->cuStreamSynchronize(pool->stream);
+  pthread_mutex_unlock(&pool->mu);
+  if (rc) return vmmipc__cu_error(rc, NULL, "%s: reading the signal slot of rank %d", op, w->comm->rank_of[p]);
+  return VMMIPC_SUCCESS;
+}
+
+vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, int timeout_ms) {
+  const char *op = "vmmipc_win_wait_host";
+  vmmipc_result_t r = sync_args(w, op);
+  int p;
+  if (r || (r = sync_peer(w, rank, op, &p))) return r;
+  const vmmipc__cu_t *cu;
+  if ((r = vmmipc__cu_load(&cu))) return r;
+  if (w->slice < 0) return VMMIPC_SUCCESS;
+  if (timeout_ms <= 0) timeout_ms = w->comm->timeout_ms;
+  int64_t start = vmmipc__now_ms(), deadline = start + timeout_ms, next_liveness = start + 100;
+  long pause_ns = 1000;
+  for (unsigned polls = 0;; polls++) {
+    uint64_t v = 0;
+    if ((r = read_slot(cu, w, p, &v, op))) return r;
+    if ((int64_t)(v - value) >= 0) return VMMIPC_SUCCESS; /* the same test as CU_STREAM_WAIT_VALUE_GEQ */
+    int64_t now = vmmipc__now_ms();
+    if (now >= next_liveness) {
+      next_liveness = now + 100;
+      pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(w->comm->tp), p);
+      if (vmmipc__pid_gone(pid))
+        return vmmipc__error(VMMIPC_ERR_PEER,
+                             "%s: rank %d (pid %d) exited before its slot reached %llu (it holds %llu); hint: its "
+                             "output has the first error",
+                             op, rank, (int)pid, (unsigned long long)value, (unsigned long long)v);
+    }
+    if (now >= deadline)
+      return vmmipc__error(VMMIPC_ERR_TIMEOUT,
+                           "%s: rank %d did not signal %llu within %d ms (its slot holds %llu); hint: is it alive and "
+                           "does it call vmmipc_win_signal with that value?",
+                           op, rank, (unsigned long long)value, timeout_ms, (unsigned long long)v);
+    /* Spin briefly, then back off to 1 ms: latency when it is close,
+     * little CPU when it is not. */
+    if (polls > 32) {
+      struct timespec ts = {0, pause_ns};
+      nanosleep(&ts, NULL);
+      if (pause_ns < 1000000) pause_ns *= 2;
+    } else {
+      sched_yield();
+    }
+  }
+}
