@@ -264,7 +264,7 @@ int main(int argc, char **argv) {
           sy_nccl_recv(&c, c.mine + SY_DATA_OFF, c.max_size, p);
           sy_nccl_send(&c, c.src, c.max_size, p);
         }
-        BD_CHECK(bd.cuStreamSynchronize(c.stream));
+        sy_stream_wait(&c, "NCCL connection");
       }
     }
   } else {

@@ -135,7 +135,7 @@ static const sy_proto_t P_BW_NCCL = {"NCCL stream", 0, 1, pp_nccl_align, bw_nccl
 /* Waits for the end of a batch, bounded: a signal that never arrives (a
  * library bug, a dead peer) ends the run with the counters instead of a
  * hang. Without cuEventQuery (the stand-in) it is cuEventSynchronize. */
-static void sy_event_wait(sy_ctx_t *c, CUevent ev, const char *what, sy_mode_t mode) {
+static void sy_event_wait(sy_ctx_t *c, CUevent ev, const char *what, const char *mode) {
   if (!sy_drv.cuEventQuery) {
     BD_CHECK(bd.cuEventSynchronize(ev));
     return;
@@ -150,7 +150,7 @@ static void sy_event_wait(sy_ctx_t *c, CUevent ev, const char *what, sy_mode_t m
       bench_fatal("%s (%s): the stream did not finish the batch within %.0f s; with rank %d this rank has "
                   "signalled %llu and awaits %llu; hint: a vmmipc_win_wait that is never satisfied, or a peer "
                   "that stopped",
-                  what, sy_mode_names[mode], c->timeout_s, p, (unsigned long long)c->tx[p],
+                  what, mode, c->timeout_s, p, (unsigned long long)c->tx[p],
                   (unsigned long long)c->rx[p]);
     }
     if (polls < 1000) {
@@ -160,6 +160,11 @@ static void sy_event_wait(sy_ctx_t *c, CUevent ev, const char *what, sy_mode_t m
       nanosleep(&ts, NULL);
     }
   }
+}
+
+void sy_stream_wait(sy_ctx_t *c, const char *what) {
+  BD_CHECK(bd.cuEventRecord(c->ev1, c->stream));
+  sy_event_wait(c, c->ev1, what, "untimed");
 }
 
 /* Runs one batch of n iterations in `mode` (queued or issued) and returns
@@ -180,7 +185,7 @@ static double sy_batch(sy_ctx_t *c, const sy_proto_t *p, sy_mode_t mode, size_t 
     p->body(c, size, n);
     BD_CHECK(bd.cuEventRecord(c->ev1, c->stream));
     if (mode == SY_QUEUED) mine_forced = sy_gate_open(&c->gate);
-    sy_event_wait(c, c->ev1, p->name, mode);
+    sy_event_wait(c, c->ev1, p->name, sy_mode_names[mode]);
     float ms = 0;
     BD_CHECK(bd.cuEventElapsedTime(&ms, c->ev0, c->ev1));
     secs = ms * 1e-3;
@@ -221,7 +226,7 @@ static void sy_warm(sy_ctx_t *c, const sy_proto_t *p, size_t size, int n) {
   if (n > 0 && (p->all_ranks || me == c->a || me == c->b)) {
     p->align(c, size);
     p->body(c, size, n);
-    BD_CHECK(bd.cuStreamSynchronize(c->stream));
+    sy_stream_wait(c, p->name);
   }
 }
 
@@ -530,7 +535,7 @@ void sy_check(sy_ctx_t *c) {
     sy_sig(c, p);
     sy_wt(c, p);
     BD_CHECK(sy_drv.cuMemcpyDtoHAsync(got, c->mine + SY_DATA_OFF, n, c->stream));
-    BD_CHECK(bd.cuStreamSynchronize(c->stream));
+    sy_stream_wait(c, "data check");
     for (size_t i = 0; i < n; i++)
       if (got[i] != sy_pattern(i, p)) {
         snprintf(why, sizeof why,

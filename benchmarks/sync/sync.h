@@ -158,7 +158,9 @@ void sy_nccl_send(sy_ctx_t *c, CUdeviceptr buf, size_t bytes, int peer);
 void sy_nccl_recv(sy_ctx_t *c, CUdeviceptr buf, size_t bytes, int peer);
 void sy_nccl_fini(void);
 
-/* run.c: the measurements (collective). */
+/* run.c: the measurements (collective). sy_stream_wait waits for c->stream,
+ * bounded by --timeout (then the run ends with the pair's counters). */
+void sy_stream_wait(sy_ctx_t *c, const char *what);
 void sy_check(sy_ctx_t *c);
 void sy_run_latency(sy_ctx_t *c);
 void sy_run_bandwidth(sy_ctx_t *c);

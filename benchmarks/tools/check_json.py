@@ -7,9 +7,11 @@ series or result must be either measured or skipped with a reason, and none
 may carry an error (a failed data check). No timing is asserted.
 
 usage: check_json.py FILE.json [--csv FILE.csv] [--require NAME,...]
+                     [--expect-skipped NAME:MODE:TEXT]
 
 --require (vmmipc_sync, torch_barrier): latency entries that must have been
-measured in at least one mode.
+measured in at least one mode. --expect-skipped: that latency entry must be
+skipped with TEXT in its reason (a test of a skip path).
 """
 import argparse
 import csv
@@ -227,6 +229,7 @@ def main():
     ap.add_argument("json")
     ap.add_argument("--csv")
     ap.add_argument("--require", default="", help="latency entries that must be measured (vmmipc_sync)")
+    ap.add_argument("--expect-skipped", action="append", default=[], metavar="NAME:MODE:TEXT")
     a = ap.parse_args()
     try:
         with open(a.json) as f:
@@ -246,6 +249,11 @@ def main():
         fail(f"{a.json}: unknown benchmark {kind!r}")
     if a.require:
         check_required(d, [x for x in a.require.split(",") if x])
+    for spec in a.expect_skipped:
+        name, mode, text = (spec.split(":", 2) + ["", ""])[:3]
+        hits = [e for e in d.get("latency", []) if e.get("name") == name and e.get("mode") == mode]
+        if not hits or text not in hits[0].get("skipped", ""):
+            fail(f"{name} ({mode}) should be skipped with '{text}': {hits[0] if hits else 'not run'}")
     rows = check_csv(a.csv) if a.csv else 0
     print(f"check_json: {a.json}: {kind}, {n} measured entries" + (f", {rows} CSV rows" if a.csv else ""))
 
