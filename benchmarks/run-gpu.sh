@@ -112,7 +112,7 @@ else
   # 30 batches of 100 iterations, 64 B .. 1 MiB; at most ~1 s per entry or
   # size (fewer batches where the GPU is shared and slow).
   SYNC_ARGS=(--iters 100 --reps 30 --budget 1)
-  TBAR_ARGS=(--iters 100 --reps 30)
+  TBAR_ARGS=(--iters 100 --reps 30 --budget 1)
 fi
 
 # Window synchronisation (issue 13) first: it takes seconds. Inside the

@@ -72,6 +72,9 @@ def main():
     ap.add_argument("--reps", type=int, default=30, help="timed batches (default 30)")
     ap.add_argument("--warmup", type=int, default=10, help="untimed operations first (default 10)")
     ap.add_argument("--modes", default="queued,issued", help="queued,issued (default both)")
+    ap.add_argument("--budget", type=float, default=2.0,
+                    help="about this many seconds per entry at most: fewer batches (at least 3) when one is slow "
+                         "(default 2; 0: no cap)")
     ap.add_argument("--json", help="write here instead of stdout")
     a = ap.parse_args()
     modes = [m for m in ("queued", "issued") if m in a.modes.split(",")]
@@ -131,6 +134,13 @@ def main():
     gpus = len(set(uuids))
     placement = (f"{world} ranks on 1 GPU (all on device {device.index})" if gpus == 1
                  else f"{world} ranks on {gpus} GPUs")
+    ongpus = f"{gpus} GPU" + ("" if gpus == 1 else "s")
+
+    def fit(reps, wall):
+        """Batches that fit the budget, judged by the first one's wall time."""
+        if a.budget <= 0 or wall <= 0:
+            return reps
+        return max(min(reps, 3), min(reps, int(a.budget / wall)))
 
     results = []
 
@@ -157,7 +167,8 @@ def main():
         e = entry(name, "host", "per_barrier", "host_clock", desc)
         samples, error = [], None
         try:
-            for r in range(-1, a.reps):
+            reps, r = a.reps, -1
+            while r < reps:
                 n = a.warmup if r < 0 else a.iters
                 dist.barrier(group=gloo)
                 t0 = time.perf_counter()
@@ -165,10 +176,13 @@ def main():
                     dist.barrier(group=group, **kw)
                     if after:
                         after()
-                s = (time.perf_counter() - t0) / max(n, 1)
-                s = max_over_ranks([s])[0]
+                wall = time.perf_counter() - t0
+                s, wall = max_over_ranks([wall / max(n, 1), wall])
+                if r == 0:
+                    reps = fit(reps, wall)
                 if r >= 0:
                     samples.append(s)
+                r += 1
         except Exception as ex:
             error = f"{ex.__class__.__name__}: {ex}"
         finish(e, samples, error)
@@ -177,7 +191,7 @@ def main():
     desc = ("torch.distributed.barrier on an NCCL group, then torch.cuda.synchronize; host clock, per barrier")
     if gpus < world:
         e = entry("torch.barrier.nccl", "host", "per_barrier", "host_clock", desc)
-        e["skipped"] = (f"ranks share a GPU ({world} ranks on {gpus} GPUs): NCCL refuses two ranks on one device")
+        e["skipped"] = (f"ranks share a GPU ({world} ranks on {ongpus}): NCCL refuses two ranks on one device")
     else:
         try:
             nccl = dist.new_group(backend="nccl", timeout=timeout)
@@ -287,22 +301,30 @@ def main():
                 e["skipped"] = "torch.cuda._sleep is not available to hold the stream"
                 continue
             samples, error, note = [], None, None
-            hold = 0.005  # seconds; lengthened while the enqueueing outlasts it
+            hold, give_up = 0.005, False  # seconds; lengthened while the enqueueing outlasts it
             try:
                 if active:
                     op(a.warmup)
                     torch.cuda.synchronize(device)
-                for r in range(a.reps):
+                reps, r = a.reps, 0
+                while r < reps:
                     while True:
                         dist.barrier(group=gloo)
+                        t0 = time.perf_counter()
                         s, held = batch(op, a.iters, mode == "queued", hold) if active else (0.0, True)
-                        s, short = max_over_ranks([s, 0.0 if held else 1.0])
-                        if mode != "queued" or not short or hold >= 1.0:
+                        s, short, wall = max_over_ranks([s, 0.0 if held else 1.0, time.perf_counter() - t0])
+                        if mode != "queued" or not short or give_up:
+                            break
+                        if hold >= 1.0:  # never held long enough: stop trying, say so below
+                            give_up, hold = True, 0.005
                             break
                         hold *= 4  # the same batch again, held longer (all ranks agree: max over ranks)
                     if short:
                         note = "some batches were enqueued more slowly than the stream was held: they include enqueue time"
+                    if r == 0:
+                        reps = fit(reps, wall)
                     samples.append(s / a.iters / per_iter)
+                    r += 1
                 if mode == "queued" and not note:
                     note = f"stream held {hold * 1e3:.0f} ms (torch.cuda._sleep) before each batch"
             except Exception as ex:

@@ -48,9 +48,9 @@ void sy_nccl_init(sy_ctx_t *c) {
   } else if (c->shared_gpu && !(shared_ok && strcmp(shared_ok, "1") == 0)) {
     /* NCCL rejects a communicator with two ranks on one device. */
     snprintf(why, len,
-             "ranks share a GPU (%d ranks on %d GPUs): NCCL refuses two ranks on one device (ncclInvalidUsage, "
+             "ranks share a GPU (%d ranks on %d GPU%s): NCCL refuses two ranks on one device (ncclInvalidUsage, "
              "'Duplicate GPU detected'); VMMIPC_BENCH_NCCL_SHARED=1 tries anyway",
-             c->node->size, c->gpus);
+             c->node->size, c->gpus, c->gpus == 1 ? "" : "s");
   } else if (!(nx.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
     const char *e = dlerror();
     snprintf(why, len, "dlopen(\"%s\") failed: %s", path, e ? e : "?");
