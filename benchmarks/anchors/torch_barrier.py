@@ -237,6 +237,17 @@ def main():
         except Exception as ex:
             why = f"symmetric memory set-up: {ex.__class__.__name__}: {ex}"
     why = agree(why)
+    if why and symm_mem is not None and gpus == world:
+        # Some torch versions want the group that has the CUDA backend (the
+        # default one, as anchors/torch_symm_mem.py uses); one GPU per rank
+        # here, so NCCL may come up if it asks for it.
+        first, why = why, None
+        try:
+            buf = symm_mem.empty(4096, dtype=torch.uint8, device=device)
+            hdl = rendezvous(buf, dist.group.WORLD)
+        except Exception as ex:
+            why = f"{first}; with the default group: {ex.__class__.__name__}: {ex}"
+        why = agree(why)
 
     stream = torch.cuda.current_stream(device)
     ev0 = torch.cuda.Event(enable_timing=True)
