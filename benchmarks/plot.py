@@ -7,7 +7,10 @@ Files are recognised by their "benchmark" key: vmmipc_bw (bandwidth vs size
 per operation and direction, with the anchors and the line rate; one heat map
 per peer matrix), vmmipc_setup (setup latency vs size per collective, one
 colour per chunk count, the raw-driver floor dashed; and the phase split),
-torch_symm_mem (the PyTorch rendezvous anchor, drawn on the allgather plot).
+torch_symm_mem (the PyTorch rendezvous anchor, drawn on the allgather plot),
+vmmipc_sync (a latency bar chart of signal/wait, put + signal and the barrier
+next to NCCL, the host round trip and, from torch_barrier files, PyTorch's
+barriers; and put + signal bandwidth vs size next to NCCL).
 Needs matplotlib; without it, says so and exits 0.
 """
 import argparse
@@ -206,9 +209,77 @@ def plot_setup(plt, path, d, torch_runs, out):
     return made
 
 
+SYNC_COLORS = {"vmmipc": "C0", "nccl": "C3", "host": "C7", "torch": "C2"}
+
+
+def plot_sync(plt, path, d, tbar_runs, out):
+    tag = os.path.splitext(os.path.basename(path))[0]
+    made = []
+    warn = " [CPU stand-in: meaningless]" if d.get("standin") else ""
+    where = d.get("placement", f"{d.get('ranks')} ranks")
+    entries = [e for e in d.get("latency", []) if "stats" in e and "skipped" not in e and "error" not in e]
+    for _, t in tbar_runs:
+        entries += [e for e in t.get("latency", []) if "stats" in e and "skipped" not in e and "error" not in e]
+    if entries:
+        order = {"queued": 0, "issued": 1, "host": 2}
+        entries.sort(key=lambda e: (order.get(e["mode"], 3), e.get("method") != "vmmipc", e["name"]))
+        labels = [f"{e['name']} ({e['mode']}, {e['what'].replace('_', ' ')})" for e in entries]
+        med = [e["stats"]["median"] * 1e6 for e in entries]
+        lo = [max(0.0, m - e["stats"]["p10"] * 1e6) for m, e in zip(med, entries)]
+        hi = [max(0.0, e["stats"]["p90"] * 1e6 - m) for m, e in zip(med, entries)]
+        colors = [SYNC_COLORS.get(e.get("method", "torch"), "C4") for e in entries]
+        fig, ax = plt.subplots(figsize=(9, 0.38 * len(entries) + 1.8))
+        ys = list(range(len(entries)))[::-1]
+        ax.barh(ys, med, xerr=[lo, hi], color=colors, alpha=0.85, capsize=3)
+        for y, m, h in zip(ys, med, hi):
+            ax.text(m + h, y, f"  {m:.3g}", va="center", fontsize=7)
+        ax.set_yticks(ys)
+        ax.set_yticklabels(labels, fontsize=7)
+        if max(med) / max(min(med), 1e-9) > 50:
+            ax.set_xscale("log")
+        ax.set_xlabel("us per operation: median, bars p10-p90 (one way = half a round trip)")
+        ax.set_title(f"vmmipc_sync: latency, {where}{warn}", fontsize=9)
+        ax.grid(True, axis="x", which="both", alpha=0.3)
+        fig.tight_layout()
+        f = os.path.join(out, f"{tag}_latency.png")
+        fig.savefig(f, dpi=120)
+        plt.close(fig)
+        made.append(f)
+    series = [s for s in d.get("bandwidth", []) if s.get("points") and "skipped" not in s and "error" not in s]
+    if series:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        sizes = []
+        for s in series:
+            xs = [p["size"] for p in s["points"]]
+            ys = [p["gbps"] for p in s["points"]]
+            sizes += xs
+            color = SYNC_COLORS.get(s.get("method"), "C4")
+            style = "-" if s.get("mode") == "queued" else "--"
+            label = {"vmmipc.put_signal": "vmmipc copy + signal", "nccl.sendrecv": "NCCL send/recv"}.get(s["name"],
+                                                                                                     s["name"])
+            ax.plot(xs, ys, ls=style, color=color, marker="o" if s.get("mode") == "queued" else "x",
+                    label=f"{label} ({s.get('mode')})")
+            st = [p.get("gbps_stats") for p in s["points"]]
+            if all(st):
+                ax.fill_between(xs, [x["p10"] for x in st], [x["p90"] for x in st], color=color, alpha=0.12)
+        size_axis(ax, sizes)
+        ax.set_yscale("log")
+        ax.set_ylabel("GB/s (median; band p10-p90)")
+        ax.set_title(f"vmmipc_sync: put + signal bandwidth vs NCCL, {where}{warn}", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        f = os.path.join(out, f"{tag}_bandwidth.png")
+        fig.savefig(f, dpi=120)
+        plt.close(fig)
+        made.append(f)
+    return made
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("files", nargs="+", help="JSON from vmmipc_bw, vmmipc_setup or anchors/torch_symm_mem.py")
+    ap.add_argument("files", nargs="+", help="JSON from vmmipc_bw, vmmipc_setup, vmmipc_sync, "
+                    "anchors/torch_symm_mem.py or anchors/torch_barrier.py")
     ap.add_argument("--out", default=".", help="directory for the PNG files (default: .)")
     a = ap.parse_args()
     try:
@@ -226,6 +297,8 @@ def main():
         made += plot_bw(plt, path, d, a.out)
     for path, d in data.get("vmmipc_setup", []):
         made += plot_setup(plt, path, d, data.get("torch_symm_mem", []), a.out)
+    for path, d in data.get("vmmipc_sync", []):
+        made += plot_sync(plt, path, d, data.get("torch_barrier", []), a.out)
     for f in made:
         print(f"plot.py: wrote {f}")
     if not made:

@@ -10,9 +10,11 @@
 #   the copies work when the GPUs are hidden from each other.
 # --quick: small sizes, a few reps (a minute; for checking the setup).
 #
-# Writes under OUTDIR: bw.json/.csv/.log, setup.json/.csv/.log, torch.json/
-# .log (when torch imports), nvidia-smi.log, summary.md (goals, from
-# summarize.py), plots/*.png (when matplotlib imports) and status.txt.
+# Writes under OUTDIR: sync.json/.csv/.log and torch_barrier.json/.log
+# (window synchronisation, run first: short), bw.json/.csv/.log,
+# setup.json/.csv/.log, torch.json/.log (when torch imports),
+# nvidia-smi.log, summary.md (goals, from summarize.py), plots/*.png (when
+# matplotlib imports) and status.txt. A missing vmmipc_sync is a skip.
 # Sized to finish in under 6 minutes on 2 H200: each step has a time limit
 # and the whole run a deadline ($DEADLINE_S, default 280 s, so that it also
 # fits the 300 s that scripts/gpu-check.sh allows it); the last 25 s are
@@ -23,7 +25,7 @@
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1).
 set -uo pipefail
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 
 OUT="" BUILD="${VMMIPC_BUILD_DIR:-build}" VISIBLE=0 QUICK=0 NPOS=0
 for arg in "$@"; do
@@ -40,6 +42,7 @@ done
 HERE="$(cd "$(dirname "$0")" && pwd)"
 BW="$BUILD/benchmarks/vmmipc_bw"
 SETUP="$BUILD/benchmarks/vmmipc_setup"
+SYNC="$BUILD/benchmarks/vmmipc_sync"
 for exe in "$BW" "$SETUP"; do
   [ -x "$exe" ] || { echo "run-gpu.sh: $exe not found; build first (cmake --build $BUILD --target vmmipc_bw vmmipc_setup)" >&2; exit 2; }
 done
@@ -97,6 +100,8 @@ if [ "$QUICK" = 1 ]; then
   BW_ARGS=(--max-size 64M --iters 5)
   SETUP_ARGS=(--max-size 256M --chunks 1,16 --reps 3)
   TORCH_ARGS=(--max-size 256M --reps 3)
+  SYNC_ARGS=(--iters 20 --reps 5 --max-size 64K)
+  TBAR_ARGS=(--iters 20 --reps 5)
 else
   # OSU-style iteration counts (10/100 up to 1 MiB, 2/20 above), up to 1 GiB.
   BW_ARGS=(--max-size 1G)
@@ -104,6 +109,28 @@ else
   # size x chunks x collective x method (256 chunks cost ~0.3 s a call).
   SETUP_ARGS=(--max-size 4G --chunks 1,16,256 --reps 20 --reps-large 10 --budget 1 --min-reps 3)
   TORCH_ARGS=(--max-size 4G --reps 20 --reps-large 10)
+  # 30 batches of 100 iterations, 64 B .. 1 MiB; at most ~1 s per entry or
+  # size (fewer batches where the GPU is shared and slow).
+  SYNC_ARGS=(--iters 100 --reps 30 --budget 1)
+  TBAR_ARGS=(--iters 100 --reps 30 --budget 1)
+fi
+
+# Window synchronisation (issue 13) first: it takes seconds. Inside the
+# step's limit the program has its own (--time-limit: what is left is
+# skipped and the JSON still written; --timeout: a batch that hangs ends it).
+if [ -x "$SYNC" ]; then
+  step "vmmipc_sync" 45 "$OUT/sync.log" \
+    "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$SYNC" "${SYNC_ARGS[@]}" \
+    --time-limit 30 --timeout 15 --json "$OUT/sync.json" --csv "$OUT/sync.csv"
+else
+  log_status "vmmipc_sync: skipped ($SYNC not built)"
+fi
+if "$PYTHON" -c 'import torch, torch.distributed; assert torch.cuda.is_available()' 2>/dev/null; then
+  step "torch_barrier" 50 "$OUT/torch_barrier.log" \
+    "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$NP" \
+    "$HERE/anchors/torch_barrier.py" "${TBAR_ARGS[@]}" --json "$OUT/torch_barrier.json"
+else
+  log_status "torch_barrier: skipped (torch with CUDA not importable by $PYTHON)"
 fi
 
 step "vmmipc_bw" 90 "$OUT/bw.log" \
@@ -126,7 +153,9 @@ else
 fi
 
 JSONS=()
-for f in "$OUT/bw.json" "$OUT/setup.json" ${TORCH_JSON[@]+"${TORCH_JSON[@]}"}; do [ -s "$f" ] && JSONS+=("$f"); done
+for f in "$OUT/bw.json" "$OUT/setup.json" ${TORCH_JSON[@]+"${TORCH_JSON[@]}"} "$OUT/sync.json" "$OUT/torch_barrier.json"; do
+  [ -s "$f" ] && JSONS+=("$f")
+done
 if [ "${#JSONS[@]}" -gt 0 ]; then
   "$PYTHON" "$HERE/summarize.py" "${JSONS[@]}" > "$OUT/summary.md" 2>> "$OUT/status.txt" || FAILED=1
   RESERVE=0

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Checks benchmark JSON against the goals in docs/performance.md.
 
-usage: summarize.py FILE.json [FILE.json ...]   (vmmipc_bw, vmmipc_setup and
-torch_symm_mem files, told apart by their "benchmark" key)
+usage: summarize.py FILE.json [FILE.json ...]   (vmmipc_bw, vmmipc_setup,
+torch_symm_mem, vmmipc_sync and torch_barrier files, told apart by their
+"benchmark" key)
 
 Prints a Markdown table: goal, measured, target, verdict (PASS, FAIL or
-"n/a" when the file or series it needs is missing or skipped).
+"n/a" when the file or series it needs is missing or skipped; "info" for a
+comparison that is not a goal). The window synchronisation goals (issue 13)
+are recomputed here from vmmipc_sync's medians, not copied from its verdicts.
 """
 import json
 import sys
@@ -46,13 +49,115 @@ def verdict(ok):
     return "n/a" if ok is None else ("PASS" if ok else "FAIL")
 
 
+# ---- vmmipc_sync (issue 13) ----------------------------------------------------
+
+SYNC_GOALS = (  # id, text, subject, anchor, anchor in the host mode, target
+    ("barrier_vs_host", "stream barrier vs cuStreamSynchronize + MPI_Barrier", "vmmipc.barrier",
+     "host.sync_barrier", True, 5.0),
+    ("put_signal_vs_host", "8-byte put + signal (one way) vs cuStreamSynchronize + MPI_Barrier", "vmmipc.put_signal",
+     "host.sync_barrier", True, 5.0),
+    ("barrier_vs_nccl", "stream barrier vs NCCL send/recv of 8 bytes (one way)", "vmmipc.barrier", "nccl.sendrecv",
+     False, 3.0),
+    ("put_signal_vs_nccl", "8-byte put + signal vs NCCL send/recv of 8 bytes (both one way)", "vmmipc.put_signal",
+     "nccl.sendrecv", False, 3.0),
+)
+
+
+def lat_entry(d, name, mode):
+    for e in (d or {}).get("latency", []):
+        if e.get("name") == name and e.get("mode") == mode:
+            return e
+    return None
+
+
+def lat_median(e):
+    if e and "skipped" not in e and "error" not in e and "stats" in e:
+        return e["stats"]["median"]
+    return None
+
+
+def why_missing(e, name, mode):
+    if not e:
+        return f"{name} ({mode}) not run"
+    return f"{name} ({mode}): " + (e.get("skipped") or e.get("error") or "no samples")
+
+
+def sync_rows(sync, tbar):
+    tag = " [CPU stand-in: meaningless]" if sync.get("standin") else ""
+    nccl = sync.get("nccl_version") or f"skipped: {sync.get('nccl_skipped', '?')}"
+    rows = [("window synchronisation (vmmipc_sync): the run", f"{sync.get('placement', '?')}; NCCL {nccl}{tag}", "-",
+             "info")]
+    given = {(g.get("id"), g.get("mode")): g.get("verdict") for g in sync.get("goals", [])}
+    for mode in ("queued", "issued"):
+        for gid, text, subj, anch, host, target in SYNC_GOALS:
+            amode = "host" if host else mode
+            se, ae = lat_entry(sync, subj, mode), lat_entry(sync, anch, amode)
+            sm, am = lat_median(se), lat_median(ae)
+            goal = f"{text} [{mode}{', primary' if mode == 'queued' else ''}]"
+            if sm is None or am is None or sm <= 0:
+                miss = why_missing(se, subj, mode) if sm is None else why_missing(ae, anch, amode)
+                rows.append((goal, miss, f">= {target:g}x", "n/a"))
+                continue
+            ratio = am / sm
+            v = verdict(ratio >= target)
+            note = ""
+            if given.get((gid, mode)) not in (None, v):
+                note = f" (vmmipc_sync said {given[(gid, mode)]})"
+            rows.append((goal, f"{am * 1e6:.2f} / {sm * 1e6:.2f} us = {ratio:.2f}x{tag}{note}", f">= {target:g}x",
+                         v + (" (stand-in)" if tag else "")))
+    # Comparisons that are not goals: PyTorch's barriers and signals.
+    if tbar:
+        for mode in ("queued", "issued"):
+            mb = lat_median(lat_entry(sync, "vmmipc.barrier", mode))
+            for tname in ("torch.symm_mem.barrier",):
+                tm = lat_median(lat_entry(tbar, tname, mode))
+                if mb and tm:
+                    rows.append((f"stream barrier vs PyTorch {tname} [{mode}]",
+                                 f"{tm * 1e6:.2f} / {mb * 1e6:.2f} us = {tm / mb:.2f}x", "(anchor)", "info"))
+            # The host barriers once, against the primary mode where it ran.
+            first = mode == "queued" or not lat_median(lat_entry(sync, "vmmipc.barrier", "queued"))
+            for tname in ("torch.barrier.gloo", "torch.barrier.nccl"):
+                tm = lat_median(lat_entry(tbar, tname, "host"))
+                if mb and tm and first:
+                    rows.append((f"stream barrier [{mode}] vs PyTorch {tname}",
+                                 f"{tm * 1e6:.2f} / {mb * 1e6:.2f} us = {tm / mb:.2f}x", "(anchor)", "info"))
+            ms = lat_median(lat_entry(sync, "vmmipc.signal_wait", mode))
+            ts = lat_median(lat_entry(tbar, "torch.symm_mem.signal", mode))
+            if ms and ts:
+                rows.append((f"signal + wait (one way) vs PyTorch put_signal/wait_signal [{mode}]",
+                             f"{ts * 1e6:.2f} / {ms * 1e6:.2f} us = {ts / ms:.2f}x", "(anchor)", "info"))
+    # Put + signal bandwidth against NCCL, size by size.
+    for mode in ("queued", "issued"):
+        v = n = None
+        for s in sync.get("bandwidth", []):
+            if s.get("mode") != mode or "skipped" in s or "error" in s:
+                continue
+            pts = {p["size"]: p["gbps"] for p in s.get("points", [])}
+            if s.get("name") == "vmmipc.put_signal":
+                v = pts
+            elif s.get("name") == "nccl.sendrecv":
+                n = pts
+        if not v or not n:
+            continue
+        ratios = sorted((v[k] / n[k], k) for k in v if k in n and n[k])
+        if ratios:
+            lo, hi = ratios[0], ratios[-1]
+            rows.append((f"put + signal bandwidth vs NCCL send/recv, {min(v)} B .. {max(v)} B [{mode}]",
+                         f"{lo[0]:.2f}x at {lo[1]} B .. {hi[0]:.2f}x at {hi[1]} B", "(anchor)", "info"))
+    return rows
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
         return 2
     d = load(argv[1:])
     bw, setup, torch = d.get("vmmipc_bw"), d.get("vmmipc_setup"), d.get("torch_symm_mem")
+    sync, tbar = d.get("vmmipc_sync"), d.get("torch_barrier")
     rows = []
+    if not (bw or setup or torch):
+        print_rows(sync_rows(sync, tbar) if sync else [])
+        return 0
 
     # 1. Copy engine within 1% of raw driver copies (1 GiB, one direction).
     for op in ("read", "write"):
@@ -137,11 +242,17 @@ def main(argv):
     if not sizes:
         rows.append(("allgather_map per chunk at 256 chunks", "-", "<= 1.2x", "n/a"))
 
+    if sync:
+        rows += sync_rows(sync, tbar)
+    print_rows(rows)
+    return 0
+
+
+def print_rows(rows):
     print("| Goal | Measured | Target | Verdict |")
     print("| --- | --- | --- | --- |")
     for g, m, t, v in rows:
         print(f"| {g} | {m} | {t} | {v} |")
-    return 0
 
 
 if __name__ == "__main__":

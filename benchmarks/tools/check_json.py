@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
-"""Checks the shape of a vmmipc_bw or vmmipc_setup JSON file (and its CSV).
+"""Checks the shape of a vmmipc_bw, vmmipc_setup or vmmipc_sync JSON file
+(and its CSV), or of the torch_barrier anchor's JSON.
 
 Used by the ctest smoke tests on the CPU stand-in: the file must parse, every
 series or result must be either measured or skipped with a reason, and none
 may carry an error (a failed data check). No timing is asserted.
 
-usage: check_json.py FILE.json [--csv FILE.csv]
+usage: check_json.py FILE.json [--csv FILE.csv] [--require NAME,...]
+                     [--expect-skipped NAME:MODE:TEXT]
+
+--require (vmmipc_sync, torch_barrier): latency entries that must have been
+measured in at least one mode. --expect-skipped: that latency entry must be
+skipped with TEXT in its reason (a test of a skip path).
 """
 import argparse
 import csv
@@ -97,6 +103,115 @@ def check_setup(d):
     return measured
 
 
+def check_latency_entry(e, what):
+    """A vmmipc_sync or torch_barrier latency entry: measured or skipped with a reason."""
+    for key in ("name", "mode", "what", "timer"):
+        if not isinstance(e.get(key), str) or not e[key]:
+            fail(f"{what}: no {key}")
+    if e["timer"] not in ("cuda_events", "host_clock"):
+        fail(f"{what}: unknown timer {e['timer']!r}")
+    if "error" in e:
+        fail(f"{what}: {e['error']}")
+    if "skipped" in e:
+        skipped_ok(e, what)
+        return False
+    for key in ("iters", "reps"):
+        if not positive(e.get(key)):
+            fail(f"{what}: no positive {key}")
+    st = e.get("stats") or {}
+    for key in ("median", "p10", "p90", "min", "max"):
+        if not positive(st.get(key)):
+            fail(f"{what}: stats has no positive {key}")
+    if not st["min"] <= st["p10"] <= st["median"] <= st["p90"] <= st["max"]:
+        fail(f"{what}: stats out of order: {st}")
+    samples = e.get("samples", [])
+    if len(samples) != e["reps"] or not all(positive(x) for x in samples):
+        fail(f"{what}: {len(samples)} samples for {e['reps']} reps, or a sample that is not positive")
+    return True
+
+
+def check_required(d, names):
+    measured = {e["name"] for e in d.get("latency", []) if "stats" in e and "skipped" not in e}
+    for need in names:
+        if need not in measured:
+            why = [e.get("skipped") or e.get("error") for e in d.get("latency", []) if e.get("name") == need]
+            fail(f"{need} was measured in no mode" + (f": {why[0]}" if why and why[0] else " (not run)"))
+
+
+def check_sync(d):
+    for key in ("ranks", "gpus"):
+        if not positive(d.get(key)):
+            fail(f"no positive {key}")
+    if not isinstance(d.get("placement"), str):
+        fail("no placement")
+    if d.get("standin") and not d.get("warning"):
+        fail("a stand-in run must say that its numbers are meaningless ('warning')")
+    if "error" in d:
+        fail(d["error"])
+    lat = d.get("latency")
+    if not lat:
+        fail("no latency entries")
+    measured = set()
+    for e in lat:
+        what = f"latency {e.get('name')}/{e.get('mode')}"
+        if check_latency_entry(e, what):
+            measured.add(e["name"])
+    npts = 0
+    for s in d.get("bandwidth", []):
+        what = f"bandwidth {s.get('name')}/{s.get('mode')}"
+        if "error" in s:
+            fail(f"{what}: {s['error']}")
+        if "skipped" in s:
+            skipped_ok(s, what)
+            continue
+        pts = s.get("points")
+        if not pts:
+            fail(f"{what}: no points")
+        sizes = [p.get("size") for p in pts]
+        if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
+            fail(f"{what}: sizes are not increasing: {sizes}")
+        for p in pts:
+            for key in ("size", "iters", "reps", "seconds", "gbps"):
+                if not positive(p.get(key)):
+                    fail(f"{what}: point {p.get('size')} has no positive {key}")
+        npts += len(pts)
+    goals = d.get("goals")
+    if not goals:
+        fail("no goals")
+    for g in goals:
+        what = f"goal {g.get('id')}/{g.get('mode')}"
+        v, ratio, target = g.get("verdict"), g.get("ratio"), g.get("target")
+        if v not in ("PASS", "FAIL", "n/a"):
+            fail(f"{what}: verdict {v!r}")
+        if not positive(target):
+            fail(f"{what}: no target")
+        if v == "n/a":
+            if not g.get("reason"):
+                fail(f"{what}: n/a without a reason")
+            continue
+        # The verdict must follow from the ratio of the two medians.
+        if not positive(ratio) or not positive(g.get("subject_s")) or not positive(g.get("anchor_s")):
+            fail(f"{what}: {v} without a measured ratio")
+        if abs(ratio - g["anchor_s"] / g["subject_s"]) > 1e-6 * ratio:
+            fail(f"{what}: ratio {ratio} is not anchor_s / subject_s")
+        if (ratio >= target) != (v == "PASS"):
+            fail(f"{what}: verdict {v} does not follow from ratio {ratio} and target {target}")
+    return len(measured) + npts
+
+
+def check_torch_barrier(d):
+    lat = d.get("latency")
+    if lat is None:
+        fail("no latency list")
+    if "skipped" in d:
+        skipped_ok(d, "torch_barrier")
+        return 0
+    n = 0
+    for e in lat:
+        n += check_latency_entry(e, f"latency {e.get('name')}/{e.get('mode')}")
+    return n
+
+
 def check_csv(path):
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
@@ -113,6 +228,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("json")
     ap.add_argument("--csv")
+    ap.add_argument("--require", default="", help="latency entries that must be measured (vmmipc_sync)")
+    ap.add_argument("--expect-skipped", action="append", default=[], metavar="NAME:MODE:TEXT")
     a = ap.parse_args()
     try:
         with open(a.json) as f:
@@ -124,8 +241,19 @@ def main():
         n = check_bw(d)
     elif kind == "vmmipc_setup":
         n = check_setup(d)
+    elif kind == "vmmipc_sync":
+        n = check_sync(d)
+    elif kind == "torch_barrier":
+        n = check_torch_barrier(d)
     else:
         fail(f"{a.json}: unknown benchmark {kind!r}")
+    if a.require:
+        check_required(d, [x for x in a.require.split(",") if x])
+    for spec in a.expect_skipped:
+        name, mode, text = (spec.split(":", 2) + ["", ""])[:3]
+        hits = [e for e in d.get("latency", []) if e.get("name") == name and e.get("mode") == mode]
+        if not hits or text not in hits[0].get("skipped", ""):
+            fail(f"{name} ({mode}) should be skipped with '{text}': {hits[0] if hits else 'not run'}")
     rows = check_csv(a.csv) if a.csv else 0
     print(f"check_json: {a.json}: {kind}, {n} measured entries" + (f", {rows} CSV rows" if a.csv else ""))
 
