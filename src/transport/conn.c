@@ -539,7 +539,9 @@ static vmmipc_result_t mesh_connect(mesh_t *m, int q, int ctx) {
     }
     return vmmipc__os_error(e == ECONNREFUSED || e == ENOENT ? VMMIPC_ERR_PEER : VMMIPC_ERR_SYSTEM, e,
                             e == ECONNREFUSED || e == ENOENT
-                                ? "nobody listens there: that rank failed or exited (check its output)"
+                                ? "nobody listens there: that rank failed or exited (check its output), or it runs "
+                                  "in another network namespace (a container): set VMMIPC_SOCKET_DIR to a directory "
+                                  "all ranks share"
                                 : (e == EACCES || e == EPERM) ? "every rank must run as the same user" : NULL,
                             "rank %d connecting to rank %d at %s", vmmipc__conn_rank(c, c->node_rank), R, text);
   }
