@@ -6,7 +6,10 @@ usage: plot.py FILE.json [FILE.json ...] [--out DIR]
 Files are recognised by their "benchmark" key: vmmipc_bw (bandwidth vs size
 per operation and direction, with the anchors and the line rate; one heat map
 per peer matrix), vmmipc_setup (setup latency vs size per collective, one
-colour per chunk count, the raw-driver floor dashed; and the phase split),
+colour per chunk count: first mapping solid, mapped again dash-dotted, the
+raw-driver floor dashed; and the phase split of each mode; the scale files
+of run-gpu.sh, "tag": "scale", make one plot of the cost per mapping vs the
+number of ranks, on one GPU and on two),
 torch_symm_mem (the PyTorch rendezvous anchor, drawn on the allgather plot),
 vmmipc_sync (a latency bar chart of signal/wait, put + signal and the barrier
 next to NCCL, the host round trip and, from torch_barrier files, PyTorch's
@@ -128,18 +131,24 @@ def measured(results, **match):
             yield r
 
 
+MAP_COLLS = ("allgather_map", "bcast_map", "scatter_map")
+
+
 def plot_setup(plt, path, d, torch_runs, out):
-    results = d.get("results", [])
+    results = [r for r in d.get("results", []) if r.get("coll") in MAP_COLLS]
     tag = os.path.splitext(os.path.basename(path))[0]
     made = []
+    modes = "first" in (d.get("config") or {})  # older files: "vmmipc" was the only mode
+    first_label = "vmmipc, first mapping" if modes else "vmmipc"
     chunk_counts = sorted({r["chunks"] for r in results})
-    colls = [c for c in ("allgather_map", "bcast_map", "scatter_map") if any(r["coll"] == c for r in results)]
+    colls = [c for c in MAP_COLLS if any(r["coll"] == c for r in results)]
     for coll in colls:
         fig, ax = plt.subplots(figsize=(8, 5))
         sizes = []
         for i, ch in enumerate(chunk_counts):
             color = f"C{i}"
-            for method, ls, label in (("vmmipc", "-", "vmmipc"), ("floor", "--", "floor (raw driver)")):
+            for method, ls, label in (("vmmipc", "-", first_label), ("vmmipc_again", "-.", "vmmipc, mapped again"),
+                                      ("floor", "--", "floor (raw driver)")):
                 rs = sorted(measured(results, coll=coll, method=method, chunks=ch), key=lambda r: r["size"])
                 if not rs:
                     continue
@@ -171,7 +180,8 @@ def plot_setup(plt, path, d, torch_runs, out):
         size_axis(ax, sizes)
         ax.set_yscale("log")
         ax.set_ylabel("ms: median (band p10-p90, x first call)")
-        ax.set_title(f"vmmipc_setup: {coll}, {d.get('ranks')} ranks", fontsize=9)
+        where = d.get("placement") or f"{d.get('ranks')} ranks"
+        ax.set_title(f"vmmipc_setup: {coll}, {where}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
@@ -179,10 +189,12 @@ def plot_setup(plt, path, d, torch_runs, out):
         fig.savefig(f, dpi=120)
         plt.close(fig)
         made.append(f)
-    # Phase split of vmmipc allgather_map.
+    # Phase split of vmmipc allgather_map, one plot per mode.
     phases = ("export", "transfer", "import", "map", "access", "agree")
-    rs = sorted(measured(results, coll="allgather_map", method="vmmipc"), key=lambda r: (r["chunks"], r["size"]))
-    if rs:
+    for method, suffix, what in (("vmmipc", "", first_label), ("vmmipc_again", "_again", "vmmipc, mapped again")):
+        rs = sorted(measured(results, coll="allgather_map", method=method), key=lambda r: (r["chunks"], r["size"]))
+        if not rs:
+            continue
         fig, ax = plt.subplots(figsize=(max(8, 0.35 * len(rs) + 2), 5))
         walls = [r["stats"]["wall"]["median"] for r in rs]
         bottom = [0.0] * len(rs)
@@ -199,14 +211,57 @@ def plot_setup(plt, path, d, torch_runs, out):
         ax.set_xticklabels([f"{size_label(r['size'])}\n{r['chunks']}ch" for r in rs], fontsize=6, rotation=90)
         ax.set_ylim(0, 125)
         ax.set_ylabel("% of the median wall time (ms on top)")
-        ax.set_title("vmmipc_setup: allgather_map, median of each phase (max over ranks)", fontsize=9)
+        ax.set_title(f"vmmipc_setup: allgather_map ({what}), median of each phase (max over ranks)", fontsize=9)
         ax.legend(fontsize=7, ncol=4, loc="upper left")
         fig.tight_layout()
-        f = os.path.join(out, f"{tag}_allgather_phases.png")
+        f = os.path.join(out, f"{tag}_allgather_phases{suffix}.png")
         fig.savefig(f, dpi=120)
         plt.close(fig)
         made.append(f)
     return made
+
+
+def plot_scale(plt, runs, out):
+    """Cost per mapping of allgather_map (the chunked point) vs ranks: mappings
+    on the busiest GPU = ranks there x (ranks - 1) x chunks."""
+    lines = {}
+    for _, d in runs:
+        if "skipped" in d or not d.get("ranks"):
+            continue
+        gpus = d.get("gpus_wanted") or d.get("gpus") or 1
+        n, per = d["ranks"], d.get("ranks_per_gpu") or d["ranks"]
+        for method in ("vmmipc", "vmmipc_again", "floor"):
+            rs = [r for r in measured(d.get("results", []), coll="allgather_map", method=method) if r["chunks"] > 1]
+            if not rs or n < 2:
+                continue
+            r = max(rs, key=lambda r: (r["chunks"], r["size"]))
+            lines.setdefault((gpus, method), []).append((n, r["stats"]["wall"]["median"] * 1e3 /
+                                                         (per * (n - 1) * r["chunks"])))
+    if not lines:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 5))
+    styles = {"vmmipc": ("-", "vmmipc, first mapping"), "vmmipc_again": ("-.", "vmmipc, mapped again"),
+              "floor": ("--", "floor (raw driver)")}
+    for (gpus, method), pts in sorted(lines.items()):
+        pts.sort()
+        ls, label = styles[method]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls=ls, marker="o", color="C0" if gpus == 1 else "C1",
+                label=f"{label}, {'one GPU' if gpus == 1 else 'two GPUs'}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ranks = sorted({p[0] for pts in lines.values() for p in pts})
+    ax.set_xticks(ranks)
+    ax.set_xticklabels([str(x) for x in ranks])
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("ms per mapping (median / (ranks on the GPU x (ranks - 1) x chunks))")
+    ax.set_title("vmmipc_setup: allgather_map cost per mapping vs ranks", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    f = os.path.join(out, "setup_scale.png")
+    fig.savefig(f, dpi=120)
+    plt.close(fig)
+    return [f]
 
 
 SYNC_COLORS = {"vmmipc": "C0", "nccl": "C3", "host": "C7", "torch": "C2"}
@@ -295,8 +350,11 @@ def main():
     made = []
     for path, d in data.get("vmmipc_bw", []):
         made += plot_bw(plt, path, d, a.out)
-    for path, d in data.get("vmmipc_setup", []):
-        made += plot_setup(plt, path, d, data.get("torch_symm_mem", []), a.out)
+    setups = data.get("vmmipc_setup", [])
+    for path, d in setups:
+        if d.get("tag") != "scale" and "skipped" not in d:
+            made += plot_setup(plt, path, d, data.get("torch_symm_mem", []), a.out)
+    made += plot_scale(plt, [(p, d) for p, d in setups if d.get("tag") == "scale"], a.out)
     for path, d in data.get("vmmipc_sync", []):
         made += plot_sync(plt, path, d, data.get("torch_barrier", []), a.out)
     for f in made:

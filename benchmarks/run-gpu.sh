@@ -13,19 +13,25 @@
 # Writes under OUTDIR: sync.json/.csv/.log and torch_barrier.json/.log
 # (window synchronisation, run first: short), bw.json/.csv/.log,
 # setup.json/.csv/.log, torch.json/.log (when torch imports),
-# nvidia-smi.log, summary.md (goals, from summarize.py), plots/*.png (when
-# matplotlib imports) and status.txt. A missing vmmipc_sync is a skip.
-# Sized to finish in under 6 minutes on 2 H200: each step has a time limit
-# and the whole run a deadline ($DEADLINE_S, default 280 s, so that it also
-# fits the 300 s that scripts/gpu-check.sh allows it); the last 25 s are
-# kept for the plots.
+# setup_scale_{1,2}gpu_np<N>.json/.log (the scale step: vmmipc_setup with N
+# ranks all on one GPU, or spread over two; a launch that could not run
+# leaves a JSON with "skipped" and the reason), nvidia-smi.log, summary.md
+# (goals, from summarize.py), plots/*.png (when matplotlib imports) and
+# status.txt. A missing vmmipc_sync is a skip. With one GPU the NP ranks
+# share it, the run says so, and the two-GPU rows are left empty with that
+# reason. Each step has a time limit and the whole run a deadline
+# ($DEADLINE_S, default 420 s; scripts/gpu-check.sh must allow at least that:
+# GPU_CHECK_BENCH_TIMEOUT=450); the last 25 s are kept for the plots.
 #
 # Environment: NP (ranks, 2), MPIRUN (mpirun), MPIRUN_FLAGS, PYTHON (python3),
-# DEADLINE_S. NVLink multicast stays off (NCCL_NVLS_ENABLE=0,
-# TORCH_SYMM_MEM_DISABLE_MULTICAST=1).
+# DEADLINE_S, NGPU (GPUs to assume; default: nvidia-smi -L, or the entries of
+# CUDA_VISIBLE_DEVICES), SCALE_NPS (rank counts of the scale step, "8 2 4 16
+# 32"; 8 first: the one-GPU goal needs it), SCALE_POINTS (2Mx1,32Mx16),
+# SCALE_BUDGET_S (the scale step's share, 150). NVLink multicast stays off
+# (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1).
 set -uo pipefail
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
 
 OUT="" BUILD="${VMMIPC_BUILD_DIR:-build}" VISIBLE=0 QUICK=0 NPOS=0
 for arg in "$@"; do
@@ -56,8 +62,20 @@ MPIRUN="${MPIRUN:-mpirun}"
 # mechanism is off as in the test suites (CMA needs ptrace rights).
 MPIRUN_FLAGS="${MPIRUN_FLAGS:---bind-to none --mca btl self,vader --mca btl_vader_single_copy_mechanism none}"
 PYTHON="${PYTHON:-python3}"
-DEADLINE_S="${DEADLINE_S:-280}"
+DEADLINE_S="${DEADLINE_S:-420}"
 START=$(date +%s)
+
+# How many GPUs: the scale step and the two-GPU rows depend on it.
+if [ -z "${NGPU:-}" ]; then
+  NGPU=$(timeout 20 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    vis=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
+    [ "$vis" -lt "$NGPU" ] && NGPU=$vis
+  fi
+fi
+# The devices of the scale step: the first visible one, or the first two.
+ONE_GPU="${CUDA_VISIBLE_DEVICES:-0,1}"; ONE_GPU="${ONE_GPU%%,*}"
+TWO_GPUS=$(echo "${CUDA_VISIBLE_DEVICES:-0,1}" | cut -d, -f1-2)
 
 # Per-rank visibility: a tiny wrapper sets CUDA_VISIBLE_DEVICES from the
 # node-local rank that Open MPI exports.
@@ -69,6 +87,9 @@ fi
 FAILED=0
 : > "$OUT/status.txt"
 log_status() { echo "$*" | tee -a "$OUT/status.txt"; }
+if [ "$NGPU" -lt 2 ]; then
+  log_status "one GPU ($NGPU found): the $NP ranks share it; the two-GPU rows are left empty"
+fi
 
 # step NAME CAP_SECONDS LOGFILE CMD...: runs CMD with a time limit of CAP or
 # what is left before the deadline (less $RESERVE), whichever is smaller.
@@ -99,6 +120,9 @@ step() {
 if [ "$QUICK" = 1 ]; then
   BW_ARGS=(--max-size 64M --iters 5)
   SETUP_ARGS=(--max-size 256M --chunks 1,16 --reps 3)
+  SCALE_ARGS=(--reps 3 --min-reps 2 --budget 1)
+  SCALE_NPS="${SCALE_NPS:-8 2 4}"
+  SCALE_POINTS="${SCALE_POINTS:-2Mx1,8Mx4}"
   TORCH_ARGS=(--max-size 256M --reps 3)
   SYNC_ARGS=(--iters 20 --reps 5 --max-size 64K)
   TBAR_ARGS=(--iters 20 --reps 5)
@@ -107,7 +131,14 @@ else
   BW_ARGS=(--max-size 1G)
   # 2 MiB .. 4 GiB x 1/16/256 chunks; 10 reps from 1 GiB; at most ~1 s per
   # size x chunks x collective x method (256 chunks cost ~0.3 s a call).
+  # Both modes (first mapping on fresh buffers, mapped again) next to the
+  # floor and legacy IPC; --time-limit keeps the JSON when the step's limit nears.
   SETUP_ARGS=(--max-size 4G --chunks 1,16,256 --reps 20 --reps-large 10 --budget 1 --min-reps 3)
+  # Scale: 32 MiB x 16 chunks per rank (32 ranks fit in memory and time),
+  # and 2 MiB x 1 chunk with legacy IPC (the 8-ranks goal); a few reps.
+  SCALE_ARGS=(--reps 10 --min-reps 2 --budget 2)
+  SCALE_NPS="${SCALE_NPS:-8 2 4 16 32}"
+  SCALE_POINTS="${SCALE_POINTS:-2Mx1,32Mx16}"
   TORCH_ARGS=(--max-size 4G --reps 20 --reps-large 10)
   # 30 batches of 100 iterations, 64 B .. 1 MiB; at most ~1 s per entry or
   # size (fewer batches where the GPU is shared and slow).
@@ -135,8 +166,9 @@ fi
 
 step "vmmipc_bw" 90 "$OUT/bw.log" \
   "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$BW" "${BW_ARGS[@]}" --json "$OUT/bw.json" --csv "$OUT/bw.csv"
-step "vmmipc_setup" 130 "$OUT/setup.log" \
-  "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$SETUP" "${SETUP_ARGS[@]}" --json "$OUT/setup.json" --csv "$OUT/setup.csv"
+step "vmmipc_setup" 150 "$OUT/setup.log" \
+  "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$SETUP" "${SETUP_ARGS[@]}" --time-limit 130 \
+  --json "$OUT/setup.json" --csv "$OUT/setup.csv"
 
 TORCH_JSON=()
 if "$PYTHON" -c 'import torch, torch.distributed._symmetric_memory; assert torch.cuda.is_available()' 2>/dev/null; then
@@ -152,8 +184,55 @@ else
   log_status "torch_symm_mem: skipped (torch with CUDA and torch.distributed._symmetric_memory not importable by $PYTHON)"
 fi
 
+# Scale (issue 11): allgather_map with N ranks all on one GPU, then spread
+# over two, each launch bounded (its own limit, the step's budget, the
+# deadline; vmmipc_setup --time-limit keeps its JSON). Every launch that
+# cannot run leaves a JSON that says why, so the rows are never silently
+# missing. Oversubscribed: 32 ranks may outnumber the cores (the JSON has
+# "cpus"). --per-rank-visible does not apply here.
+scale_skip() { # FILE GPUS NP REASON
+  printf '{"benchmark": "vmmipc_setup", "tag": "scale", "gpus_wanted": %s, "ranks": %s, "skipped": "%s"}\n' \
+    "$2" "$3" "$(echo "$4" | sed 's/["\\]/ /g')" > "$1"
+}
+SCALE_START=$(date +%s)
+SCALE_BUDGET_S="${SCALE_BUDGET_S:-150}"
+SCALE_JSON=()
+for gpus in 1 2; do
+  for np in $SCALE_NPS; do
+    f="$OUT/setup_scale_${gpus}gpu_np${np}.json"
+    SCALE_JSON+=("$f")
+    if [ "$gpus" = 2 ] && [ "$NGPU" -lt 2 ]; then
+      scale_skip "$f" 2 "$np" "this machine has $NGPU GPU(s); the two-GPU scale rows need two"
+      log_status "setup_scale_2gpu_np$np: skipped (one GPU)"; continue
+    fi
+    left=$(( SCALE_BUDGET_S - ($(date +%s) - SCALE_START) ))
+    dl=$(( DEADLINE_S - RESERVE - ($(date +%s) - START) ))
+    cap=$(( np >= 32 ? 90 : np >= 16 ? 60 : 40 ))
+    [ "$left" -lt "$cap" ] && cap=$left
+    [ "$dl" -lt "$cap" ] && cap=$dl
+    if [ "$cap" -lt 15 ]; then
+      why="the scale step's budget (SCALE_BUDGET_S=$SCALE_BUDGET_S s) was spent"
+      [ "$dl" -lt 15 ] && why="the run's deadline (DEADLINE_S=$DEADLINE_S s) was near"
+      scale_skip "$f" "$gpus" "$np" "$why"
+      log_status "setup_scale_${gpus}gpu_np$np: skipped ($why)"; continue
+    fi
+    env=(env CUDA_VISIBLE_DEVICES="$ONE_GPU")
+    [ "$gpus" = 2 ] && env=(env CUDA_VISIBLE_DEVICES="$TWO_GPUS")
+    step "setup_scale_${gpus}gpu_np$np" "$cap" "$OUT/setup_scale_${gpus}gpu_np$np.log" \
+      "${env[@]}" "$MPIRUN" -np "$np" $MPIRUN_FLAGS --oversubscribe "$SETUP" --points "$SCALE_POINTS" \
+      --colls allgather "${SCALE_ARGS[@]}" --time-limit $(( cap - 10 )) --tag scale --json "$f"
+    rc=$?
+    if [ ! -s "$f" ]; then
+      why="exit $rc, no JSON (see setup_scale_${gpus}gpu_np$np.log)"
+      [ "$rc" = 124 ] || [ "$rc" = 137 ] && why="killed at its time limit of $cap s"
+      scale_skip "$f" "$gpus" "$np" "$why"
+    fi
+  done
+done
+
 JSONS=()
-for f in "$OUT/bw.json" "$OUT/setup.json" ${TORCH_JSON[@]+"${TORCH_JSON[@]}"} "$OUT/sync.json" "$OUT/torch_barrier.json"; do
+for f in "$OUT/bw.json" "$OUT/setup.json" ${TORCH_JSON[@]+"${TORCH_JSON[@]}"} "$OUT/sync.json" "$OUT/torch_barrier.json" \
+    ${SCALE_JSON[@]+"${SCALE_JSON[@]}"}; do
   [ -s "$f" ] && JSONS+=("$f")
 done
 if [ "${#JSONS[@]}" -gt 0 ]; then

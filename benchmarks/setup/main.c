@@ -1,6 +1,8 @@
 /* vmmipc_setup: how long vmmipc_allgather_map, vmmipc_bcast_map and
  * vmmipc_scatter_map take to map peers' buffers, by ranks x chunks x size,
- * with the per-phase split, next to the raw-driver floor and legacy IPC.
+ * with the per-phase split, first mapping (fresh buffers) and mapped again
+ * (cache hits), next to the raw-driver floor and legacy IPC, and the goals
+ * of issue 11 as ratios from this run.
  * Run under mpirun with >= 2 ranks on one node. */
 #include <math.h>
 #include <stdio.h>
@@ -13,16 +15,21 @@
 #include "setup/setup.h"
 
 const char *const setup_field_names[SF_N] = {"wall", "export", "transfer", "import", "map", "access", "agree", "total"};
-const char *const setup_coll_names[SC_N] = {"allgather_map", "bcast_map", "scatter_map"};
+const char *const setup_coll_names[SC_N] = {"allgather_map", "bcast_map", "scatter_map", "allgather_desc"};
+
+#define SETUP_MAX_POINTS 64
 
 typedef struct setup_opts {
   size_t min_size, max_size;
   int chunks[16], nchunks;
+  size_t pt_size[SETUP_MAX_POINTS];
+  int pt_chunks[SETUP_MAX_POINTS], npoints;
   int reps, reps_large, min_reps, root, quiet;
-  double budget;
-  int colls[SC_N];
-  int lib, floor, ipc;
-  const char *json, *csv;
+  int first_map_cache;
+  double budget, time_limit;
+  int colls[SC_N]; /* SC_NULL stays 0: floor.c walks all SC_N */
+  int lib, floor, ipc, first, again;
+  const char *json, *csv, *tag;
 } setup_opts_t;
 
 static void setup_usage(FILE *f) {
@@ -36,8 +43,15 @@ static void setup_usage(FILE *f) {
           "  --budget S        at most about S seconds per size x chunks x collective x method\n"
           "                    (fewer reps, at least --min-reps; default 0: no limit)\n"
           "  --min-reps N      lower bound for --budget (default 3)\n"
+          "  --points LIST     SIZExCHUNKS pairs instead of the sweep, e.g. 2Mx1,32Mx16\n"
           "  --colls LIST      allgather,bcast,scatter (default all)\n"
           "  --methods LIST    vmmipc,floor,legacy_ipc (default all)\n"
+          "  --modes LIST      first,again: vmmipc on fresh buffers every repetition (first mapping)\n"
+          "                    and on the same buffers again (cache hits) (default both)\n"
+          "  --first-map-cache N  mapping-cache entries of the first-mapping comm (default 0: off;\n"
+          "                    -1: the library's default)\n"
+          "  --time-limit S    measure no new size x chunks once the run is S seconds old (default 0: none)\n"
+          "  --tag NAME        stored in the JSON (run-gpu.sh: main, scale)\n"
           "  --root R          root of bcast_map and scatter_map (default 0)\n"
           "  --json FILE, --csv FILE, --quiet\n");
 }
@@ -51,6 +65,25 @@ static int setup_has(const char *list, const char *word) {
   return 0;
 }
 
+/* "2Mx1,32Mx16" into the point lists; -1 on a malformed entry. */
+static int setup_parse_points(const char *v, setup_opts_t *o) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", v);
+  o->npoints = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    char *x = strpbrk(t, "xX");
+    if (!x || o->npoints == SETUP_MAX_POINTS) return -1;
+    *x = '\0';
+    size_t size;
+    int chunks;
+    if (bench_parse_size(t, &size) || size == 0 || bench_parse_int(x + 1, &chunks) || chunks < 1) return -1;
+    o->pt_size[o->npoints] = size;
+    o->pt_chunks[o->npoints++] = chunks;
+  }
+  return o->npoints ? 0 : -1;
+}
+
 static void setup_parse(int argc, char **argv, setup_opts_t *o) {
   memset(o, 0, sizeof *o);
   o->min_size = 2 * BENCH_MiB;
@@ -62,7 +95,10 @@ static void setup_parse(int argc, char **argv, setup_opts_t *o) {
   o->reps = 20;
   o->min_reps = 3;
   o->lib = o->floor = o->ipc = 1;
-  for (int k = 0; k < SC_N; k++) o->colls[k] = 1;
+  o->first = o->again = 1;
+  o->tag = "main";
+  for (int k = 0; k < SC_NMAP; k++) o->colls[k] = 1;
+  o->colls[SC_NULL] = 0;
   for (int i = 1; i < argc; i++) {
     const char *v;
     int bad = 0;
@@ -81,6 +117,18 @@ static void setup_parse(int argc, char **argv, setup_opts_t *o) {
       bad = bench_parse_int(v, &o->min_reps) || o->min_reps < 1;
     else if ((v = bench_opt(argc, argv, &i, "budget")))
       bad = bench_parse_double(v, &o->budget) || o->budget < 0;
+    else if ((v = bench_opt(argc, argv, &i, "time-limit")))
+      bad = bench_parse_double(v, &o->time_limit) || o->time_limit < 0;
+    else if ((v = bench_opt(argc, argv, &i, "first-map-cache")))
+      bad = bench_parse_int(v, &o->first_map_cache) || o->first_map_cache < -1;
+    else if ((v = bench_opt(argc, argv, &i, "points")))
+      bad = setup_parse_points(v, o);
+    else if ((v = bench_opt(argc, argv, &i, "modes"))) {
+      o->first = setup_has(v, "first");
+      o->again = setup_has(v, "again");
+      bad = !o->first && !o->again;
+    } else if ((v = bench_opt(argc, argv, &i, "tag")))
+      bad = !*(o->tag = v);
     else if ((v = bench_opt(argc, argv, &i, "root")))
       bad = bench_parse_int(v, &o->root) || o->root < 0;
     else if ((v = bench_opt(argc, argv, &i, "colls"))) {
@@ -139,26 +187,47 @@ setup_result_t *setup_new_result(setup_ctx_t *c, setup_coll_t coll, const char *
   return r;
 }
 
+const setup_result_t *setup_find(const setup_ctx_t *c, setup_coll_t coll, const char *method, size_t size,
+                                 int chunks) {
+  for (int i = 0; i < c->nres; i++) {
+    const setup_result_t *r = &c->res[i];
+    if (r->coll == coll && strcmp(r->method, method) == 0 && r->size == size && r->chunks == chunks &&
+        !r->skipped[0] && !r->error[0] && r->reps > 0)
+      return r;
+  }
+  return NULL;
+}
+
 void setup_measure(setup_ctx_t *c, setup_result_t *r, setup_rep_fn fn, void *arg) {
   int reps = r->size >= BENCH_GiB ? c->reps_large : c->reps;
   r->samples = calloc((size_t)reps * SF_N, sizeof *r->samples);
   if (!r->samples) bench_fatal("out of host memory");
   for (int i = 0; i <= reps; i++) {
     double v[SF_N], mx[SF_N];
+    long long k[SK_N];
     for (int f = 0; f < SF_N; f++) v[f] = 0;
+    for (int f = 0; f < SK_N; f++) c->rep_k[f] = 0;
+    double r0 = bench_now(), whole, whole_mx;
     fn(c, arg, v);
+    whole = bench_now() - r0;
     MPI_Allreduce(v, mx, SF_N, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(c->rep_k, k, SK_N, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&whole, &whole_mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (i == 0) {
       memcpy(r->first, mx, sizeof mx);
-      /* The cold call bounds the warm ones from above: a safe estimate. */
-      if (c->budget > 0 && mx[SF_WALL] > 0) {
-        double fit = c->budget / mx[SF_WALL];
+      memcpy(r->first_k, k, sizeof k);
+      /* The cold call bounds the warm ones from above: a safe estimate.
+       * The whole repetition counts, untimed buffer making included (first
+       * mapping makes fresh buffers every time). */
+      if (c->budget > 0 && whole_mx > 0) {
+        double fit = c->budget / whole_mx;
         int cap = fit > reps ? reps : (int)fit;
         if (cap < c->min_reps) cap = c->min_reps < reps ? c->min_reps : reps;
         reps = cap;
       }
     } else {
       memcpy(&r->samples[(size_t)(i - 1) * SF_N], mx, sizeof mx);
+      for (int f = 0; f < SK_N; f++) r->k[f] += k[f];
     }
   }
   r->reps = reps;
@@ -169,6 +238,29 @@ void setup_measure(setup_ctx_t *c, setup_result_t *r, setup_rep_fn fn, void *arg
     bench_stats(col, reps, &r->st[f]);
   }
   free(col);
+}
+
+/* Collective: whether rank 0's clock says the --time-limit has passed. */
+static int setup_time_up(const setup_ctx_t *c, double limit) {
+  int up = limit > 0 && bench_now() - c->node->t0 > limit;
+  MPI_Bcast(&up, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return up;
+}
+
+/* Distinct devices among the ranks (by UUID) and the most ranks on one. */
+static void setup_count_gpus(setup_ctx_t *c) {
+  const bench_node_t *n = c->node;
+  c->gpus = c->per_gpu = 0;
+  for (int r = 0; r < n->size; r++) {
+    int seen = 0, same = 0;
+    for (int q = 0; q < n->size; q++) {
+      if (strcmp(n->all_uuids[q], n->all_uuids[r]) != 0) continue;
+      same++;
+      if (q < r) seen = 1;
+    }
+    if (!seen) c->gpus++;
+    if (same > c->per_gpu) c->per_gpu = same;
+  }
 }
 
 int main(int argc, char **argv) {
@@ -189,7 +281,14 @@ int main(int argc, char **argv) {
   c.reps_large = o.reps_large;
   c.min_reps = o.min_reps;
   c.budget = o.budget;
+  c.time_limit = o.time_limit;
+  c.tag = o.tag;
+  c.first_map_cache = o.first_map_cache;
+  c.mode_first = o.lib && o.first;
+  c.mode_again = o.lib && o.again;
+  setup_count_gpus(&c);
   vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.map_cache_entries = o.first_map_cache;
   VCHECK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c.comm));
   BD_CHECK(bench_raw_granularity(node.device, &c.granularity));
   if (c.granularity < 2 * BENCH_MiB) c.granularity = 2 * BENCH_MiB;
@@ -197,29 +296,57 @@ int main(int argc, char **argv) {
     c.have_mesh = bench_fdmesh_create(MPI_COMM_WORLD, &c.mesh, c.mesh_skipped, sizeof c.mesh_skipped) == 0;
     bench_agree_skip(c.mesh_skipped, sizeof c.mesh_skipped);
   }
+  bench_progress(&node, "%d ranks on %d GPU%s (at most %d on one)", node.size, c.gpus, c.gpus == 1 ? "" : "s",
+                 c.per_gpu);
 
-  size_t sizes[64];
-  int nsizes = 0;
-  for (size_t s = o.min_size; s <= o.max_size && nsizes < 64; s *= 2) sizes[nsizes++] = s;
-  int combos = 0, done = 0;
-  for (int k = 0; k < nsizes; k++)
-    for (int j = 0; j < o.nchunks; j++) combos += sizes[k] / (size_t)o.chunks[j] >= c.granularity;
-
-  for (int k = 0; k < nsizes; k++)
-    for (int j = 0; j < o.nchunks; j++) {
-      int chunks = o.chunks[j];
-      size_t chunk = sizes[k] / (size_t)chunks / c.granularity * c.granularity;
-      if (chunk < c.granularity) continue;
-      char sz[32], cz[32];
-      bench_progress(&node, "%s x %d chunks of %s (%d/%d)", bench_size_str(sizes[k], sz, sizeof sz), chunks,
-                     bench_size_str(chunk, cz, sizeof cz), ++done, combos);
-      if (o.lib) setup_run_lib(&c, o.colls, chunk, chunks);
-      if (o.floor) setup_run_floor(&c, o.colls, chunk, chunks);
-      if (o.ipc && chunks == 1 && o.colls[SC_ALLGATHER]) setup_run_ipc(&c, chunk);
+  /* What the sweep measures: explicit points, or sizes x chunks. */
+  size_t sizes[SETUP_MAX_POINTS];
+  int nchunks[SETUP_MAX_POINTS], combos = 0;
+  if (o.npoints) {
+    for (int k = 0; k < o.npoints; k++) {
+      sizes[combos] = o.pt_size[k];
+      nchunks[combos++] = o.pt_chunks[k];
     }
+  } else {
+    for (size_t s = o.min_size; s <= o.max_size; s *= 2)
+      for (int j = 0; j < o.nchunks && combos < SETUP_MAX_POINTS; j++) {
+        sizes[combos] = s;
+        nchunks[combos++] = o.chunks[j];
+      }
+  }
+  int todo = 0, done = 0;
+  for (int k = 0; k < combos; k++) todo += sizes[k] / (size_t)nchunks[k] >= c.granularity;
+
+  /* The comm's first window (it makes the signal pool) and one agreement,
+   * each on its own, before anything else is timed. */
+  if (c.mode_first || c.mode_again) {
+    bench_progress(&node, "the comm's first window; a collective that moves nothing");
+    setup_run_first_window(&c);
+    setup_run_null(&c);
+  }
+
+  for (int k = 0; k < combos; k++) {
+    int chunks = nchunks[k];
+    size_t chunk = sizes[k] / (size_t)chunks / c.granularity * c.granularity;
+    if (chunk < c.granularity) continue;
+    if (setup_time_up(&c, o.time_limit)) {
+      snprintf(c.incomplete, sizeof c.incomplete,
+               "--time-limit %g s reached after %d of %d size x chunks combinations; the rest was not measured",
+               o.time_limit, done, todo);
+      bench_progress(&node, "%s", c.incomplete);
+      break;
+    }
+    char sz[32], cz[32];
+    bench_progress(&node, "%s x %d chunks of %s (%d/%d)", bench_size_str(sizes[k], sz, sizeof sz), chunks,
+                   bench_size_str(chunk, cz, sizeof cz), ++done, todo);
+    if (o.lib) setup_run_lib(&c, o.colls, chunk, chunks);
+    if (o.floor) setup_run_floor(&c, o.colls, chunk, chunks);
+    if (o.ipc && chunks == 1 && o.colls[SC_ALLGATHER]) setup_run_ipc(&c, chunk);
+  }
 
   int out_rc = 0;
   if (node.rank == 0) {
+    setup_goals(&c);
     setup_report_table(&c);
     if (o.json && setup_report_json(&c, o.json, argc, argv) != 0) out_rc = 1;
     if (o.csv && setup_report_csv(&c, o.csv) != 0) out_rc = 1;

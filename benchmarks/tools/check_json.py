@@ -10,7 +10,9 @@ usage: check_json.py FILE.json [--csv FILE.csv] [--require NAME,...]
                      [--expect-skipped NAME:MODE:TEXT]
 
 --require (vmmipc_sync, torch_barrier): latency entries that must have been
-measured in at least one mode. --expect-skipped: that latency entry must be
+measured in at least one mode; (vmmipc_setup): methods that must have been
+measured (vmmipc, vmmipc_again, floor, legacy_ipc). --expect-incomplete
+(vmmipc_setup): the run must say that --time-limit cut it short. --expect-skipped: that latency entry must be
 skipped with TEXT in its reason (a test of a skip path).
 """
 import argparse
@@ -75,10 +77,46 @@ def check_bw(d):
     return len(measured)
 
 
-def check_setup(d):
+def check_setup_goals(d):
+    """Issue 11's goals: ratio = subject / anchor, PASS when ratio <= target."""
+    for g in d.get("goals", []):
+        what = f"goal {g.get('id')}"
+        v, ratio, target = g.get("verdict"), g.get("ratio"), g.get("target")
+        if v not in ("PASS", "FAIL", "n/a"):
+            fail(f"{what}: verdict {v!r}")
+        if g.get("compare") != "<=" or not positive(target):
+            fail(f"{what}: no target or comparison")
+        if v == "n/a":
+            if not g.get("reason"):
+                fail(f"{what}: n/a without a reason")
+            continue
+        if not positive(ratio) or not positive(g.get("subject_s")) or not positive(g.get("anchor_s")):
+            fail(f"{what}: {v} without a measured ratio")
+        if abs(ratio - g["subject_s"] / g["anchor_s"]) > 1e-6 * ratio:
+            fail(f"{what}: ratio {ratio} is not subject_s / anchor_s")
+        if (ratio <= target) != (v == "PASS"):
+            fail(f"{what}: verdict {v} does not follow from ratio {ratio} and target {target}")
+
+
+def check_setup(d, require=(), incomplete=False):
+    if incomplete:  # a run stopped by --time-limit: it must say so, and still be whole
+        if not isinstance(d.get("incomplete"), str) or "time-limit" not in d["incomplete"]:
+            fail("expected an 'incomplete' reason from --time-limit")
+        for g in d.get("goals", []):
+            if g.get("verdict") != "n/a" or not g.get("reason"):
+                fail(f"goal {g.get('id')}: nothing was measured, so it must be n/a with a reason")
+        return sum(1 for r in d.get("results", []) if "stats" in r)
+    if "skipped" in d:  # a launch run-gpu.sh could not make (one GPU, deadline): the reason
+        skipped_ok(d, "vmmipc_setup")
+        return 0
     results = d.get("results")
     if not results:
         fail("no results")
+    for key in ("gpus", "ranks_per_gpu"):
+        if not positive(d.get(key)):
+            fail(f"no positive {key}")
+    if not isinstance(d.get("placement"), str):
+        fail("no placement")
     measured = 0
     for r in results:
         what = f"{r.get('coll')}/{r.get('method')}/{r.get('size')}x{r.get('chunks')}"
@@ -96,10 +134,32 @@ def check_setup(d):
             fail(f"{what}: no wall time")
         if len(r.get("wall_samples", [])) != r["reps"]:
             fail(f"{what}: {len(r.get('wall_samples', []))} samples for {r['reps']} reps")
+        if r["method"].startswith("vmmipc") and r["coll"] != "allgather_desc":
+            k = r.get("cache")
+            if not isinstance(k, dict) or any(not isinstance(k.get(x), int) or k[x] < 0
+                                              for x in ("first_hits", "first_misses", "hits", "misses")):
+                fail(f"{what}: no cache counters")
         measured += 1
     colls = {r["coll"] for r in results if r["method"] == "vmmipc" and "skipped" not in r}
-    if not colls:
+    if not colls - {"allgather_desc"}:
         fail("no vmmipc collective was measured")
+    cfg = d.get("config", {})
+    mapped = {r["method"] for r in results if "stats" in r and r["coll"] != "allgather_desc"}
+    for mode, method in (("first", "vmmipc"), ("again", "vmmipc_again")):
+        if cfg.get(mode) and method not in mapped:
+            fail(f"--modes has {mode} but no {method} row was measured")
+    if cfg.get("first") or cfg.get("again"):
+        if not any(r["coll"] == "allgather_desc" and "stats" in r for r in results):
+            fail("no allgather_desc(NULL) row (the agreement alone)")
+        w = d.get("comm_first_window") or {}
+        if not positive(w.get("wall")):
+            fail("no comm_first_window wall time")
+    for need in require:
+        if need not in mapped:
+            fail(f"method {need} was not measured")
+    if not d.get("goals"):
+        fail("no goals")
+    check_setup_goals(d)
     return measured
 
 
@@ -230,6 +290,7 @@ def main():
     ap.add_argument("--csv")
     ap.add_argument("--require", default="", help="latency entries that must be measured (vmmipc_sync)")
     ap.add_argument("--expect-skipped", action="append", default=[], metavar="NAME:MODE:TEXT")
+    ap.add_argument("--expect-incomplete", action="store_true", help="vmmipc_setup stopped by --time-limit")
     a = ap.parse_args()
     try:
         with open(a.json) as f:
@@ -240,14 +301,14 @@ def main():
     if kind == "vmmipc_bw":
         n = check_bw(d)
     elif kind == "vmmipc_setup":
-        n = check_setup(d)
+        n = check_setup(d, [x for x in a.require.split(",") if x], a.expect_incomplete)
     elif kind == "vmmipc_sync":
         n = check_sync(d)
     elif kind == "torch_barrier":
         n = check_torch_barrier(d)
     else:
         fail(f"{a.json}: unknown benchmark {kind!r}")
-    if a.require:
+    if a.require and kind != "vmmipc_setup":
         check_required(d, [x for x in a.require.split(",") if x])
     for spec in a.expect_skipped:
         name, mode, text = (spec.split(":", 2) + ["", ""])[:3]
