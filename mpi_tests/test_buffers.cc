@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -433,16 +434,18 @@ TEST_F(Buffers, ImportedMemoryIsNotExportable) {
   EXPECT_NE(msg.find("forward the descriptor"), std::string::npos) << msg;
   EXPECT_NE(msg.find("copy"), std::string::npos) << msg;
   EXPECT_EQ(vt::FdCount(), before);
-  // Anything grown from imported memory is still not exportable. (The grow
-  // itself adds a chunk; the stand-in backs each chunk with a memfd.)
-  ASSERT_VMM_OK(vmmipc_grow(imp, 2 * kGran));
-  before = vt::FdCount();
-  EXPECT_EQ(vmmipc_export(imp, &again), VMMIPC_ERR_NOT_EXPORTABLE);
-  EXPECT_EQ(again, nullptr);
-  EXPECT_EQ(vt::FdCount(), before);
+  // Only the owner grows a buffer: an import is refused and left as it was.
+  EXPECT_EQ(vmmipc_grow(imp, 2 * kGran), VMMIPC_ERR_INVALID_ARG);
+  msg = vmmipc_last_error();
+  EXPECT_NE(msg.find("the owner grows it"), std::string::npos) << msg;
   void *q = nullptr;
-  vmmipc_buf_ptr(imp, &q, nullptr);
-  EXPECT_TRUE(vt::CheckPattern(q, kGran, 30)) << "grow of an import keeps the data";
+  size_t n = 0;
+  int chunks = 0;
+  vmmipc_buf_ptr(imp, &q, &n);
+  vmmipc_buf_info(imp, &chunks, nullptr);
+  EXPECT_EQ(n, kGran);
+  EXPECT_EQ(chunks, 1);
+  EXPECT_TRUE(vt::CheckPattern(q, kGran, 30));
   vmmipc_buf_free(imp);
   vmmipc_desc_free(d);
   vmmipc_buf_free(b);
@@ -492,6 +495,176 @@ TEST_F(Buffers, ReadOnlyImportRefusesWrites) {
   vmmipc_buf_free(ro);
   vmmipc_desc_free(d);
   vmmipc_buf_free(b);
+}
+
+// ---- vmmipc_alloc_ex and vmmipc_granularity ----------------------------------
+
+std::vector<size_t> ChunkSizes(vmmipc_buf_t b) {
+  vmmipc_desc_t d = nullptr;
+  std::vector<size_t> out;
+  EXPECT_VMM_OK(vmmipc_export(b, &d));
+  int n = 0;
+  vmmipc_desc_info(d, nullptr, &n, nullptr);
+  for (int i = 0; i < n; i++) {
+    size_t cs = 0;
+    EXPECT_VMM_OK(vmmipc_desc_chunk_size(d, i, &cs));
+    out.push_back(cs);
+  }
+  vmmipc_desc_free(d);
+  return out;
+}
+
+TEST_F(Buffers, AllocKeepsOneChunkAndAllocExDefaultsTo64MiBChunks) {
+  vmmipc_buf_t one = nullptr, ex = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc(130 * kMiB, &one));
+  EXPECT_EQ(ChunkSizes(one), std::vector<size_t>({130 * kMiB}));
+  ASSERT_VMM_OK(vmmipc_alloc_ex(130 * kMiB - 5, nullptr, &ex));  // NULL: the defaults
+  EXPECT_EQ(ChunkSizes(ex), std::vector<size_t>({64 * kMiB, 64 * kMiB, 2 * kMiB}));
+  void *p = nullptr;
+  size_t n = 0;
+  vmmipc_buf_ptr(ex, &p, &n);
+  EXPECT_EQ(n, 130 * kMiB - 5);
+  // Both ends of the range, across the chunk boundaries, are one mapping.
+  char *c = static_cast<char *>(p);
+  vt::FillPattern(c + 64 * kMiB - kGran, 2 * kGran, 3);
+  EXPECT_TRUE(vt::CheckPattern(c + 64 * kMiB - kGran, 2 * kGran, 3));
+  vt::FillPattern(c + 128 * kMiB - kGran, 2 * kGran - 5, 4);
+  EXPECT_TRUE(vt::CheckPattern(c + 128 * kMiB - kGran, 2 * kGran - 5, 4));
+  EXPECT_EQ(vt::AccessFlags(c + 100 * kMiB, dev_), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  vmmipc_buf_free(ex);
+  vmmipc_buf_free(one);
+}
+
+TEST_F(Buffers, AllocExChunkSizeAlsoShapesGrowth) {
+  vmmipc_alloc_props_t props = VMMIPC_ALLOC_PROPS_INIT;
+  props.chunk_size = 2 * kGran;
+  vmmipc_buf_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc_ex(5 * kGran, &props, &b));
+  EXPECT_EQ(ChunkSizes(b), std::vector<size_t>({2 * kGran, 2 * kGran, kGran}));
+  void *p = nullptr;
+  size_t n = 0;
+  vmmipc_buf_ptr(b, &p, &n);
+  vt::FillPattern(p, n, 44);
+  for (int force_move = 0; force_move < 2; force_move++) {
+    if (force_move) vmmipc__test_fail_at("inplace", 1);
+    size_t want = n + 5 * kGran - 100;  // needs 5 more granules: chunks of 2, 2 and 1
+    ASSERT_VMM_OK(vmmipc_grow(b, want));
+    vmmipc_buf_ptr(b, &p, &n);
+    EXPECT_EQ(n, want);
+    EXPECT_TRUE(vt::CheckPattern(p, 5 * kGran, 44)) << (force_move ? "moved" : "in place");
+  }
+  EXPECT_EQ(ChunkSizes(b), std::vector<size_t>({2 * kGran, 2 * kGran, kGran, 2 * kGran, 2 * kGran, kGran, 2 * kGran,
+                                                2 * kGran, kGran}));
+  vt::FillPattern(p, n, 45);
+  EXPECT_TRUE(vt::CheckPattern(p, n, 45));
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, AllocExOnADeviceNamedByUuid) {
+  int count = 0;
+  ASSERT_VMM_OK(vmmipc_device_count(&count));
+  int other = (dev_ + 1) % count;
+  vmmipc_uuid_t u;
+  ASSERT_VMM_OK(vmmipc_device_uuid(other, &u));
+  vmmipc_alloc_props_t props = VMMIPC_ALLOC_PROPS_INIT;
+  props.device = &u;
+  vmmipc_buf_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc_ex(kGran, &props, &b));
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  vmmipc_uuid_t owner;
+  vmmipc_desc_info(d, nullptr, nullptr, &owner);
+  EXPECT_EQ(std::memcmp(owner.bytes, u.bytes, 16), 0) << "the chunks live on the named device";
+  void *p = nullptr;
+  vmmipc_buf_ptr(b, &p, nullptr);
+  EXPECT_EQ(vt::AccessFlags(p, other), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, AllocExValidatesItsProperties) {
+  vmmipc_buf_t b = reinterpret_cast<vmmipc_buf_t>(1);
+  struct Case {
+    const char *name;
+    vmmipc_alloc_props_t props;
+    const char *needle;
+  };
+  vmmipc_uuid_t bogus;
+  std::memset(bogus.bytes, 0xcd, sizeof bogus.bytes);
+  const vmmipc_alloc_props_t init = VMMIPC_ALLOC_PROPS_INIT;
+  std::vector<Case> cases;
+  auto with = [&](const char *name, auto edit, const char *needle) {
+    Case c{name, init, needle};
+    edit(c.props);
+    cases.push_back(c);
+  };
+  with("struct_size 0", [](auto &p) { p.struct_size = 0; }, "VMMIPC_ALLOC_PROPS_INIT");
+  with("struct_size of 0.1", [](auto &p) { p.struct_size = offsetof(vmmipc_alloc_props_t, export_cache); },
+       "struct_size");
+  with("struct_size huge", [](auto &p) { p.struct_size = 1 << 20; }, "struct_size");
+  with("chunk not a multiple", [](auto &p) { p.chunk_size = kGran + 4096; }, "not a multiple");
+  with("unknown flag", [](auto &p) { p.flags = 0x6; }, "unknown allocation flags 0x6");
+  with("export_cache 2", [](auto &p) { p.export_cache = 2; }, "export_cache");
+  with("unknown device", [&](auto &p) { p.device = &bogus; }, "GPU-cdcdcdcd");
+  for (const Case &c : cases) {
+    b = reinterpret_cast<vmmipc_buf_t>(1);
+    EXPECT_EQ(vmmipc_alloc_ex(kGran, &c.props, &b), VMMIPC_ERR_INVALID_ARG) << c.name;
+    EXPECT_EQ(b, nullptr) << c.name;
+    EXPECT_NE(std::string(vmmipc_last_error()).find(c.needle), std::string::npos)
+        << c.name << ": " << vmmipc_last_error();
+  }
+  EXPECT_EQ(vmmipc_alloc_ex(kGran, &init, nullptr), VMMIPC_ERR_INVALID_ARG);
+  // A larger struct from a newer header is accepted.
+  struct Bigger {
+    vmmipc_alloc_props_t p;
+    int future;
+  } big = {init, 0};
+  big.p.struct_size = sizeof big;
+  ASSERT_VMM_OK(vmmipc_alloc_ex(0, &big.p, &b));
+  void *p = reinterpret_cast<void *>(1);
+  vmmipc_buf_ptr(b, &p, nullptr);
+  EXPECT_EQ(p, nullptr) << "size 0 is an empty buffer";
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, GpuDirectRdmaFlagReachesEveryChunk) {
+  void *fn = nullptr;
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuPointerGetAttribute", 0, &fn));
+  auto attr = reinterpret_cast<decltype(&::cuPointerGetAttribute)>(fn);
+  vmmipc_alloc_props_t props = VMMIPC_ALLOC_PROPS_INIT;
+  props.flags = VMMIPC_ALLOC_GPU_DIRECT_RDMA;
+  props.chunk_size = kGran;
+  vmmipc_buf_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc_ex(2 * kGran, &props, &b));
+  ASSERT_VMM_OK(vmmipc_grow(b, 3 * kGran));
+  void *p = nullptr;
+  vmmipc_buf_ptr(b, &p, nullptr);
+  for (int i = 0; i < 3; i++) {
+    int capable = -1;
+    ASSERT_EQ(attr(&capable, CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE,
+                   reinterpret_cast<CUdeviceptr>(p) + i * kGran),
+              CUDA_SUCCESS);
+    EXPECT_EQ(capable, 1) << "chunk " << i + 1;
+  }
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, GranularityOfEachDevice) {
+  int count = 0;
+  ASSERT_VMM_OK(vmmipc_device_count(&count));
+  for (int i = 0; i < count; i++) {
+    size_t min = 0, rec = 0;
+    ASSERT_VMM_OK(vmmipc_granularity(i, &min, &rec));
+    EXPECT_EQ(min, kGran) << "device " << i;  // both H200 and the stand-in
+    EXPECT_EQ(rec, kGran) << "device " << i;
+    min = 0;
+    ASSERT_VMM_OK(vmmipc_granularity(i, &min, nullptr));
+    EXPECT_EQ(min, kGran);
+  }
+  size_t g = 0;
+  EXPECT_EQ(vmmipc_granularity(count, &g, &g), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_NE(std::string(vmmipc_last_error()).find("out of range"), std::string::npos);
+  EXPECT_EQ(vmmipc_granularity(0, nullptr, nullptr), VMMIPC_ERR_INVALID_ARG);
 }
 
 TEST_F(Buffers, NullArgumentsAreInvalid) {

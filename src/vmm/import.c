@@ -114,6 +114,6 @@ vmmipc_result_t vmmipc__import_timed(vmmipc_desc_t d, const vmmipc_access_t *acc
   *out = b;
   return VMMIPC_SUCCESS;
 fail:
-  vmmipc__buf_destroy(cu, b);
+  vmmipc__buf_discard(cu, b);
   return r;
 }

@@ -9,6 +9,11 @@ extern "C" {
 #endif
 
 #define VMMIPC__MAX_ACCESS 64 /* devices one mapping can grant access to */
+/* vmmipc_alloc_ex's default chunk size. On the H200 pair, 1 GiB mapped with
+ * peer access took 9.1 ms as 16 chunks of 64 MiB against 22.8 ms as one
+ * chunk of 1 GiB (benchmarks/results/2026-11-30-h200x2): peer access of one
+ * large mapping costs more than that of several smaller ones. */
+#define VMMIPC__DEFAULT_CHUNK_SIZE ((size_t)64 << 20)
 
 struct vmmipc__chunk {
   CUmemGenericAllocationHandle handle;
@@ -20,6 +25,11 @@ struct vmmipc__resv {
   size_t size;
 };
 
+/* Who owns what a buffer maps, which decides what free undoes:
+ * - allocated (vmmipc_alloc/_ex): chunks, mappings and reservations;
+ * - imported: the same, of imported handles; never exportable;
+ * - wrapped (vmmipc_buf_wrap): only the handles it retained; the
+ *   application's mappings and reservations are never touched. */
 struct vmmipc_buf {
   CUdeviceptr base;            /* 0 for an empty buffer */
   size_t size;                 /* bytes the user asked for */
@@ -29,10 +39,14 @@ struct vmmipc_buf {
   int num_resv, cap_resv;      /* an in-place grow adds a reservation */
   struct vmmipc__resv *resv;
   int imported;                /* holds imported memory: never exportable */
+  int wrapped;                 /* wraps memory the application mapped */
+  int exposed;                 /* live windows exposing the buffer: free and grow are refused */
   int device;                  /* ordinal that new chunks are created on */
   vmmipc_uuid_t owner;         /* owner GPU of the memory */
   size_t granularity;
-  int num_access;
+  size_t chunk_size;           /* grow appends chunks of at most this; 0: one chunk per grow */
+  unsigned int alloc_flags;    /* VMMIPC_ALLOC_* of every chunk */
+  int num_access;              /* 0 for a wrapped buffer: its access is the application's */
   CUmemAccessDesc access[VMMIPC__MAX_ACCESS];
 };
 
@@ -51,17 +65,30 @@ vmmipc_result_t vmmipc__set_access(const vmmipc__cu_t *cu, CUdeviceptr at, size_
 /* Reserve `size` bytes aligned to `align`, preferably at `hint`. */
 vmmipc_result_t vmmipc__reserve(const vmmipc__cu_t *cu, size_t size, size_t align, CUdeviceptr hint,
                                 CUdeviceptr *out, const char *op);
-/* Create one exportable chunk on `device`. */
-vmmipc_result_t vmmipc__chunk_create(const vmmipc__cu_t *cu, int device, size_t size, const char *op,
-                                     CUmemGenericAllocationHandle *out);
+/* Create one exportable chunk on `device` with VMMIPC_ALLOC_* `flags`. */
+vmmipc_result_t vmmipc__chunk_create(const vmmipc__cu_t *cu, int device, size_t size, unsigned int flags,
+                                     const char *op, CUmemGenericAllocationHandle *out);
 /* Allocation granularity of `device`; checks VMM and POSIX-fd support. */
 vmmipc_result_t vmmipc__device_granularity(const vmmipc__cu_t *cu, int device, const char *op, size_t *out);
+/* Both granularities (either output may be NULL), with the same checks. */
+vmmipc_result_t vmmipc__device_granularities(const vmmipc__cu_t *cu, int device, const char *op, size_t *minimum,
+                                             size_t *recommended);
+/* Whether `device` can create chunks with `flags`; UNSUPPORTED names the flag. */
+vmmipc_result_t vmmipc__check_alloc_flags(const vmmipc__cu_t *cu, int device, unsigned int flags, const char *op);
 
 /* Empty buffer record with room for `chunks` chunks. */
 vmmipc_result_t vmmipc__buf_new(int chunks, struct vmmipc_buf **out);
-/* Unmap, release and free everything a buffer holds. */
-void vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b);
+/* Undo everything a buffer holds (as its kind says) and free the record.
+ * Goes on after a failed driver call; returns the first failure, with a
+ * message naming the call and the chunk. */
+vmmipc_result_t vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b);
+/* The same for rollback after another failure: that failure's message stays. */
+void vmmipc__buf_discard(const vmmipc__cu_t *cu, struct vmmipc_buf *b);
 vmmipc_result_t vmmipc__buf_add_resv(struct vmmipc_buf *b, CUdeviceptr ptr, size_t size);
+/* Room for `more` chunks beyond num_chunks. */
+vmmipc_result_t vmmipc__buf_reserve_chunks(struct vmmipc_buf *b, int more, const char *op);
+/* Refusal while windows expose `b` (VMMIPC_ERR_INVALID_ARG naming how many). */
+vmmipc_result_t vmmipc__buf_check_unexposed(const struct vmmipc_buf *b, const char *op);
 
 static inline size_t vmmipc__round_up(size_t v, size_t g) { return (v + g - 1) / g * g; }
 
