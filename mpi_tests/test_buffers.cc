@@ -13,6 +13,7 @@
 
 #include "common/testhooks.h"
 #include <cuda.h>
+#include "vmm/vmm.h"
 
 #include "harness/helpers.h"
 
@@ -146,6 +147,152 @@ TEST_F(Buffers, GrowKeepsTheDataInPlaceOrMoved) {
     EXPECT_EQ(vmmipc_grow(b, kGran), VMMIPC_ERR_INVALID_ARG) << "grow cannot shrink";
     vmmipc_buf_free(b);
   }
+}
+
+// The driver's address reservation calls, as a test makes them.
+struct Va {
+  decltype(&::cuMemAddressReserve) reserve = nullptr;
+  decltype(&::cuMemAddressFree) release = nullptr;
+  bool Load() {
+    void *fn = nullptr;
+    if (vmmipc_driver_proc("cuMemAddressReserve", 0, &fn) != VMMIPC_SUCCESS) return false;
+    reserve = reinterpret_cast<decltype(reserve)>(fn);
+    if (vmmipc_driver_proc("cuMemAddressFree", 0, &fn) != VMMIPC_SUCCESS) return false;
+    release = reinterpret_cast<decltype(release)>(fn);
+    return true;
+  }
+  // Reserves the granule right after `b` (0 when it is taken).
+  CUdeviceptr After(vmmipc_buf_t b) const {
+    void *p = nullptr;
+    size_t n = 0;
+    vmmipc_buf_ptr(b, &p, &n);
+    CUdeviceptr want = reinterpret_cast<CUdeviceptr>(p) + (n + kGran - 1) / kGran * kGran, got = 0;
+    if (reserve(&got, kGran, kGran, want, 0) != CUDA_SUCCESS) return 0;
+    if (got == want) return got;
+    release(got, kGran);
+    return 0;
+  }
+};
+
+// A one-chunk buffer filled with `seed` whose next granule of address space
+// is free (probed with the reserve that vmmipc_grow makes), so that a grow
+// by one granule can happen in place; nullptr when none turned up.
+vmmipc_buf_t GrowableInPlace(const Va &va, unsigned seed) {
+  std::vector<vmmipc_buf_t> tried;
+  vmmipc_buf_t found = nullptr;
+  for (int i = 0; i < 32 && !found; i++) {
+    vmmipc_buf_t b = nullptr;
+    if (vmmipc_alloc(kGran, &b) != VMMIPC_SUCCESS) break;
+    CUdeviceptr next = va.After(b);
+    if (next) {
+      va.release(next, kGran);
+      void *p = nullptr;
+      vmmipc_buf_ptr(b, &p, nullptr);
+      vt::FillPattern(p, kGran, seed);
+      found = b;
+    } else {
+      tried.push_back(b);
+    }
+  }
+  for (vmmipc_buf_t b : tried) vmmipc_buf_free(b);
+  return found;
+}
+
+// Every step of a grow that fails leaves the buffer as it was and nothing
+// behind: in place (where the new range must be unmapped before it is
+// freed) and moved (forced by reserving the address space after the
+// buffer).
+TEST_F(Buffers, GrowRollsBackAtEveryStep) {
+  Va va;
+  ASSERT_TRUE(va.Load());
+  struct Case {
+    const char *step;
+    bool in_place;
+    const char *needle;
+  };
+  const Case cases[] = {{"alloc", true, "injected failure at alloc"},
+                        {"map", true, "chunk 2 of 2: cuMemMap"},
+                        {"access", true, "injected failure at access"},
+                        {"record", true, "injected failure at record"},
+                        {"alloc", false, "injected failure at alloc"},
+                        {"reserve", false, "injected failure at reserve"},
+                        {"map", false, "chunk 1 of 2: cuMemMap"},
+                        {"access", false, "injected failure at access"}};
+  for (const Case &c : cases) {
+    const std::string what = std::string(c.step) + (c.in_place ? " in place" : " moved");
+    vmmipc_buf_t b = GrowableInPlace(va, 60);
+    if (!b) GTEST_SKIP() << "no buffer with free address space after it turned up";
+    CUdeviceptr block = c.in_place ? 0 : va.After(b);
+    ASSERT_TRUE(c.in_place || block) << what;
+    void *before = nullptr, *after = nullptr;
+    size_t n = 0;
+    vmmipc_buf_ptr(b, &before, nullptr);
+    vt::DriverCounts c0, c1;
+    bool counts = vt::GetDriverCounts(&c0);
+    int fds = vt::FdCount();
+    vmmipc__test_fail_at(c.step, 1);
+    EXPECT_NE(vmmipc_grow(b, 2 * kGran), VMMIPC_SUCCESS) << what;
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_NE(std::string(vmmipc_last_error()).find(c.needle), std::string::npos) << what << ": "
+                                                                                 << vmmipc_last_error();
+    int chunks = 0;
+    vmmipc_buf_ptr(b, &after, &n);
+    vmmipc_buf_info(b, &chunks, nullptr);
+    EXPECT_EQ(after, before) << what;
+    EXPECT_EQ(n, kGran) << what;
+    EXPECT_EQ(chunks, 1) << what;
+    EXPECT_EQ(vt::FdCount(), fds) << what;
+    if (counts && vt::GetDriverCounts(&c1)) {
+      EXPECT_EQ(c1.allocations, c0.allocations) << what;
+      EXPECT_EQ(c1.mappings, c0.mappings) << what;
+      EXPECT_EQ(c1.reservations, c0.reservations) << what;
+    }
+    EXPECT_TRUE(vt::CheckPattern(after, kGran, 60)) << what;
+    // The same grow then succeeds, in place or moved as asked.
+    ASSERT_VMM_OK(vmmipc_grow(b, 2 * kGran));
+    vmmipc_buf_ptr(b, &after, &n);
+    EXPECT_EQ(after == before, c.in_place) << what;
+    EXPECT_TRUE(vt::CheckPattern(after, kGran, 60)) << what;
+    EXPECT_VMM_OK(vmmipc_buf_free(b));
+    if (block) va.release(block, kGran);
+  }
+}
+
+TEST_F(Buffers, AnExposedBufferIsNeitherFreedNorGrown) {
+  vmmipc_buf_t b = Chunky(1, 61);
+  b->exposed = 2;  // what two open windows of the collective layer record
+  EXPECT_EQ(vmmipc_buf_free(b), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_NE(std::string(vmmipc_last_error()).find("exposed by 2 open window(s); hint: vmmipc_win_free them first"),
+            std::string::npos)
+      << vmmipc_last_error();
+  EXPECT_EQ(vmmipc_grow(b, 2 * kGran), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_NE(std::string(vmmipc_last_error()).find("vmmipc_grow: the buffer is exposed by 2"), std::string::npos)
+      << vmmipc_last_error();
+  void *p = nullptr;
+  size_t n = 0;
+  vmmipc_buf_ptr(b, &p, &n);
+  EXPECT_EQ(n, kGran);
+  EXPECT_TRUE(vt::CheckPattern(p, n, 61)) << "still there";
+  b->exposed = 0;
+  EXPECT_VMM_OK(vmmipc_buf_free(b));
+}
+
+// A driver call that fails during free is reported (the first one, naming
+// the call and the chunk), and everything else is still released.
+TEST_F(Buffers, FreeReportsAFailedDriverCallAndReleasesTheRest) {
+  void *fn = nullptr;
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuMemUnmap", 0, &fn));
+  auto unmap = reinterpret_cast<decltype(&::cuMemUnmap)>(fn);
+  vmmipc_buf_t b = Chunky(3, 62);
+  void *p = nullptr;
+  vmmipc_buf_ptr(b, &p, nullptr);
+  // Behind vmmipc's back: chunk 2 is no longer mapped.
+  ASSERT_EQ(unmap(reinterpret_cast<CUdeviceptr>(p) + kGran, kGran), CUDA_SUCCESS);
+  EXPECT_EQ(vmmipc_buf_free(b), VMMIPC_ERR_CUDA);
+  std::string msg = vmmipc_last_error();
+  EXPECT_NE(msg.find("vmmipc_buf_free: chunk 2 of 3: cuMemUnmap"), std::string::npos) << msg;
+  // TearDown checks that the other chunks, the mappings and the
+  // reservations were released all the same.
 }
 
 TEST_F(Buffers, ExportOpensOneFreshFdPerChunkAndFreeClosesThem) {
@@ -364,40 +511,117 @@ TEST_F(Buffers, ExportFailurePartwayClosesTheFdsItOpened) {
   vmmipc_buf_free(b);
 }
 
+// Room for exactly `room` more fds while it lives: every hole below the
+// highest open fd is filled, and the soft limit allows `room` numbers above.
+class FdLimit {
+ public:
+  explicit FdLimit(int room) {
+    EXPECT_EQ(getrlimit(RLIMIT_NOFILE, &old_), 0);
+    int highest = 0;
+    for (int fd = 0; fd < 65536; fd++)
+      if (fcntl(fd, F_GETFD) >= 0) highest = fd;
+    for (;;) {
+      int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      EXPECT_GE(fd, 0);
+      if (fd < 0 || fd > highest) {
+        if (fd >= 0) close(fd);
+        break;
+      }
+      fillers_.push_back(fd);
+    }
+    rlimit low = old_;
+    low.rlim_cur = highest + 1 + room;
+    EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  }
+  ~FdLimit() {
+    EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &old_), 0);
+    for (int fd : fillers_) close(fd);
+  }
+
+ private:
+  rlimit old_{};
+  std::vector<int> fillers_;
+};
+
 TEST_F(Buffers, ExportUnderALowFdLimitFailsCleanly) {
   vmmipc_buf_t b = Chunky(3, 1);
   ASSERT_NE(b, nullptr);
-  rlimit old{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-  // Room for exactly two more fds: fill every hole below the highest open
-  // fd, then allow two numbers above it. The third chunk's export must fail.
   int before = vt::FdCount();
-  int highest = 0;
-  for (int fd = 0; fd < 65536; fd++)
-    if (fcntl(fd, F_GETFD) >= 0) highest = fd;
-  std::vector<int> fillers;
-  for (;;) {
-    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    if (fd > highest) {
-      close(fd);
-      break;
-    }
-    fillers.push_back(fd);
-  }
-  rlimit low = old;
-  low.rlim_cur = highest + 3;
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
   vmmipc_desc_t d = nullptr;
-  vmmipc_result_t r = vmmipc_export(b, &d);
-  std::string msg = vmmipc_last_error();
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
-  for (int fd : fillers) close(fd);
+  vmmipc_result_t r;
+  std::string msg;
+  {
+    FdLimit limit(2);  // the third chunk's export must fail
+    r = vmmipc_export(b, &d);
+    msg = vmmipc_last_error();
+  }
   EXPECT_EQ(r, VMMIPC_ERR_SYSTEM) << msg;
   EXPECT_EQ(d, nullptr);
   EXPECT_NE(msg.find("file descriptor limit"), std::string::npos) << msg;
   EXPECT_NE(msg.find("chunk 3 of 3"), std::string::npos) << msg;
   EXPECT_EQ(vt::FdCount(), before);
+  vmmipc_buf_free(b);
+}
+
+// The driver needs an fd per import; at the limit it fails with
+// CUDA_ERROR_OPERATING_SYSTEM, which vmmipc reports as the fd limit.
+TEST_F(Buffers, ImportAtTheFdLimitSaysSoAndRollsBack) {
+  vmmipc_buf_t b = Chunky(3, 2);
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  vt::DriverCounts c0;
+  bool counts = vt::GetDriverCounts(&c0);
+  int before = vt::FdCount();
+  vmmipc_buf_t imp = nullptr;
+  vmmipc_result_t r;
+  std::string msg;
+  {
+    FdLimit limit(1);  // chunk 1 imports, chunk 2 finds no fd
+    r = vmmipc_import(d, nullptr, &imp);
+    msg = vmmipc_last_error();
+  }
+  EXPECT_EQ(r, VMMIPC_ERR_SYSTEM) << msg;
+  EXPECT_EQ(imp, nullptr);
+  EXPECT_NE(msg.find("file descriptor limit (RLIMIT_NOFILE"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("chunk 2 of 3"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("not a CUDA VMM allocation"), std::string::npos) << "the wrong hint: " << msg;
+  EXPECT_EQ(vt::FdCount(), before);
+  vt::DriverCounts c1;
+  if (counts && vt::GetDriverCounts(&c1)) {
+    EXPECT_EQ(c1.allocations, c0.allocations) << "the chunk imported before the failure is released";
+    EXPECT_EQ(c1.mappings, c0.mappings);
+    EXPECT_EQ(c1.reservations, c0.reservations);
+  }
+  ASSERT_VMM_OK(vmmipc_import(d, nullptr, &imp));  // with fds to spare it works
+  vmmipc_buf_free(imp);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+}
+
+// The host identity is read once per process: with no fd to spare, an
+// import still compares it (and refuses a descriptor from another host
+// for that reason, not for the fd limit).
+TEST_F(Buffers, HostIdentityNeedsNoFdOnceRead) {
+  vmmipc_buf_t b = Chunky(1, 3);
+  vmmipc_desc_t d = nullptr, foreign = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  std::vector<int> fds;
+  auto bytes = Pack(d, &fds);
+  bytes[32] ^= 0x5a;  // the host identity
+  ASSERT_VMM_OK(vmmipc_desc_unpack(bytes.data(), bytes.size(), fds.data(), 1, &foreign));
+  vmmipc_buf_t imp = nullptr;
+  vmmipc_result_t r;
+  std::string msg;
+  {
+    FdLimit limit(0);
+    r = vmmipc_import(foreign, nullptr, &imp);
+    msg = vmmipc_last_error();
+  }
+  EXPECT_EQ(r, VMMIPC_ERR_INVALID_DESC) << msg;
+  EXPECT_NE(msg.find("another host"), std::string::npos) << msg;
+  EXPECT_EQ(imp, nullptr);
+  vmmipc_desc_free(foreign);
+  vmmipc_desc_free(d);
   vmmipc_buf_free(b);
 }
 

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -18,10 +19,19 @@ static int vmmipc__hexval(int c) {
   return -1;
 }
 
-vmmipc_result_t vmmipc__host_id(unsigned char out[16]) {
+static vmmipc_result_t vmmipc__read_host_id(unsigned char out[16]) {
   const char *path = "/proc/sys/kernel/random/boot_id";
   FILE *f = fopen(path, "re");
-  if (!f) return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, errno, "reading the host identity: fopen(%s)", path);
+  if (!f) {
+    int e = errno;
+    long lim = 0;
+    if ((e == EMFILE || e == ENFILE) && vmmipc__fd_limit_reached(&lim))
+      return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, e,
+                                 "reading the host identity: fopen(%s) at the file descriptor limit "
+                                 "(RLIMIT_NOFILE %ld); hint: raise it with ulimit -n",
+                                 path, lim);
+    return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, e, "reading the host identity: fopen(%s)", path);
+  }
   char line[64] = {0};
   char *ok = fgets(line, sizeof line, f);
   fclose(f);
@@ -40,6 +50,25 @@ vmmipc_result_t vmmipc__host_id(unsigned char out[16]) {
     return vmmipc__error(VMMIPC_ERR_SYSTEM, "reading the host identity: %s does not hold a UUID (\"%s\")", path,
                          line);
   return VMMIPC_SUCCESS;
+}
+
+/* The boot id cannot change while the process runs: it is read once (the
+ * driver loader reads it when it loads) and kept, so that later exports and
+ * imports need no fd for it. A failed read is tried again next time. */
+static pthread_mutex_t vmmipc__host_mu = PTHREAD_MUTEX_INITIALIZER;
+static int vmmipc__host_known;
+static unsigned char vmmipc__host[16];
+
+vmmipc_result_t vmmipc__host_id(unsigned char out[16]) {
+  vmmipc_result_t r = VMMIPC_SUCCESS;
+  pthread_mutex_lock(&vmmipc__host_mu);
+  if (!vmmipc__host_known) {
+    r = vmmipc__read_host_id(vmmipc__host);
+    vmmipc__host_known = r == VMMIPC_SUCCESS;
+  }
+  if (vmmipc__host_known) memcpy(out, vmmipc__host, 16);
+  pthread_mutex_unlock(&vmmipc__host_mu);
+  return r;
 }
 
 int vmmipc__fd_count(void) {

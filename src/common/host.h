@@ -9,6 +9,7 @@
 extern "C" {
 #endif
 
+/* Read once per process (thread-safe) and cached. */
 vmmipc_result_t vmmipc__host_id(unsigned char out[16]);
 /* Number of open fds of this process (from /proc/self/fd), or -1. */
 int vmmipc__fd_count(void);
