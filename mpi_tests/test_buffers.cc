@@ -42,10 +42,13 @@ class Buffers : public ::testing::Test {
     EXPECT_EQ(now.mappings, counts0_.mappings) << "mappings leaked";
     EXPECT_EQ(now.reservations, counts0_.reservations) << "reservations leaked";
   }
-  // A buffer of `chunks` chunks of one granule each, filled with `seed`.
-  vmmipc_buf_t Chunky(int chunks, unsigned seed) {
+  // A buffer of `chunks` chunks of one granule each, filled with `seed`,
+  // grown chunk by chunk; export_cache as vmmipc_alloc_props_t has it.
+  vmmipc_buf_t Chunky(int chunks, unsigned seed, int export_cache = -1) {
     vmmipc_buf_t b = nullptr;
-    EXPECT_VMM_OK(vmmipc_alloc(kGran, &b));
+    vmmipc_alloc_props_t props = VMMIPC_ALLOC_PROPS_INIT;
+    props.export_cache = export_cache;
+    EXPECT_VMM_OK(vmmipc_alloc_ex(kGran, &props, &b));
     for (int i = 2; b && i <= chunks; i++) EXPECT_VMM_OK(vmmipc_grow(b, i * kGran));
     void *p = nullptr;
     size_t n = 0;
@@ -110,7 +113,7 @@ TEST_F(Buffers, EmptyBufferExportsAndImportsAsEmpty) {
   ASSERT_VMM_OK(vmmipc_export(b, &d));
   std::vector<int> fds;
   auto bytes = Pack(d, &fds);
-  EXPECT_EQ(bytes.size(), 72u);
+  EXPECT_EQ(bytes.size(), 96u);
   EXPECT_TRUE(fds.empty());
   vmmipc_desc_t u = nullptr;
   ASSERT_VMM_OK(vmmipc_desc_unpack(bytes.data(), bytes.size(), nullptr, 0, &u));
@@ -176,19 +179,20 @@ struct Va {
 
 // A one-chunk buffer filled with `seed` whose next granule of address space
 // is free (probed with the reserve that vmmipc_grow makes), so that a grow
-// by one granule can happen in place; nullptr when none turned up.
-vmmipc_buf_t GrowableInPlace(const Va &va, unsigned seed) {
+// by one granule can happen in place; nullptr when none turned up. That
+// granule comes back reserved in *gap: host allocations (a sanitizer's
+// above all) could take it otherwise; release it right before the grow.
+vmmipc_buf_t GrowableInPlace(const Va &va, unsigned seed, CUdeviceptr *gap) {
   std::vector<vmmipc_buf_t> tried;
   vmmipc_buf_t found = nullptr;
+  *gap = 0;
   for (int i = 0; i < 32 && !found; i++) {
     vmmipc_buf_t b = nullptr;
     if (vmmipc_alloc(kGran, &b) != VMMIPC_SUCCESS) break;
-    CUdeviceptr next = va.After(b);
-    if (next) {
-      va.release(next, kGran);
-      void *p = nullptr;
-      vmmipc_buf_ptr(b, &p, nullptr);
-      vt::FillPattern(p, kGran, seed);
+    void *p = nullptr;
+    vmmipc_buf_ptr(b, &p, nullptr);
+    vt::FillPattern(p, kGran, seed);
+    if ((*gap = va.After(b)) != 0) {
       found = b;
     } else {
       tried.push_back(b);
@@ -200,8 +204,8 @@ vmmipc_buf_t GrowableInPlace(const Va &va, unsigned seed) {
 
 // Every step of a grow that fails leaves the buffer as it was and nothing
 // behind: in place (where the new range must be unmapped before it is
-// freed) and moved (forced by reserving the address space after the
-// buffer).
+// freed, and is free again afterwards) and moved (forced by keeping the
+// address space after the buffer reserved).
 TEST_F(Buffers, GrowRollsBackAtEveryStep) {
   Va va;
   ASSERT_TRUE(va.Load());
@@ -220,19 +224,29 @@ TEST_F(Buffers, GrowRollsBackAtEveryStep) {
                         {"access", false, "injected failure at access"}};
   for (const Case &c : cases) {
     const std::string what = std::string(c.step) + (c.in_place ? " in place" : " moved");
-    vmmipc_buf_t b = GrowableInPlace(va, 60);
+    CUdeviceptr gap = 0;
+    vmmipc_buf_t b = GrowableInPlace(va, 60, &gap);
     if (!b) GTEST_SKIP() << "no buffer with free address space after it turned up";
-    CUdeviceptr block = c.in_place ? 0 : va.After(b);
-    ASSERT_TRUE(c.in_place || block) << what;
     void *before = nullptr, *after = nullptr;
     size_t n = 0;
     vmmipc_buf_ptr(b, &before, nullptr);
+    if (c.in_place) va.release(gap, kGran);  // else it blocks the in-place path
     vt::DriverCounts c0, c1;
     bool counts = vt::GetDriverCounts(&c0);
     int fds = vt::FdCount();
     vmmipc__test_fail_at(c.step, 1);
     EXPECT_NE(vmmipc_grow(b, 2 * kGran), VMMIPC_SUCCESS) << what;
     vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(vt::FdCount(), fds) << what;
+    if (counts && vt::GetDriverCounts(&c1)) {
+      EXPECT_EQ(c1.allocations, c0.allocations) << what;
+      EXPECT_EQ(c1.mappings, c0.mappings) << what;
+      EXPECT_EQ(c1.reservations, c0.reservations) << what;
+    }
+    if (c.in_place) {
+      gap = va.After(b);
+      EXPECT_NE(gap, 0u) << what << ": the range after the buffer is free again";
+    }
     EXPECT_NE(std::string(vmmipc_last_error()).find(c.needle), std::string::npos) << what << ": "
                                                                                  << vmmipc_last_error();
     int chunks = 0;
@@ -241,20 +255,18 @@ TEST_F(Buffers, GrowRollsBackAtEveryStep) {
     EXPECT_EQ(after, before) << what;
     EXPECT_EQ(n, kGran) << what;
     EXPECT_EQ(chunks, 1) << what;
-    EXPECT_EQ(vt::FdCount(), fds) << what;
-    if (counts && vt::GetDriverCounts(&c1)) {
-      EXPECT_EQ(c1.allocations, c0.allocations) << what;
-      EXPECT_EQ(c1.mappings, c0.mappings) << what;
-      EXPECT_EQ(c1.reservations, c0.reservations) << what;
-    }
     EXPECT_TRUE(vt::CheckPattern(after, kGran, 60)) << what;
     // The same grow then succeeds, in place or moved as asked.
+    if (c.in_place && gap) {
+      va.release(gap, kGran);
+      gap = 0;
+    }
     ASSERT_VMM_OK(vmmipc_grow(b, 2 * kGran));
     vmmipc_buf_ptr(b, &after, &n);
     EXPECT_EQ(after == before, c.in_place) << what;
     EXPECT_TRUE(vt::CheckPattern(after, kGran, 60)) << what;
     EXPECT_VMM_OK(vmmipc_buf_free(b));
-    if (block) va.release(block, kGran);
+    if (gap) va.release(gap, kGran);
   }
 }
 
@@ -295,8 +307,11 @@ TEST_F(Buffers, FreeReportsAFailedDriverCallAndReleasesTheRest) {
   // reservations were released all the same.
 }
 
-TEST_F(Buffers, ExportOpensOneFreshFdPerChunkAndFreeClosesThem) {
-  vmmipc_buf_t b = Chunky(3, 3);
+// With the export cache off, every export asks the driver for new fds and
+// nothing stays open once the descriptors are freed (the cache on:
+// test_caches).
+TEST_F(Buffers, ExportWithTheCacheOffOpensNewFdsAndLeavesNoneBehind) {
+  vmmipc_buf_t b = Chunky(3, 3, 0);
   ASSERT_NE(b, nullptr);
   int base = vt::FdCount();
   vmmipc_desc_t d1 = nullptr, d2 = nullptr;
@@ -304,6 +319,9 @@ TEST_F(Buffers, ExportOpensOneFreshFdPerChunkAndFreeClosesThem) {
   EXPECT_EQ(vt::FdCount(), base + 3);
   ASSERT_VMM_OK(vmmipc_export(b, &d2));
   EXPECT_EQ(vt::FdCount(), base + 6);
+  long cached = -1;
+  ASSERT_VMM_OK(vmmipc_export_cache_fds(&cached));
+  EXPECT_EQ(cached, 0);
   std::vector<int> f1, f2;
   Pack(d1, &f1);
   Pack(d2, &f2);
@@ -345,7 +363,7 @@ TEST_F(Buffers, MalformedDescriptorsAreRejected) {
   ASSERT_VMM_OK(vmmipc_export(b, &d));
   std::vector<int> fds;
   const auto good = Pack(d, &fds);
-  ASSERT_EQ(good.size(), 72u + 3 * 8);
+  ASSERT_EQ(good.size(), 96u + 3 * 8);
   struct Case {
     const char *name;
     std::vector<unsigned char> bytes;
@@ -359,18 +377,32 @@ TEST_F(Buffers, MalformedDescriptorsAreRejected) {
     cases.push_back(c);
   };
   with("fd count differs from the chunk count", [](auto &) {}, 2, "file descriptors");
-  with("zero chunk size", [](auto &v) { Put64(v, 72 + 8, 0); }, 3, "chunk 2 of 3");
-  with("chunk not a multiple of the granularity", [](auto &v) { Put64(v, 72, kGran + 4096); }, 3, "multiple");
+  with("zero chunk size", [](auto &v) { Put64(v, 96 + 8, 0); }, 3, "chunk 2 of 3");
+  with("chunk not a multiple of the granularity", [](auto &v) { Put64(v, 96, kGran + 4096); }, 3, "multiple");
   with("total overflows", [](auto &v) {
-    Put64(v, 72 + 8, ~0ull - kGran + 1);
-    Put64(v, 72 + 16, ~0ull - kGran + 1);
+    Put64(v, 96 + 8, ~0ull - kGran + 1);
+    Put64(v, 96 + 16, ~0ull - kGran + 1);
   }, 3, "overflow");
   with("size larger than the sum", [](auto &v) { Put64(v, 48, 3 * kGran + 1); }, 3, "does not fit");
   with("size with no chunks", [](auto &v) {
     Put32(v, 64, 0);
-    v.resize(72);
+    v.resize(96);
   }, 0, "no chunks");
-  with("unknown version", [](auto &v) { v[4] = 2; }, 3, "version");
+  with("unknown version", [](auto &v) { v[4] = 3; }, 3, "version 3");
+  with("version 1 (0.1, no identity)", [](auto &v) {
+    v[4] = 1;
+    v[6] = 72;
+    v.erase(v.begin() + 72, v.begin() + 96);
+  }, 3, "unknown wire version 1");
+  with("pid without a serial", [](auto &v) { Put64(v, 80, 0); }, 3, "incomplete buffer identity");
+  with("serial without a pid", [](auto &v) { Put32(v, 68, 0); }, 3, "incomplete buffer identity");
+  with("no nonce", [](auto &v) { Put64(v, 72, 0); }, 3, "incomplete buffer identity");
+  with("pid out of range", [](auto &v) { Put32(v, 68, 0x80000000u); }, 3, "incomplete buffer identity");
+  with("a generation alone", [](auto &v) {
+    Put32(v, 68, 0);
+    Put64(v, 72, 0);
+    Put64(v, 80, 0);
+  }, 3, "incomplete buffer identity");
   with("unknown handle type", [](auto &v) { Put32(v, 8, 2); }, 3, "handle type");
   with("bad magic", [](auto &v) { v[0] ^= 0xff; }, 3, "magic");
   with("unknown flags", [](auto &v) { Put32(v, 12, 1); }, 3, "flags");
@@ -452,7 +484,7 @@ TEST_F(Buffers, ForgedChunkSizeFailsAtTheMapAndRollsBack) {
   ASSERT_VMM_OK(vmmipc_export(b, &d));
   std::vector<int> fds;
   auto bytes = Pack(d, &fds);
-  Put64(bytes, 72 + 8, 2 * kGran);  // chunk 2 claims two granules
+  Put64(bytes, 96 + 8, 2 * kGran);  // chunk 2 claims two granules
   Put64(bytes, 48, 4 * kGran);
   int before = vt::FdCount();
   vmmipc_desc_t u = nullptr;
@@ -544,7 +576,7 @@ class FdLimit {
 };
 
 TEST_F(Buffers, ExportUnderALowFdLimitFailsCleanly) {
-  vmmipc_buf_t b = Chunky(3, 1);
+  vmmipc_buf_t b = Chunky(3, 1, 0);  // the export cache off: one fd per chunk
   ASSERT_NE(b, nullptr);
   int before = vt::FdCount();
   vmmipc_desc_t d = nullptr;

@@ -11,11 +11,15 @@
 
 /* A buffer of `size` bytes on `dev` made of chunks of at most `chunk`
  * bytes (0: one chunk; `chunk_given` 0: the default, rounded up to the
- * granularity), rolled back entirely on failure. */
+ * granularity), with the export cache as `export_cache` asks (< 0: the
+ * default), rolled back entirely on failure. */
 static vmmipc_result_t vmmipc__alloc_on(const vmmipc__cu_t *cu, int dev, size_t size, size_t chunk, int chunk_given,
-                                        unsigned int flags, const char *op, vmmipc_buf_t *out) {
+                                        unsigned int flags, int export_cache, const char *op, vmmipc_buf_t *out) {
+  int cache = 0;
+  vmmipc_result_t r = vmmipc__export_cache_choice(export_cache, op, &cache);
+  if (r) return r;
   size_t g;
-  vmmipc_result_t r = vmmipc__device_granularity(cu, dev, op, &g);
+  r = vmmipc__device_granularity(cu, dev, op, &g);
   if (!r) r = vmmipc__check_alloc_flags(cu, dev, flags, op);
   if (r) return r;
   if (size > SIZE_MAX / 2) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: size %zu is too large", op, size);
@@ -39,6 +43,8 @@ static vmmipc_result_t vmmipc__alloc_on(const vmmipc__cu_t *cu, int dev, size_t 
   b->granularity = g;
   b->chunk_size = chunk;
   b->alloc_flags = flags;
+  b->export_cache = cache;
+  b->serial = vmmipc__next_serial();
   b->access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   b->access[0].location.id = dev;
   b->access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -84,7 +90,7 @@ vmmipc_result_t vmmipc_alloc(size_t size, vmmipc_buf_t *out) {
   if (r) return r;
   int dev;
   if ((r = vmmipc__current_device(cu, op, &dev))) return r;
-  return vmmipc__alloc_on(cu, dev, size, 0, 1, 0, op, out);
+  return vmmipc__alloc_on(cu, dev, size, 0, 1, 0, -1, op, out);
 }
 
 /* Like vmmipc_config_t: the fields of 0.2 must all be there; a larger
@@ -121,6 +127,6 @@ vmmipc_result_t vmmipc_alloc_ex(size_t size, const vmmipc_alloc_props_t *props, 
   else
     r = vmmipc__current_device(cu, op, &dev);
   if (r) return r;
-  if (p->chunk_size) return vmmipc__alloc_on(cu, dev, size, p->chunk_size, 1, p->flags, op, out);
-  return vmmipc__alloc_on(cu, dev, size, VMMIPC__DEFAULT_CHUNK_SIZE, 0, p->flags, op, out);
+  if (p->chunk_size) return vmmipc__alloc_on(cu, dev, size, p->chunk_size, 1, p->flags, p->export_cache, op, out);
+  return vmmipc__alloc_on(cu, dev, size, VMMIPC__DEFAULT_CHUNK_SIZE, 0, p->flags, p->export_cache, op, out);
 }

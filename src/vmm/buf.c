@@ -1,11 +1,22 @@
 /* Buffer records and vmmipc_buf_free: what each kind of buffer undoes. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/error.h"
+#include "common/host.h"
 #include "common/testhooks.h"
 #include "vmm/vmm.h"
+
+static atomic_uint_fast64_t vmmipc__serials;
+
+uint64_t vmmipc__next_serial(void) { return (uint64_t)atomic_fetch_add(&vmmipc__serials, 1) + 1; }
+
+static void vmmipc__no_export_fds(struct vmmipc__chunk *c, int n) {
+  for (int i = 0; i < n; i++) c[i].export_fd = -1;
+}
 
 vmmipc_result_t vmmipc__buf_new(int chunks, struct vmmipc_buf **out) {
   struct vmmipc_buf *b = calloc(1, sizeof *b);
@@ -17,8 +28,10 @@ vmmipc_result_t vmmipc__buf_new(int chunks, struct vmmipc_buf **out) {
       return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "allocating a buffer record of %d chunks", chunks);
     }
     b->cap_chunks = chunks;
+    vmmipc__no_export_fds(b->chunks, chunks);
   }
   b->device = -1;
+  b->generation = 1;
   *out = b;
   return VMMIPC_SUCCESS;
 }
@@ -44,6 +57,7 @@ vmmipc_result_t vmmipc__buf_reserve_chunks(struct vmmipc_buf *b, int more, const
   while (cap - b->num_chunks < more) cap *= 2;
   struct vmmipc__chunk *c = realloc(b->chunks, (size_t)cap * sizeof *c);
   if (!c) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: recording %d chunks", op, cap);
+  vmmipc__no_export_fds(c + b->cap_chunks, cap - b->cap_chunks);
   b->chunks = c;
   b->cap_chunks = cap;
   return VMMIPC_SUCCESS;
@@ -73,6 +87,16 @@ vmmipc_result_t vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b
   const char *op = "vmmipc_buf_free";
   struct vmmipc__first_error f = {VMMIPC_SUCCESS, ""};
   if (!b) return VMMIPC_SUCCESS;
+  if (b->cached) { /* a view: the entry owns the mapping */
+    vmmipc_result_t r = vmmipc__mapent_release(cu, b->cached);
+    free(b);
+    return r;
+  }
+  for (int i = 0; i < b->num_chunks; i++)
+    if (b->chunks[i].export_fd >= 0) {
+      close(b->chunks[i].export_fd);
+      vmmipc__cached_fds_add(-1);
+    }
   if (cu) {
     /* A wrapped buffer maps the application's memory: only the handles it
      * retained are its own. Everything is undone even after a failure. */

@@ -93,8 +93,10 @@ vmmipc_result_t vmmipc_grow(vmmipc_buf_t b, size_t new_size) {
   if (!b) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: buf is NULL", op);
   vmmipc_result_t r = vmmipc__grow_check(b, new_size, op);
   if (r) return r;
+  if (new_size == b->size) return VMMIPC_SUCCESS;
   if (new_size <= b->mapped) {
     b->size = new_size;
+    b->generation++; /* a descriptor exported now differs: never served from a stale cache entry */
     return VMMIPC_SUCCESS;
   }
   const vmmipc__cu_t *cu;
@@ -131,5 +133,6 @@ vmmipc_result_t vmmipc_grow(vmmipc_buf_t b, size_t new_size) {
   b->num_chunks += (int)k;
   b->mapped += need;
   b->size = new_size;
+  b->generation++;
   return VMMIPC_SUCCESS;
 }

@@ -6,12 +6,12 @@
 #include "common/error.h"
 #include "common/host.h"
 #include "common/testhooks.h"
-#include "coll/coll.h"
+#include "common/clock.h"
 #include "desc/desc.h"
 #include "driver/device.h"
 #include "vmm/vmm.h"
 
-static vmmipc_result_t vmmipc__import_check(const struct vmmipc_desc *d, const char *op) {
+vmmipc_result_t vmmipc__import_check(const struct vmmipc_desc *d, const char *op) {
   vmmipc_result_t r = vmmipc__desc_check(d);
   if (r) {
     vmmipc__error_prefix("%s: ", op);
@@ -50,8 +50,8 @@ static vmmipc_result_t vmmipc__import_handles(const vmmipc__cu_t *cu, const stru
                           "%s: chunk %d of %d: cuMemImportFromShareableHandle(fd %d) failed and the process is at "
                           "its file descriptor limit (RLIMIT_NOFILE %ld), which the driver needs one more of; "
                           "the %d chunk(s) imported were released; hint: raise the limit (ulimit -n) or free "
-                          "descriptors (vmmipc_desc_free)",
-                          op, i + 1, d->num_chunks, d->fds[i], lim, i);
+                          "descriptors (vmmipc_desc_free)%s",
+                          op, i + 1, d->num_chunks, d->fds[i], lim, i, vmmipc__fd_limit_note());
       else
         r = vmmipc__cu_error(
             rc,

@@ -2,6 +2,8 @@
 #ifndef VMMIPC_VMM_VMM_H
 #define VMMIPC_VMM_VMM_H
 
+#include <stdint.h>
+
 #include "driver/cu.h"
 
 #ifdef __cplusplus
@@ -18,6 +20,7 @@ extern "C" {
 struct vmmipc__chunk {
   CUmemGenericAllocationHandle handle;
   size_t size;
+  int export_fd; /* export cache: the chunk's exported fd, kept until the chunk goes; -1: none */
 };
 
 struct vmmipc__resv {
@@ -25,11 +28,15 @@ struct vmmipc__resv {
   size_t size;
 };
 
+struct vmmipc__mapent; /* a mapping-cache entry (vmm/mapcache.h) */
+
 /* Who owns what a buffer maps, which decides what free undoes:
  * - allocated (vmmipc_alloc/_ex): chunks, mappings and reservations;
  * - imported: the same, of imported handles; never exportable;
  * - wrapped (vmmipc_buf_wrap): only the handles it retained; the
- *   application's mappings and reservations are never touched. */
+ *   application's mappings and reservations are never touched;
+ * - a view of a mapping-cache entry (cached != NULL): nothing of its own;
+ *   chunks point into the entry's mapping; free drops a reference. */
 struct vmmipc_buf {
   CUdeviceptr base;            /* 0 for an empty buffer */
   size_t size;                 /* bytes the user asked for */
@@ -48,6 +55,10 @@ struct vmmipc_buf {
   unsigned int alloc_flags;    /* VMMIPC_ALLOC_* of every chunk */
   int num_access;              /* 0 for a wrapped buffer: its access is the application's */
   CUmemAccessDesc access[VMMIPC__MAX_ACCESS];
+  int export_cache;            /* 1: each chunk keeps its exported fd (export_fd) */
+  uint64_t serial;             /* identity: per process, never reused; 0 for imports */
+  uint64_t generation;         /* changes whenever the buffer grows */
+  struct vmmipc__mapent *cached; /* the entry a view shares, or NULL */
 };
 
 /* Resolve what an importer asks for into access descriptors. NULL or no
@@ -89,6 +100,22 @@ vmmipc_result_t vmmipc__buf_add_resv(struct vmmipc_buf *b, CUdeviceptr ptr, size
 vmmipc_result_t vmmipc__buf_reserve_chunks(struct vmmipc_buf *b, int more, const char *op);
 /* Refusal while windows expose `b` (VMMIPC_ERR_INVALID_ARG naming how many). */
 vmmipc_result_t vmmipc__buf_check_unexposed(const struct vmmipc_buf *b, const char *op);
+
+/* A new buffer serial: unique in this process, never 0. */
+uint64_t vmmipc__next_serial(void);
+/* Whether new buffers keep exported fds: props value (< 0: default), else
+ * VMMIPC_EXPORT_CACHE (0 or 1; unset or empty: 1). */
+vmmipc_result_t vmmipc__export_cache_choice(int requested, const char *op, int *on);
+/* What import checks before any driver call: the metadata, one fd per
+ * chunk, and the host. */
+vmmipc_result_t vmmipc__import_check(const struct vmmipc_desc *d, const char *op);
+/* vmmipc_import that adds its import/map/access time to `t` (may be NULL).
+ * (Also declared in coll/coll.h, where the collectives used to find it.) */
+vmmipc_result_t vmmipc__import_timed(vmmipc_desc_t d, const vmmipc_access_t *access, vmmipc_buf_t *out,
+                                     vmmipc_timing_t *t);
+/* Drop a view's reference to its cache entry (vmm/mapcache.c); releases the
+ * mapping when the entry goes. */
+vmmipc_result_t vmmipc__mapent_release(const vmmipc__cu_t *cu, struct vmmipc__mapent *e);
 
 static inline size_t vmmipc__round_up(size_t v, size_t g) { return (v + g - 1) / g * g; }
 

@@ -92,12 +92,16 @@ vmmipc_result_t vmmipc_buf_wrap(void *ptr, size_t size, vmmipc_buf_t *out) {
   if (!ptr || size == 0 || end < start)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: the range (ptr %p, size %zu) is empty or wraps around", op,
                          ptr, size);
-  const vmmipc__cu_t *cu;
-  vmmipc_result_t r = vmmipc__cu_load(&cu);
+  int cache = 0;
+  vmmipc_result_t r = vmmipc__export_cache_choice(-1, op, &cache);
   if (r) return r;
+  const vmmipc__cu_t *cu;
+  if ((r = vmmipc__cu_load(&cu))) return r;
   struct vmmipc_buf *b = NULL;
   if ((r = vmmipc__buf_new(1, &b))) return r;
   b->wrapped = 1; /* from here on, destroy releases the retained handles only */
+  b->export_cache = cache;
+  b->serial = vmmipc__next_serial(); /* each wrap is a buffer of its own */
   CUdeviceptr at = start;
   for (int k = 1; at < end; k++) {
     if (k > (int)VMMIPC__DESC_MAX_CHUNKS) {
