@@ -607,15 +607,19 @@ TEST_F(Buffers, ImportAtTheFdLimitSaysSoAndRollsBack) {
   vmmipc_buf_t imp = nullptr;
   vmmipc_result_t r;
   std::string msg;
+  // The stand-in keeps one fd per imported chunk: with room for one, chunk
+  // 1 imports and chunk 2 finds none. How many fds the real driver needs
+  // per import is not known, so there the first import gets no room.
+  const int room = vt::UsingStandin() ? 1 : 0;
   {
-    FdLimit limit(1);  // chunk 1 imports, chunk 2 finds no fd
+    FdLimit limit(room);
     r = vmmipc_import(d, nullptr, &imp);
     msg = vmmipc_last_error();
   }
   EXPECT_EQ(r, VMMIPC_ERR_SYSTEM) << msg;
   EXPECT_EQ(imp, nullptr);
   EXPECT_NE(msg.find("file descriptor limit (RLIMIT_NOFILE"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("chunk 2 of 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("chunk " + std::to_string(room + 1) + " of 3"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("not a CUDA VMM allocation"), std::string::npos) << "the wrong hint: " << msg;
   EXPECT_EQ(vt::FdCount(), before);
   vt::DriverCounts c1;
