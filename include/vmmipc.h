@@ -144,12 +144,24 @@ typedef struct vmmipc_access {
 /* ---- buffers ------------------------------------------------------------ */
 
 typedef struct vmmipc_buf *vmmipc_buf_t;
-/* A VMM allocation on the current device, exportable as POSIX fds. The size is
- * rounded up to the allocation granularity; 0 gives an empty buffer. */
+/* A VMM allocation on the current device, exportable as POSIX fds, made of
+ * ONE physical chunk (as in 0.1; vmmipc_alloc_ex chooses chunk sizes), with
+ * the export cache as VMMIPC_EXPORT_CACHE says (default on, see
+ * vmmipc_export). The size is rounded up to the allocation granularity; 0
+ * gives an empty buffer. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_alloc(size_t size, vmmipc_buf_t *out);
-/* Appends chunks; keeps the data; may move the buffer: re-read the pointer. */
+/* Appends chunks (of at most the buffer's chunk size for vmmipc_alloc_ex
+ * buffers, else one chunk); keeps the data; may move the buffer: re-read the
+ * pointer. Only buffers allocated by this process grow: an imported or a
+ * wrapped buffer is refused (VMMIPC_ERR_INVALID_ARG), and so is a buffer
+ * that an open window exposes. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_grow(vmmipc_buf_t buf, size_t new_size);
 VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_ptr(vmmipc_buf_t buf, void **ptr, size_t *size);
+/* Releases what the buffer owns: an allocated or imported buffer's chunks,
+ * mappings and reservations; a wrapped buffer's retained handles only.
+ * Refused (VMMIPC_ERR_INVALID_ARG) while an open window exposes the buffer.
+ * A failing driver call does not stop it: everything else is still
+ * released, and the first failure is reported (VMMIPC_ERR_CUDA). */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_free(vmmipc_buf_t buf);
 /* Number of physical chunks; whether the buffer holds imported memory. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_info(vmmipc_buf_t buf, int *num_chunks, int *is_imported);
@@ -158,23 +170,59 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_info(vmmipc_buf_t buf, int *num_chunks,
 typedef struct vmmipc_alloc_props {
   size_t struct_size;           /* sizeof(vmmipc_alloc_props_t) */
   const vmmipc_uuid_t *device;  /* NULL: the current device */
-  size_t chunk_size;            /* bytes per physical chunk (a multiple of the granularity); 0: default */
-  unsigned int flags;           /* VMMIPC_ALLOC_* */
-  int export_cache;             /* < 0: VMMIPC_EXPORT_CACHE or on; 0: off; 1: on */
+  size_t chunk_size;            /* bytes per physical chunk (a multiple of the granularity); 0: 64 MiB */
+  unsigned int flags;           /* VMMIPC_ALLOC_*; unknown bits are VMMIPC_ERR_INVALID_ARG */
+  int export_cache;             /* export cache (see vmmipc_export): < 0: VMMIPC_EXPORT_CACHE=0/1, unset:
+                                   on; 0: off; 1: on */
 } vmmipc_alloc_props_t;
 #define VMMIPC_ALLOC_PROPS_INIT { sizeof(vmmipc_alloc_props_t), NULL, 0, 0u, -1 }
-#define VMMIPC_ALLOC_GPU_DIRECT_RDMA 0x1u /* the driver's gpuDirectRDMACapable allocation flag */
+/* The driver's gpuDirectRDMACapable allocation flag; VMMIPC_ERR_UNSUPPORTED
+ * on a device without CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED. */
+#define VMMIPC_ALLOC_GPU_DIRECT_RDMA 0x1u
+/* Like vmmipc_alloc, with a device, a chunk size and allocation flags. The
+ * default chunk size is 64 MiB: peer access to many moderate chunks is
+ * faster than to one large one (docs/bring-your-own-memory.md); the last
+ * chunk holds the rest. Chunks on a device other than the current one need
+ * no current context there, but reading the memory does. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_alloc_ex(size_t size, const vmmipc_alloc_props_t *props, vmmipc_buf_t *out);
-/* Wraps VMM memory mapped by someone else (POSIX-fd handle type required). */
+/* Wraps [ptr, ptr + size), VMM memory that the application (or its
+ * allocator) mapped with cuMemCreate + cuMemMap: one or more whole mappings
+ * placed back to back, on one device, each created with
+ * requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (else
+ * VMMIPC_ERR_UNSUPPORTED naming the chunk). Memory from cudaMalloc or from a
+ * stream-ordered pool is VMMIPC_ERR_UNSUPPORTED; a hole, or a start or end
+ * that is not a mapping boundary (or not aligned to the granularity), is
+ * VMMIPC_ERR_INVALID_ARG. The buffer holds one more reference to each
+ * allocation (cuMemRetainAllocationHandle), which keeps the physical memory
+ * alive for its exports even if the application unmaps; it never changes
+ * the mappings, their access or the reservation. It exports and works in
+ * every collective like an allocated buffer; vmmipc_buf_free releases only
+ * those references (the mapping stays readable); vmmipc_grow is refused.
+ * Its device and owner are the memory's device; vmmipc_buf_info reports one
+ * chunk per mapping and is_imported 0. Each mapping must map its allocation
+ * from offset 0, as allocators do. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_wrap(void *ptr, size_t size, vmmipc_buf_t *out);
-/* Minimum and recommended allocation granularity of a device (POSIX-fd handles). */
+/* Minimum and recommended allocation granularity of a device for
+ * POSIX-fd-exportable memory (either output may be NULL). */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_granularity(int device_ordinal, size_t *minimum, size_t *recommended);
 
 /* ---- descriptors -------------------------------------------------------- */
 
 typedef struct vmmipc_desc *vmmipc_desc_t;
-/* Fresh fds on every call; the descriptor owns them. */
+/* New fds on every call, one per chunk; the descriptor owns them (close
+ * them with vmmipc_desc_free). With the buffer's export cache on (the
+ * default; vmmipc_alloc_props_t.export_cache, VMMIPC_EXPORT_CACHE=0/1) they
+ * are duplicates of one exported fd per chunk that the buffer keeps from
+ * its first export until the chunk is freed: exporting again costs a dup()
+ * instead of a driver export (0.02 vs 0.57 ms per chunk on H200), at the
+ * price of one open fd per exported chunk per live buffer. With it off,
+ * every export asks the driver and nothing stays open after
+ * vmmipc_desc_free. The descriptor carries the buffer's identity (owner
+ * process, buffer serial, and a generation that vmmipc_grow changes). */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_export(vmmipc_buf_t buf, vmmipc_desc_t *out);
+/* Number of fds the export caches of all live buffers hold in this process
+ * (fd-limit errors report it too). */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_export_cache_fds(long *count);
 VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_free(vmmipc_desc_t desc); /* closes its fds */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_import(vmmipc_desc_t desc, const vmmipc_access_t *access,
                                             vmmipc_buf_t *out);

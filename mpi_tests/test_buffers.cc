@@ -6,12 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/testhooks.h"
 #include <cuda.h>
+#include "vmm/vmm.h"
 
 #include "harness/helpers.h"
 
@@ -40,10 +42,13 @@ class Buffers : public ::testing::Test {
     EXPECT_EQ(now.mappings, counts0_.mappings) << "mappings leaked";
     EXPECT_EQ(now.reservations, counts0_.reservations) << "reservations leaked";
   }
-  // A buffer of `chunks` chunks of one granule each, filled with `seed`.
-  vmmipc_buf_t Chunky(int chunks, unsigned seed) {
+  // A buffer of `chunks` chunks of one granule each, filled with `seed`,
+  // grown chunk by chunk; export_cache as vmmipc_alloc_props_t has it.
+  vmmipc_buf_t Chunky(int chunks, unsigned seed, int export_cache = -1) {
     vmmipc_buf_t b = nullptr;
-    EXPECT_VMM_OK(vmmipc_alloc(kGran, &b));
+    vmmipc_alloc_props_t props = VMMIPC_ALLOC_PROPS_INIT;
+    props.export_cache = export_cache;
+    EXPECT_VMM_OK(vmmipc_alloc_ex(kGran, &props, &b));
     for (int i = 2; b && i <= chunks; i++) EXPECT_VMM_OK(vmmipc_grow(b, i * kGran));
     void *p = nullptr;
     size_t n = 0;
@@ -108,7 +113,7 @@ TEST_F(Buffers, EmptyBufferExportsAndImportsAsEmpty) {
   ASSERT_VMM_OK(vmmipc_export(b, &d));
   std::vector<int> fds;
   auto bytes = Pack(d, &fds);
-  EXPECT_EQ(bytes.size(), 72u);
+  EXPECT_EQ(bytes.size(), 96u);
   EXPECT_TRUE(fds.empty());
   vmmipc_desc_t u = nullptr;
   ASSERT_VMM_OK(vmmipc_desc_unpack(bytes.data(), bytes.size(), nullptr, 0, &u));
@@ -147,8 +152,166 @@ TEST_F(Buffers, GrowKeepsTheDataInPlaceOrMoved) {
   }
 }
 
-TEST_F(Buffers, ExportOpensOneFreshFdPerChunkAndFreeClosesThem) {
-  vmmipc_buf_t b = Chunky(3, 3);
+// The driver's address reservation calls, as a test makes them.
+struct Va {
+  decltype(&::cuMemAddressReserve) reserve = nullptr;
+  decltype(&::cuMemAddressFree) release = nullptr;
+  bool Load() {
+    void *fn = nullptr;
+    if (vmmipc_driver_proc("cuMemAddressReserve", 0, &fn) != VMMIPC_SUCCESS) return false;
+    reserve = reinterpret_cast<decltype(reserve)>(fn);
+    if (vmmipc_driver_proc("cuMemAddressFree", 0, &fn) != VMMIPC_SUCCESS) return false;
+    release = reinterpret_cast<decltype(release)>(fn);
+    return true;
+  }
+  // Reserves the granule right after `b` (0 when it is taken).
+  CUdeviceptr After(vmmipc_buf_t b) const {
+    void *p = nullptr;
+    size_t n = 0;
+    vmmipc_buf_ptr(b, &p, &n);
+    CUdeviceptr want = reinterpret_cast<CUdeviceptr>(p) + (n + kGran - 1) / kGran * kGran, got = 0;
+    if (reserve(&got, kGran, kGran, want, 0) != CUDA_SUCCESS) return 0;
+    if (got == want) return got;
+    release(got, kGran);
+    return 0;
+  }
+};
+
+// A one-chunk buffer filled with `seed` whose next granule of address space
+// is free (probed with the reserve that vmmipc_grow makes), so that a grow
+// by one granule can happen in place; nullptr when none turned up. That
+// granule comes back reserved in *gap: host allocations (a sanitizer's
+// above all) could take it otherwise; release it right before the grow.
+vmmipc_buf_t GrowableInPlace(const Va &va, unsigned seed, CUdeviceptr *gap) {
+  std::vector<vmmipc_buf_t> tried;
+  vmmipc_buf_t found = nullptr;
+  *gap = 0;
+  for (int i = 0; i < 32 && !found; i++) {
+    vmmipc_buf_t b = nullptr;
+    if (vmmipc_alloc(kGran, &b) != VMMIPC_SUCCESS) break;
+    void *p = nullptr;
+    vmmipc_buf_ptr(b, &p, nullptr);
+    vt::FillPattern(p, kGran, seed);
+    if ((*gap = va.After(b)) != 0) {
+      found = b;
+    } else {
+      tried.push_back(b);
+    }
+  }
+  for (vmmipc_buf_t b : tried) vmmipc_buf_free(b);
+  return found;
+}
+
+// Every step of a grow that fails leaves the buffer as it was and nothing
+// behind: in place (where the new range must be unmapped before it is
+// freed, and is free again afterwards) and moved (forced by keeping the
+// address space after the buffer reserved).
+TEST_F(Buffers, GrowRollsBackAtEveryStep) {
+  Va va;
+  ASSERT_TRUE(va.Load());
+  struct Case {
+    const char *step;
+    bool in_place;
+    const char *needle;
+  };
+  const Case cases[] = {{"alloc", true, "injected failure at alloc"},
+                        {"map", true, "chunk 2 of 2: cuMemMap"},
+                        {"access", true, "injected failure at access"},
+                        {"record", true, "injected failure at record"},
+                        {"alloc", false, "injected failure at alloc"},
+                        {"reserve", false, "injected failure at reserve"},
+                        {"map", false, "chunk 1 of 2: cuMemMap"},
+                        {"access", false, "injected failure at access"}};
+  for (const Case &c : cases) {
+    const std::string what = std::string(c.step) + (c.in_place ? " in place" : " moved");
+    CUdeviceptr gap = 0;
+    vmmipc_buf_t b = GrowableInPlace(va, 60, &gap);
+    if (!b) GTEST_SKIP() << "no buffer with free address space after it turned up";
+    void *before = nullptr, *after = nullptr;
+    size_t n = 0;
+    vmmipc_buf_ptr(b, &before, nullptr);
+    if (c.in_place) va.release(gap, kGran);  // else it blocks the in-place path
+    vt::DriverCounts c0, c1;
+    bool counts = vt::GetDriverCounts(&c0);
+    int fds = vt::FdCount();
+    vmmipc__test_fail_at(c.step, 1);
+    EXPECT_NE(vmmipc_grow(b, 2 * kGran), VMMIPC_SUCCESS) << what;
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(vt::FdCount(), fds) << what;
+    if (counts && vt::GetDriverCounts(&c1)) {
+      EXPECT_EQ(c1.allocations, c0.allocations) << what;
+      EXPECT_EQ(c1.mappings, c0.mappings) << what;
+      EXPECT_EQ(c1.reservations, c0.reservations) << what;
+    }
+    if (c.in_place) {
+      gap = va.After(b);
+      EXPECT_NE(gap, 0u) << what << ": the range after the buffer is free again";
+    }
+    EXPECT_NE(std::string(vmmipc_last_error()).find(c.needle), std::string::npos) << what << ": "
+                                                                                 << vmmipc_last_error();
+    int chunks = 0;
+    vmmipc_buf_ptr(b, &after, &n);
+    vmmipc_buf_info(b, &chunks, nullptr);
+    EXPECT_EQ(after, before) << what;
+    EXPECT_EQ(n, kGran) << what;
+    EXPECT_EQ(chunks, 1) << what;
+    EXPECT_TRUE(vt::CheckPattern(after, kGran, 60)) << what;
+    // The same grow then succeeds, in place or moved as asked.
+    if (c.in_place && gap) {
+      va.release(gap, kGran);
+      gap = 0;
+    }
+    ASSERT_VMM_OK(vmmipc_grow(b, 2 * kGran));
+    vmmipc_buf_ptr(b, &after, &n);
+    EXPECT_EQ(after == before, c.in_place) << what;
+    EXPECT_TRUE(vt::CheckPattern(after, kGran, 60)) << what;
+    EXPECT_VMM_OK(vmmipc_buf_free(b));
+    if (gap) va.release(gap, kGran);
+  }
+}
+
+TEST_F(Buffers, AnExposedBufferIsNeitherFreedNorGrown) {
+  vmmipc_buf_t b = Chunky(1, 61);
+  b->exposed = 2;  // what two open windows of the collective layer record
+  EXPECT_EQ(vmmipc_buf_free(b), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_NE(std::string(vmmipc_last_error()).find("exposed by 2 open window(s); hint: vmmipc_win_free them first"),
+            std::string::npos)
+      << vmmipc_last_error();
+  EXPECT_EQ(vmmipc_grow(b, 2 * kGran), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_NE(std::string(vmmipc_last_error()).find("vmmipc_grow: the buffer is exposed by 2"), std::string::npos)
+      << vmmipc_last_error();
+  void *p = nullptr;
+  size_t n = 0;
+  vmmipc_buf_ptr(b, &p, &n);
+  EXPECT_EQ(n, kGran);
+  EXPECT_TRUE(vt::CheckPattern(p, n, 61)) << "still there";
+  b->exposed = 0;
+  EXPECT_VMM_OK(vmmipc_buf_free(b));
+}
+
+// A driver call that fails during free is reported (the first one, naming
+// the call and the chunk), and everything else is still released.
+TEST_F(Buffers, FreeReportsAFailedDriverCallAndReleasesTheRest) {
+  void *fn = nullptr;
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuMemUnmap", 0, &fn));
+  auto unmap = reinterpret_cast<decltype(&::cuMemUnmap)>(fn);
+  vmmipc_buf_t b = Chunky(3, 62);
+  void *p = nullptr;
+  vmmipc_buf_ptr(b, &p, nullptr);
+  // Behind vmmipc's back: chunk 2 is no longer mapped.
+  ASSERT_EQ(unmap(reinterpret_cast<CUdeviceptr>(p) + kGran, kGran), CUDA_SUCCESS);
+  EXPECT_EQ(vmmipc_buf_free(b), VMMIPC_ERR_CUDA);
+  std::string msg = vmmipc_last_error();
+  EXPECT_NE(msg.find("vmmipc_buf_free: chunk 2 of 3: cuMemUnmap"), std::string::npos) << msg;
+  // TearDown checks that the other chunks, the mappings and the
+  // reservations were released all the same.
+}
+
+// With the export cache off, every export asks the driver for new fds and
+// nothing stays open once the descriptors are freed (the cache on:
+// test_caches).
+TEST_F(Buffers, ExportWithTheCacheOffOpensNewFdsAndLeavesNoneBehind) {
+  vmmipc_buf_t b = Chunky(3, 3, 0);
   ASSERT_NE(b, nullptr);
   int base = vt::FdCount();
   vmmipc_desc_t d1 = nullptr, d2 = nullptr;
@@ -156,6 +319,9 @@ TEST_F(Buffers, ExportOpensOneFreshFdPerChunkAndFreeClosesThem) {
   EXPECT_EQ(vt::FdCount(), base + 3);
   ASSERT_VMM_OK(vmmipc_export(b, &d2));
   EXPECT_EQ(vt::FdCount(), base + 6);
+  long cached = -1;
+  ASSERT_VMM_OK(vmmipc_export_cache_fds(&cached));
+  EXPECT_EQ(cached, 0);
   std::vector<int> f1, f2;
   Pack(d1, &f1);
   Pack(d2, &f2);
@@ -197,7 +363,7 @@ TEST_F(Buffers, MalformedDescriptorsAreRejected) {
   ASSERT_VMM_OK(vmmipc_export(b, &d));
   std::vector<int> fds;
   const auto good = Pack(d, &fds);
-  ASSERT_EQ(good.size(), 72u + 3 * 8);
+  ASSERT_EQ(good.size(), 96u + 3 * 8);
   struct Case {
     const char *name;
     std::vector<unsigned char> bytes;
@@ -211,18 +377,32 @@ TEST_F(Buffers, MalformedDescriptorsAreRejected) {
     cases.push_back(c);
   };
   with("fd count differs from the chunk count", [](auto &) {}, 2, "file descriptors");
-  with("zero chunk size", [](auto &v) { Put64(v, 72 + 8, 0); }, 3, "chunk 2 of 3");
-  with("chunk not a multiple of the granularity", [](auto &v) { Put64(v, 72, kGran + 4096); }, 3, "multiple");
+  with("zero chunk size", [](auto &v) { Put64(v, 96 + 8, 0); }, 3, "chunk 2 of 3");
+  with("chunk not a multiple of the granularity", [](auto &v) { Put64(v, 96, kGran + 4096); }, 3, "multiple");
   with("total overflows", [](auto &v) {
-    Put64(v, 72 + 8, ~0ull - kGran + 1);
-    Put64(v, 72 + 16, ~0ull - kGran + 1);
+    Put64(v, 96 + 8, ~0ull - kGran + 1);
+    Put64(v, 96 + 16, ~0ull - kGran + 1);
   }, 3, "overflow");
   with("size larger than the sum", [](auto &v) { Put64(v, 48, 3 * kGran + 1); }, 3, "does not fit");
   with("size with no chunks", [](auto &v) {
     Put32(v, 64, 0);
-    v.resize(72);
+    v.resize(96);
   }, 0, "no chunks");
-  with("unknown version", [](auto &v) { v[4] = 2; }, 3, "version");
+  with("unknown version", [](auto &v) { v[4] = 3; }, 3, "version 3");
+  with("version 1 (0.1, no identity)", [](auto &v) {
+    v[4] = 1;
+    v[6] = 72;
+    v.erase(v.begin() + 72, v.begin() + 96);
+  }, 3, "unknown wire version 1");
+  with("pid without a serial", [](auto &v) { Put64(v, 80, 0); }, 3, "incomplete buffer identity");
+  with("serial without a pid", [](auto &v) { Put32(v, 68, 0); }, 3, "incomplete buffer identity");
+  with("no nonce", [](auto &v) { Put64(v, 72, 0); }, 3, "incomplete buffer identity");
+  with("pid out of range", [](auto &v) { Put32(v, 68, 0x80000000u); }, 3, "incomplete buffer identity");
+  with("a generation alone", [](auto &v) {
+    Put32(v, 68, 0);
+    Put64(v, 72, 0);
+    Put64(v, 80, 0);
+  }, 3, "incomplete buffer identity");
   with("unknown handle type", [](auto &v) { Put32(v, 8, 2); }, 3, "handle type");
   with("bad magic", [](auto &v) { v[0] ^= 0xff; }, 3, "magic");
   with("unknown flags", [](auto &v) { Put32(v, 12, 1); }, 3, "flags");
@@ -304,7 +484,7 @@ TEST_F(Buffers, ForgedChunkSizeFailsAtTheMapAndRollsBack) {
   ASSERT_VMM_OK(vmmipc_export(b, &d));
   std::vector<int> fds;
   auto bytes = Pack(d, &fds);
-  Put64(bytes, 72 + 8, 2 * kGran);  // chunk 2 claims two granules
+  Put64(bytes, 96 + 8, 2 * kGran);  // chunk 2 claims two granules
   Put64(bytes, 48, 4 * kGran);
   int before = vt::FdCount();
   vmmipc_desc_t u = nullptr;
@@ -363,40 +543,121 @@ TEST_F(Buffers, ExportFailurePartwayClosesTheFdsItOpened) {
   vmmipc_buf_free(b);
 }
 
-TEST_F(Buffers, ExportUnderALowFdLimitFailsCleanly) {
-  vmmipc_buf_t b = Chunky(3, 1);
-  ASSERT_NE(b, nullptr);
-  rlimit old{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-  // Room for exactly two more fds: fill every hole below the highest open
-  // fd, then allow two numbers above it. The third chunk's export must fail.
-  int before = vt::FdCount();
-  int highest = 0;
-  for (int fd = 0; fd < 65536; fd++)
-    if (fcntl(fd, F_GETFD) >= 0) highest = fd;
-  std::vector<int> fillers;
-  for (;;) {
-    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    if (fd > highest) {
-      close(fd);
-      break;
+// Room for exactly `room` more fds while it lives: every hole below the
+// highest open fd is filled, and the soft limit allows `room` numbers above.
+class FdLimit {
+ public:
+  explicit FdLimit(int room) {
+    EXPECT_EQ(getrlimit(RLIMIT_NOFILE, &old_), 0);
+    int highest = 0;
+    for (int fd = 0; fd < 65536; fd++)
+      if (fcntl(fd, F_GETFD) >= 0) highest = fd;
+    for (;;) {
+      int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      EXPECT_GE(fd, 0);
+      if (fd < 0 || fd > highest) {
+        if (fd >= 0) close(fd);
+        break;
+      }
+      fillers_.push_back(fd);
     }
-    fillers.push_back(fd);
+    rlimit low = old_;
+    low.rlim_cur = highest + 1 + room;
+    EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
   }
-  rlimit low = old;
-  low.rlim_cur = highest + 3;
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  ~FdLimit() {
+    EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &old_), 0);
+    for (int fd : fillers_) close(fd);
+  }
+
+ private:
+  rlimit old_{};
+  std::vector<int> fillers_;
+};
+
+TEST_F(Buffers, ExportUnderALowFdLimitFailsCleanly) {
+  vmmipc_buf_t b = Chunky(3, 1, 0);  // the export cache off: one fd per chunk
+  ASSERT_NE(b, nullptr);
+  int before = vt::FdCount();
   vmmipc_desc_t d = nullptr;
-  vmmipc_result_t r = vmmipc_export(b, &d);
-  std::string msg = vmmipc_last_error();
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
-  for (int fd : fillers) close(fd);
+  vmmipc_result_t r;
+  std::string msg;
+  {
+    FdLimit limit(2);  // the third chunk's export must fail
+    r = vmmipc_export(b, &d);
+    msg = vmmipc_last_error();
+  }
   EXPECT_EQ(r, VMMIPC_ERR_SYSTEM) << msg;
   EXPECT_EQ(d, nullptr);
   EXPECT_NE(msg.find("file descriptor limit"), std::string::npos) << msg;
   EXPECT_NE(msg.find("chunk 3 of 3"), std::string::npos) << msg;
   EXPECT_EQ(vt::FdCount(), before);
+  vmmipc_buf_free(b);
+}
+
+// The driver needs an fd per import; at the limit it fails with
+// CUDA_ERROR_OPERATING_SYSTEM, which vmmipc reports as the fd limit.
+TEST_F(Buffers, ImportAtTheFdLimitSaysSoAndRollsBack) {
+  vmmipc_buf_t b = Chunky(3, 2);
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  vt::DriverCounts c0;
+  bool counts = vt::GetDriverCounts(&c0);
+  int before = vt::FdCount();
+  vmmipc_buf_t imp = nullptr;
+  vmmipc_result_t r;
+  std::string msg;
+  // The stand-in keeps one fd per imported chunk: with room for one, chunk
+  // 1 imports and chunk 2 finds none. How many fds the real driver needs
+  // per import is not known, so there the first import gets no room.
+  const int room = vt::UsingStandin() ? 1 : 0;
+  {
+    FdLimit limit(room);
+    r = vmmipc_import(d, nullptr, &imp);
+    msg = vmmipc_last_error();
+  }
+  EXPECT_EQ(r, VMMIPC_ERR_SYSTEM) << msg;
+  EXPECT_EQ(imp, nullptr);
+  EXPECT_NE(msg.find("file descriptor limit (RLIMIT_NOFILE"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("chunk " + std::to_string(room + 1) + " of 3"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("not a CUDA VMM allocation"), std::string::npos) << "the wrong hint: " << msg;
+  EXPECT_EQ(vt::FdCount(), before);
+  vt::DriverCounts c1;
+  if (counts && vt::GetDriverCounts(&c1)) {
+    EXPECT_EQ(c1.allocations, c0.allocations) << "the chunk imported before the failure is released";
+    EXPECT_EQ(c1.mappings, c0.mappings);
+    EXPECT_EQ(c1.reservations, c0.reservations);
+  }
+  ASSERT_VMM_OK(vmmipc_import(d, nullptr, &imp));  // with fds to spare it works
+  vmmipc_buf_free(imp);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+}
+
+// The host identity is read once per process: with no fd to spare, an
+// import still compares it (and refuses a descriptor from another host
+// for that reason, not for the fd limit).
+TEST_F(Buffers, HostIdentityNeedsNoFdOnceRead) {
+  vmmipc_buf_t b = Chunky(1, 3);
+  vmmipc_desc_t d = nullptr, foreign = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  std::vector<int> fds;
+  auto bytes = Pack(d, &fds);
+  bytes[32] ^= 0x5a;  // the host identity
+  ASSERT_VMM_OK(vmmipc_desc_unpack(bytes.data(), bytes.size(), fds.data(), 1, &foreign));
+  vmmipc_buf_t imp = nullptr;
+  vmmipc_result_t r;
+  std::string msg;
+  {
+    FdLimit limit(0);
+    r = vmmipc_import(foreign, nullptr, &imp);
+    msg = vmmipc_last_error();
+  }
+  EXPECT_EQ(r, VMMIPC_ERR_INVALID_DESC) << msg;
+  EXPECT_NE(msg.find("another host"), std::string::npos) << msg;
+  EXPECT_EQ(imp, nullptr);
+  vmmipc_desc_free(foreign);
+  vmmipc_desc_free(d);
   vmmipc_buf_free(b);
 }
 
@@ -433,16 +694,18 @@ TEST_F(Buffers, ImportedMemoryIsNotExportable) {
   EXPECT_NE(msg.find("forward the descriptor"), std::string::npos) << msg;
   EXPECT_NE(msg.find("copy"), std::string::npos) << msg;
   EXPECT_EQ(vt::FdCount(), before);
-  // Anything grown from imported memory is still not exportable. (The grow
-  // itself adds a chunk; the stand-in backs each chunk with a memfd.)
-  ASSERT_VMM_OK(vmmipc_grow(imp, 2 * kGran));
-  before = vt::FdCount();
-  EXPECT_EQ(vmmipc_export(imp, &again), VMMIPC_ERR_NOT_EXPORTABLE);
-  EXPECT_EQ(again, nullptr);
-  EXPECT_EQ(vt::FdCount(), before);
+  // Only the owner grows a buffer: an import is refused and left as it was.
+  EXPECT_EQ(vmmipc_grow(imp, 2 * kGran), VMMIPC_ERR_INVALID_ARG);
+  msg = vmmipc_last_error();
+  EXPECT_NE(msg.find("the owner grows it"), std::string::npos) << msg;
   void *q = nullptr;
-  vmmipc_buf_ptr(imp, &q, nullptr);
-  EXPECT_TRUE(vt::CheckPattern(q, kGran, 30)) << "grow of an import keeps the data";
+  size_t n = 0;
+  int chunks = 0;
+  vmmipc_buf_ptr(imp, &q, &n);
+  vmmipc_buf_info(imp, &chunks, nullptr);
+  EXPECT_EQ(n, kGran);
+  EXPECT_EQ(chunks, 1);
+  EXPECT_TRUE(vt::CheckPattern(q, kGran, 30));
   vmmipc_buf_free(imp);
   vmmipc_desc_free(d);
   vmmipc_buf_free(b);
@@ -492,6 +755,176 @@ TEST_F(Buffers, ReadOnlyImportRefusesWrites) {
   vmmipc_buf_free(ro);
   vmmipc_desc_free(d);
   vmmipc_buf_free(b);
+}
+
+// ---- vmmipc_alloc_ex and vmmipc_granularity ----------------------------------
+
+std::vector<size_t> ChunkSizes(vmmipc_buf_t b) {
+  vmmipc_desc_t d = nullptr;
+  std::vector<size_t> out;
+  EXPECT_VMM_OK(vmmipc_export(b, &d));
+  int n = 0;
+  vmmipc_desc_info(d, nullptr, &n, nullptr);
+  for (int i = 0; i < n; i++) {
+    size_t cs = 0;
+    EXPECT_VMM_OK(vmmipc_desc_chunk_size(d, i, &cs));
+    out.push_back(cs);
+  }
+  vmmipc_desc_free(d);
+  return out;
+}
+
+TEST_F(Buffers, AllocKeepsOneChunkAndAllocExDefaultsTo64MiBChunks) {
+  vmmipc_buf_t one = nullptr, ex = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc(130 * kMiB, &one));
+  EXPECT_EQ(ChunkSizes(one), std::vector<size_t>({130 * kMiB}));
+  ASSERT_VMM_OK(vmmipc_alloc_ex(130 * kMiB - 5, nullptr, &ex));  // NULL: the defaults
+  EXPECT_EQ(ChunkSizes(ex), std::vector<size_t>({64 * kMiB, 64 * kMiB, 2 * kMiB}));
+  void *p = nullptr;
+  size_t n = 0;
+  vmmipc_buf_ptr(ex, &p, &n);
+  EXPECT_EQ(n, 130 * kMiB - 5);
+  // Both ends of the range, across the chunk boundaries, are one mapping.
+  char *c = static_cast<char *>(p);
+  vt::FillPattern(c + 64 * kMiB - kGran, 2 * kGran, 3);
+  EXPECT_TRUE(vt::CheckPattern(c + 64 * kMiB - kGran, 2 * kGran, 3));
+  vt::FillPattern(c + 128 * kMiB - kGran, 2 * kGran - 5, 4);
+  EXPECT_TRUE(vt::CheckPattern(c + 128 * kMiB - kGran, 2 * kGran - 5, 4));
+  EXPECT_EQ(vt::AccessFlags(c + 100 * kMiB, dev_), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  vmmipc_buf_free(ex);
+  vmmipc_buf_free(one);
+}
+
+TEST_F(Buffers, AllocExChunkSizeAlsoShapesGrowth) {
+  vmmipc_alloc_props_t props = VMMIPC_ALLOC_PROPS_INIT;
+  props.chunk_size = 2 * kGran;
+  vmmipc_buf_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc_ex(5 * kGran, &props, &b));
+  EXPECT_EQ(ChunkSizes(b), std::vector<size_t>({2 * kGran, 2 * kGran, kGran}));
+  void *p = nullptr;
+  size_t n = 0;
+  vmmipc_buf_ptr(b, &p, &n);
+  vt::FillPattern(p, n, 44);
+  for (int force_move = 0; force_move < 2; force_move++) {
+    if (force_move) vmmipc__test_fail_at("inplace", 1);
+    size_t want = n + 5 * kGran - 100;  // needs 5 more granules: chunks of 2, 2 and 1
+    ASSERT_VMM_OK(vmmipc_grow(b, want));
+    vmmipc_buf_ptr(b, &p, &n);
+    EXPECT_EQ(n, want);
+    EXPECT_TRUE(vt::CheckPattern(p, 5 * kGran, 44)) << (force_move ? "moved" : "in place");
+  }
+  EXPECT_EQ(ChunkSizes(b), std::vector<size_t>({2 * kGran, 2 * kGran, kGran, 2 * kGran, 2 * kGran, kGran, 2 * kGran,
+                                                2 * kGran, kGran}));
+  vt::FillPattern(p, n, 45);
+  EXPECT_TRUE(vt::CheckPattern(p, n, 45));
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, AllocExOnADeviceNamedByUuid) {
+  int count = 0;
+  ASSERT_VMM_OK(vmmipc_device_count(&count));
+  int other = (dev_ + 1) % count;
+  vmmipc_uuid_t u;
+  ASSERT_VMM_OK(vmmipc_device_uuid(other, &u));
+  vmmipc_alloc_props_t props = VMMIPC_ALLOC_PROPS_INIT;
+  props.device = &u;
+  vmmipc_buf_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc_ex(kGran, &props, &b));
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  vmmipc_uuid_t owner;
+  vmmipc_desc_info(d, nullptr, nullptr, &owner);
+  EXPECT_EQ(std::memcmp(owner.bytes, u.bytes, 16), 0) << "the chunks live on the named device";
+  void *p = nullptr;
+  vmmipc_buf_ptr(b, &p, nullptr);
+  EXPECT_EQ(vt::AccessFlags(p, other), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, AllocExValidatesItsProperties) {
+  vmmipc_buf_t b = reinterpret_cast<vmmipc_buf_t>(1);
+  struct Case {
+    const char *name;
+    vmmipc_alloc_props_t props;
+    const char *needle;
+  };
+  vmmipc_uuid_t bogus;
+  std::memset(bogus.bytes, 0xcd, sizeof bogus.bytes);
+  const vmmipc_alloc_props_t init = VMMIPC_ALLOC_PROPS_INIT;
+  std::vector<Case> cases;
+  auto with = [&](const char *name, auto edit, const char *needle) {
+    Case c{name, init, needle};
+    edit(c.props);
+    cases.push_back(c);
+  };
+  with("struct_size 0", [](auto &p) { p.struct_size = 0; }, "VMMIPC_ALLOC_PROPS_INIT");
+  with("struct_size of 0.1", [](auto &p) { p.struct_size = offsetof(vmmipc_alloc_props_t, export_cache); },
+       "struct_size");
+  with("struct_size huge", [](auto &p) { p.struct_size = 1 << 20; }, "struct_size");
+  with("chunk not a multiple", [](auto &p) { p.chunk_size = kGran + 4096; }, "not a multiple");
+  with("unknown flag", [](auto &p) { p.flags = 0x6; }, "unknown allocation flags 0x6");
+  with("export_cache 2", [](auto &p) { p.export_cache = 2; }, "export_cache");
+  with("unknown device", [&](auto &p) { p.device = &bogus; }, "GPU-cdcdcdcd");
+  for (const Case &c : cases) {
+    b = reinterpret_cast<vmmipc_buf_t>(1);
+    EXPECT_EQ(vmmipc_alloc_ex(kGran, &c.props, &b), VMMIPC_ERR_INVALID_ARG) << c.name;
+    EXPECT_EQ(b, nullptr) << c.name;
+    EXPECT_NE(std::string(vmmipc_last_error()).find(c.needle), std::string::npos)
+        << c.name << ": " << vmmipc_last_error();
+  }
+  EXPECT_EQ(vmmipc_alloc_ex(kGran, &init, nullptr), VMMIPC_ERR_INVALID_ARG);
+  // A larger struct from a newer header is accepted.
+  struct Bigger {
+    vmmipc_alloc_props_t p;
+    int future;
+  } big = {init, 0};
+  big.p.struct_size = sizeof big;
+  ASSERT_VMM_OK(vmmipc_alloc_ex(0, &big.p, &b));
+  void *p = reinterpret_cast<void *>(1);
+  vmmipc_buf_ptr(b, &p, nullptr);
+  EXPECT_EQ(p, nullptr) << "size 0 is an empty buffer";
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, GpuDirectRdmaFlagReachesEveryChunk) {
+  void *fn = nullptr;
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuPointerGetAttribute", 0, &fn));
+  auto attr = reinterpret_cast<decltype(&::cuPointerGetAttribute)>(fn);
+  vmmipc_alloc_props_t props = VMMIPC_ALLOC_PROPS_INIT;
+  props.flags = VMMIPC_ALLOC_GPU_DIRECT_RDMA;
+  props.chunk_size = kGran;
+  vmmipc_buf_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc_ex(2 * kGran, &props, &b));
+  ASSERT_VMM_OK(vmmipc_grow(b, 3 * kGran));
+  void *p = nullptr;
+  vmmipc_buf_ptr(b, &p, nullptr);
+  for (int i = 0; i < 3; i++) {
+    int capable = -1;
+    ASSERT_EQ(attr(&capable, CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE,
+                   reinterpret_cast<CUdeviceptr>(p) + i * kGran),
+              CUDA_SUCCESS);
+    EXPECT_EQ(capable, 1) << "chunk " << i + 1;
+  }
+  vmmipc_buf_free(b);
+}
+
+TEST_F(Buffers, GranularityOfEachDevice) {
+  int count = 0;
+  ASSERT_VMM_OK(vmmipc_device_count(&count));
+  for (int i = 0; i < count; i++) {
+    size_t min = 0, rec = 0;
+    ASSERT_VMM_OK(vmmipc_granularity(i, &min, &rec));
+    EXPECT_EQ(min, kGran) << "device " << i;  // both H200 and the stand-in
+    EXPECT_EQ(rec, kGran) << "device " << i;
+    min = 0;
+    ASSERT_VMM_OK(vmmipc_granularity(i, &min, nullptr));
+    EXPECT_EQ(min, kGran);
+  }
+  size_t g = 0;
+  EXPECT_EQ(vmmipc_granularity(count, &g, &g), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_NE(std::string(vmmipc_last_error()).find("out of range"), std::string::npos);
+  EXPECT_EQ(vmmipc_granularity(0, nullptr, nullptr), VMMIPC_ERR_INVALID_ARG);
 }
 
 TEST_F(Buffers, NullArgumentsAreInvalid) {

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "harness/helpers.h"
 #include "harness/rawchan.h"
@@ -169,6 +170,145 @@ TEST_F(DriverContract, OwnerLocationSeenByTheImporter) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (h) a_.release(h);
+}
+
+// ---- what vmmipc_buf_wrap relies on (facts measured on an H200, driver 580) ----
+
+class DriverContractAddresses : public DriverContract {
+ protected:
+  void SetUp() override {
+    DriverContract::SetUp();
+    Get("cuMemRetainAllocationHandle", &retain_);
+    Get("cuMemGetAddressRange", &range_);
+    Get("cuPointerGetAttribute", &attr_);
+    Get("cuMemSetAccess", &access_);
+    Get("cuMemAlloc", &alloc_);
+    Get("cuMemFree", &free_);
+  }
+  decltype(&::cuMemRetainAllocationHandle) retain_ = nullptr;
+  decltype(&::cuMemGetAddressRange) range_ = nullptr;
+  decltype(&::cuPointerGetAttribute) attr_ = nullptr;
+  decltype(&::cuMemSetAccess) access_ = nullptr;
+  decltype(&::cuMemAlloc) alloc_ = nullptr;
+  decltype(&::cuMemFree) free_ = nullptr;
+};
+
+TEST_F(DriverContractAddresses, RetainAddressRangeAndHandleTypes) {
+  CUmemAllocationProp fd = Prop(), none = Prop(CU_MEM_HANDLE_TYPE_NONE);
+  CUmemGenericAllocationHandle a = 0, b = 0, r = 0;
+  ASSERT_EQ(a_.create(&a, 2 * k2M, &fd, 0), CUDA_SUCCESS);
+  ASSERT_EQ(a_.create(&b, k2M, &none, 0), CUDA_SUCCESS);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(a_.reserve(&va, 4 * k2M, 0, 0, 0), CUDA_SUCCESS);  // 4 MiB of a, 2 MiB of b, a 2 MiB hole
+  ASSERT_EQ(a_.map(va, 2 * k2M, 0, a, 0), CUDA_SUCCESS);
+  ASSERT_EQ(a_.map(va + 2 * k2M, k2M, 0, b, 0), CUDA_SUCCESS);
+  CUmemAccessDesc rw = {};
+  rw.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  rw.location.id = dev_;
+  rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_EQ(access_(va, 3 * k2M, &rw, 1), CUDA_SUCCESS) << "one call over two whole mappings";
+
+  // The handle cuMemCreate gave, from the start or the middle of a mapping.
+  ASSERT_EQ(retain_(&r, reinterpret_cast<void *>(va)), CUDA_SUCCESS);
+  EXPECT_EQ(r, a);
+  EXPECT_EQ(a_.release(r), CUDA_SUCCESS);
+  ASSERT_EQ(retain_(&r, reinterpret_cast<void *>(va + k2M + 4096)), CUDA_SUCCESS);
+  EXPECT_EQ(r, a) << "mid-mapping";
+  CUmemAllocationProp got = {};
+  ASSERT_EQ(a_.props(&got, r), CUDA_SUCCESS);
+  EXPECT_EQ(got.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  EXPECT_EQ(got.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
+  EXPECT_EQ(got.location.id, dev_);
+  EXPECT_EQ(a_.release(r), CUDA_SUCCESS);
+  ASSERT_EQ(retain_(&r, reinterpret_cast<void *>(va + 2 * k2M)), CUDA_SUCCESS);
+  EXPECT_EQ(r, b);
+  ASSERT_EQ(a_.props(&got, r), CUDA_SUCCESS);
+  EXPECT_EQ(got.requestedHandleTypes, CU_MEM_HANDLE_TYPE_NONE);
+  int fdv = -1;
+  EXPECT_EQ(a_.exp(&fdv, r, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_ERROR_INVALID_VALUE)
+      << "no export without the POSIX fd handle type";
+  EXPECT_EQ(a_.release(r), CUDA_SUCCESS);
+  // A hole inside the reservation: no handle, no range.
+  EXPECT_EQ(retain_(&r, reinterpret_cast<void *>(va + 3 * k2M)), CUDA_ERROR_INVALID_VALUE);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  EXPECT_EQ(range_(&base, &size, va + 3 * k2M + 100), CUDA_ERROR_NOT_FOUND);
+  // The range around an address is the whole mapping.
+  ASSERT_EQ(range_(&base, &size, va + k2M + 100), CUDA_SUCCESS);
+  EXPECT_EQ(base, va);
+  EXPECT_EQ(size, 2 * k2M);
+  ASSERT_EQ(range_(&base, &size, va + 2 * k2M + 100), CUDA_SUCCESS);
+  EXPECT_EQ(base, va + 2 * k2M);
+  EXPECT_EQ(size, k2M);
+  size_t msize = 0;
+  CUdeviceptr mbase = 0;
+  unsigned long long types = 0;
+  int legacy = -1;
+  ASSERT_EQ(attr_(&msize, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, va + k2M), CUDA_SUCCESS);
+  EXPECT_EQ(msize, 2 * k2M);
+  ASSERT_EQ(attr_(&mbase, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, va + k2M), CUDA_SUCCESS);
+  EXPECT_EQ(mbase, va);
+  ASSERT_EQ(attr_(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, va), CUDA_SUCCESS);
+  EXPECT_EQ(types, 1u);
+  types = 0;
+  ASSERT_EQ(attr_(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, va + 2 * k2M), CUDA_SUCCESS);
+  EXPECT_EQ(types, 0u);
+  ASSERT_EQ(attr_(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, va), CUDA_SUCCESS);
+  EXPECT_EQ(legacy, 0);
+
+  // cuMemAlloc memory: a range, but no VMM handle.
+  CUdeviceptr plain = 0;
+  ASSERT_EQ(alloc_(&plain, k2M), CUDA_SUCCESS);
+  EXPECT_EQ(retain_(&r, reinterpret_cast<void *>(plain)), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(range_(&base, &size, plain + 5), CUDA_SUCCESS);
+  EXPECT_EQ(base, plain);
+  EXPECT_EQ(size, k2M);
+  types = 99;
+  ASSERT_EQ(attr_(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, plain), CUDA_SUCCESS);
+  EXPECT_EQ(types, 0u);
+  EXPECT_EQ(free_(plain), CUDA_SUCCESS);
+
+  EXPECT_EQ(a_.unmap(va, 3 * k2M), CUDA_SUCCESS);
+  EXPECT_EQ(a_.release(a), CUDA_SUCCESS);
+  EXPECT_EQ(a_.release(b), CUDA_SUCCESS);
+  EXPECT_EQ(a_.free_va(va, 4 * k2M), CUDA_SUCCESS);
+}
+
+// GPU only: memory of a stream-ordered pool (even with POSIX fds allowed)
+// has no VMM handle, and vmmipc_buf_wrap says so.
+TEST_F(DriverContractAddresses, WrapRefusesStreamOrderedPoolMemory) {
+  if (vt::UsingStandin()) GTEST_SKIP() << "the stand-in has no stream-ordered pools (cuMemPoolCreate)";
+  decltype(&::cuMemPoolCreate) pool_create = nullptr;
+  decltype(&::cuMemPoolDestroy) pool_destroy = nullptr;
+  decltype(&::cuMemAllocFromPoolAsync) pool_alloc = nullptr;
+  decltype(&::cuMemFreeAsync) free_async = nullptr;
+  decltype(&::cuStreamSynchronize) sync = nullptr;
+  Get("cuMemPoolCreate", &pool_create);
+  Get("cuMemPoolDestroy", &pool_destroy);
+  Get("cuMemAllocFromPoolAsync", &pool_alloc);
+  Get("cuMemFreeAsync", &free_async);
+  Get("cuStreamSynchronize", &sync);
+  CUmemPoolProps pp = {};
+  pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  pp.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  pp.location.id = dev_;
+  CUmemoryPool pool = nullptr;
+  ASSERT_EQ(pool_create(&pool, &pp), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(pool_alloc(&p, 2 * k2M, pool, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(sync(nullptr), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle r = 0;
+  EXPECT_EQ(retain_(&r, reinterpret_cast<void *>(p)), CUDA_ERROR_INVALID_VALUE);
+  int before = vt::FdCount();
+  vmmipc_buf_t b = nullptr;
+  EXPECT_EQ(vmmipc_buf_wrap(reinterpret_cast<void *>(p), 2 * k2M, &b), VMMIPC_ERR_UNSUPPORTED);
+  EXPECT_EQ(b, nullptr);
+  EXPECT_NE(std::string(vmmipc_last_error()).find("stream-ordered pool"), std::string::npos) << vmmipc_last_error();
+  EXPECT_EQ(vt::FdCount(), before);
+  EXPECT_EQ(free_async(p, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(sync(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(pool_destroy(pool), CUDA_SUCCESS);
 }
 
 }  // namespace

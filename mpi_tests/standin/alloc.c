@@ -28,6 +28,7 @@ sti_alloc *sti_alloc_new(int fd, size_t size, const unsigned char owner[16], CUm
   a->types = types;
   a->imported = imported;
   a->handle_live = 1;
+  a->handle_refs = 1;
   a->refs = 1;
   a->next = sti.allocs;
   sti.allocs = a;
@@ -90,6 +91,9 @@ static CUresult sti_check_create(size_t size, const CUmemAllocationProp *prop, u
   if (!sti.cap_vmm) return CUDA_ERROR_NOT_SUPPORTED;
   if ((prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) && !sti.cap_fd)
     return CUDA_ERROR_NOT_SUPPORTED;
+  /* What the driver answers is not measured on a device without the
+   * capability; NOT_SUPPORTED is the stand-in's choice (docs/standin.md). */
+  if (prop->allocFlags.gpuDirectRDMACapable && !sti.cap_rdma) return CUDA_ERROR_NOT_SUPPORTED;
   return CUDA_SUCCESS;
 }
 
@@ -122,6 +126,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     int fd = sti_memfd(size, owner);
     sti_alloc *a = fd >= 0 ? sti_alloc_new(fd, size, owner, prop->requestedHandleTypes, 0) : NULL;
     if (a) {
+      a->rdma = prop->allocFlags.gpuDirectRDMACapable != 0;
       *handle = (CUmemGenericAllocationHandle)(uintptr_t)a;
     } else {
       if (fd >= 0) close(fd);
@@ -132,14 +137,17 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
   return rc;
 }
 
-/* Drops the handle's reference; mappings keep the memory alive. */
+/* Drops one handle reference (cuMemCreate, import or retain); the last one
+ * invalidates the handle. Mappings keep the memory alive. */
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   CUresult rc = sti_enter();
   if (rc) return rc;
   sti_alloc *a = sti_alloc_find(handle);
   if (a) {
-    a->handle_live = 0;
-    sti_alloc_unref(a);
+    if (--a->handle_refs == 0) {
+      a->handle_live = 0;
+      sti_alloc_unref(a);
+    }
   } else {
     rc = CUDA_ERROR_INVALID_VALUE;
   }
@@ -163,6 +171,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmem
     prop->requestedHandleTypes = a->types;
     prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop->location.id = ord >= 0 ? ord : CU_DEVICE_INVALID;
+    prop->allocFlags.gpuDirectRDMACapable = (unsigned char)a->rdma;
   } else {
     rc = CUDA_ERROR_INVALID_VALUE;
   }

@@ -11,7 +11,7 @@
 #include "state.h"
 #include "stream_event.h"
 
-static sti_plain *sti_plain_containing(uintptr_t addr) {
+sti_plain *sti_plain_containing(uintptr_t addr) {
   for (sti_plain *b = sti.plains; b; b = b->next)
     if (addr >= b->base && addr - b->base < b->size) return b;
   return NULL;

@@ -66,6 +66,7 @@ static CUresult sti_read_caps(void) {
   sti.cap_vmm = 1;
   sti.cap_fd = 1;
   sti.cap_memops = 1;
+  sti.cap_rdma = 1;
   if (!env) return CUDA_SUCCESS;
   const char *p = env;
   while (*p) {
@@ -76,8 +77,10 @@ static CUresult sti_read_caps(void) {
       sti.cap_fd = 0;
     else if (len == 8 && strncmp(p, "nomemops", 8) == 0)
       sti.cap_memops = 0;
+    else if (len == 6 && strncmp(p, "nordma", 6) == 0)
+      sti.cap_rdma = 0;
     else if (len != 0)
-      return sti_bad_env("VMMIPC_STANDIN_CAPS", env, "known capabilities are novmm, nofd and nomemops");
+      return sti_bad_env("VMMIPC_STANDIN_CAPS", env, "known capabilities are novmm, nofd, nordma and nomemops");
     p += len;
     if (*p == ',') p++;
   }
@@ -179,6 +182,8 @@ static int sti_attribute(CUdevice_attribute a, int phys) {
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return sti.cap_vmm;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: return sti.cap_fd;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: return 0; /* no IMEX */
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED: return sti.cap_rdma;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: return sti.cap_rdma;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: return 1;

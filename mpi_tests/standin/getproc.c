@@ -9,13 +9,21 @@
 #include "state.h"
 
 /* cuda.h #defines cuGetProcAddress to cuGetProcAddress_v2; the stand-in
- * exports both names. */
+ * exports both names, each with the real driver's signature: the
+ * unversioned symbol is the CUDA 11.3 function without symbolStatus. The
+ * variant built with STI_GETPROC_V1_ONLY (libvmmipc_standin_v1.so) exports
+ * only that one, as a driver older than CUDA 12.0 does, so that tests can
+ * reach the loader's fallback. */
 #undef cuGetProcAddress
+#ifdef STI_GETPROC_V1_ONLY
+#define STI_EXPORT_V2
+#else
+#define STI_EXPORT_V2 STI_EXPORT
+#endif
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                             CUdriverProcAddressQueryResult *symbolStatus) STI_EXPORT;
-CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                          CUdriverProcAddressQueryResult *symbolStatus) STI_EXPORT;
+                             CUdriverProcAddressQueryResult *symbolStatus) STI_EXPORT_V2;
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) STI_EXPORT;
 
 typedef void (*sti_fn)(void);
 _Static_assert(sizeof(sti_fn) == sizeof(void *), "function and data pointers differ in size");
@@ -39,6 +47,7 @@ static const sti_entry sti_entries[] = {
     E(cuMemAddressReserve, 10020), E(cuMemAddressFree, 10020), E(cuMemMap, 10020), E(cuMemUnmap, 10020),
     E(cuMemSetAccess, 10020), E(cuMemGetAccess, 10020), E(cuMemExportToShareableHandle, 10020),
     E(cuMemImportFromShareableHandle, 10020), E(cuMemGetAllocationPropertiesFromHandle, 10020),
+    E(cuMemRetainAllocationHandle, 11000), E(cuMemGetAddressRange, 3020), E(cuPointerGetAttribute, 4000),
     /* CUDA 13.0 gave these a context argument under the same base name. */
     E(cuCtxGetDevice, 2000), {"cuCtxGetDevice", 13000, (sti_fn)cuCtxGetDevice_v2},
     E(cuCtxSynchronize, 2000), {"cuCtxSynchronize", 13000, (sti_fn)cuCtxSynchronize_v2},
@@ -49,7 +58,8 @@ static const sti_entry sti_entries[] = {
     E(cuMemcpyDtoDAsync, 3020), E(cuEventCreate, 2000), E(cuEventDestroy, 4000), E(cuEventRecord, 2000),
     E(cuEventSynchronize, 2000), E(cuEventElapsedTime, 2000), E(cuMemAlloc, 3020), E(cuMemFree, 3020),
     E(cuIpcGetMemHandle, 4010), E(cuIpcOpenMemHandle, 4010), E(cuIpcCloseMemHandle, 4010),
-    E(cuDeviceGetName, 2000), E(cuDeviceCanAccessPeer, 4000), E(cuGetProcAddress, 12000),
+    E(cuDeviceGetName, 2000), E(cuDeviceCanAccessPeer, 4000), E(cuGetProcAddress, 11030),
+    {"cuGetProcAddress", 12000, (sti_fn)cuGetProcAddress_v2},
     /* stream memory operations (the window synchronisation) */
     E(cuStreamWriteValue64, 12000), E(cuStreamWaitValue64, 12000), E(cuStreamBatchMemOp, 12000),
 };
@@ -81,9 +91,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
   return CUDA_SUCCESS;
 }
 
-/* The loader falls back to this name with the same five arguments. (The
- * real driver's unversioned symbol has no symbolStatus parameter.) */
-CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                          CUdriverProcAddressQueryResult *symbolStatus) {
-  return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+/* The CUDA 11.3 signature: no symbolStatus; a name that is not found (or
+ * too new for cudaVersion) is CUDA_ERROR_NOT_FOUND. */
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
+  return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
 }

@@ -37,7 +37,9 @@ typedef struct sti_alloc {
   unsigned char owner[16];         /* UUID of the device that created it */
   CUmemAllocationHandleType types; /* requestedHandleTypes */
   int imported;
-  int handle_live; /* the handle is valid until cuMemRelease */
+  int rdma;        /* created with allocFlags.gpuDirectRDMACapable */
+  int handle_live; /* the handle is valid until its last cuMemRelease */
+  long handle_refs; /* cuMemCreate/Import and each cuMemRetainAllocationHandle, minus cuMemRelease */
   long refs;       /* handle (1 while live) + one per mapping */
 } sti_alloc;
 
@@ -73,7 +75,7 @@ typedef struct sti_state {
   int nphys;                   /* physical devices, VMMIPC_STANDIN_DEVICES */
   int nvis;                    /* visible devices, after CUDA_VISIBLE_DEVICES */
   int vis[STI_MAX_DEVICES];    /* vis[ordinal] = physical index */
-  int cap_vmm, cap_fd;         /* VMMIPC_STANDIN_CAPS */
+  int cap_vmm, cap_fd, cap_rdma; /* VMMIPC_STANDIN_CAPS */
   int cap_memops;              /* 64-bit stream memory operations (VMMIPC_STANDIN_CAPS nomemops) */
   struct CUctx_st ctx[STI_MAX_DEVICES]; /* primary contexts by physical index */
   sti_alloc *allocs;
@@ -118,5 +120,7 @@ CUresult sti_check_location(const CUmemLocation *loc);
 sti_map *sti_map_containing(uintptr_t addr);
 /* Whether [p, p+n) is device memory: mappings or cuMemAlloc buffers. */
 int sti_is_device_range(uintptr_t p, size_t n);
+/* The cuMemAlloc buffer holding addr, or NULL (copy.c). */
+sti_plain *sti_plain_containing(uintptr_t addr);
 
 #endif

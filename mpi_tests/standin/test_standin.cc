@@ -43,6 +43,8 @@ constexpr auto kFd = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 // ---- loading the driver through cuGetProcAddress ---------------------------
 
 using GetProcFn = CUresult (*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+// The unversioned CUDA 11.3 symbol: no symbolStatus.
+using GetProcV1Fn = CUresult (*)(const char *, void **, int, cuuint64_t);
 using CountsFn = void (*)(long *, long *, long *);
 
 // Every entry point these tests call. cuda.h maps some names to versioned
@@ -58,7 +60,8 @@ using CountsFn = void (*)(long *, long *, long *);
   X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuMemcpyAsync) X(cuMemcpyHtoDAsync)         \
   X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemAlloc) X(cuMemFree) X(cuStreamCreate) X(cuStreamDestroy)   \
   X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)            \
-  X(cuEventElapsedTime) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)
+  X(cuEventElapsedTime) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)                   \
+  X(cuMemRetainAllocationHandle) X(cuMemGetAddressRange) X(cuPointerGetAttribute)
 
 struct Api {
   void *lib = nullptr;
@@ -446,7 +449,7 @@ TEST(StandinLoad, ExportsOnlyTheLookupFunctionsAndCounters) {
 TEST(StandinGetProc, ResolvesEveryEntryPointTheLibraryNeeds) {
   ASSERT_EQ(Main().error, "");
   GetProcFn gp = D().getproc;
-  GetProcFn gp1 = reinterpret_cast<GetProcFn>(dlsym(D().lib, "cuGetProcAddress"));
+  GetProcV1Fn gp1 = reinterpret_cast<GetProcV1Fn>(dlsym(D().lib, "cuGetProcAddress"));
   ASSERT_NE(gp1, nullptr);
   // Each name at the version the library asks for it.
   std::vector<std::pair<const char *, int>> names;
@@ -456,13 +459,19 @@ TEST(StandinGetProc, ResolvesEveryEntryPointTheLibraryNeeds) {
   ASSERT_GE(names.size(), 24u);
   for (const auto &[n, version] : names) {
     void *p = nullptr, *p1 = nullptr;
-    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, st1 = st;
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     EXPECT_EQ(gp(n, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_SUCCESS) << n << " at " << version;
     EXPECT_EQ(st, CU_GET_PROC_ADDRESS_SUCCESS) << n;
     EXPECT_NE(p, nullptr) << n;
-    // The unversioned export is the loader's fallback and answers the same.
-    EXPECT_EQ(gp1(n, &p1, version, CU_GET_PROC_ADDRESS_DEFAULT, &st1), CUDA_SUCCESS) << n;
+    // The unversioned export (4 arguments) is the loader's fallback and
+    // answers the same.
+    EXPECT_EQ(gp1(n, &p1, version, CU_GET_PROC_ADDRESS_DEFAULT), CUDA_SUCCESS) << n;
     EXPECT_EQ(p1, p) << n;
+  }
+  {
+    void *p1 = reinterpret_cast<void *>(1);
+    EXPECT_EQ(gp1("cuNoSuchFunction", &p1, CUDA_VERSION, 0), CUDA_ERROR_NOT_FOUND);
+    EXPECT_EQ(p1, nullptr);
   }
   // Base names select the CUDA 13 variants: distinct names, distinct functions.
   void *htod = nullptr, *dtoh = nullptr;
@@ -501,6 +510,10 @@ TEST(StandinGetProc, VersionSelectsTheAbi) {
   EXPECT_EQ(get("cuMemCreate", 10010, &st), nullptr);
   EXPECT_EQ(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
   EXPECT_NE(get("cuMemCreate", 10020, &st), nullptr);
+  // cuGetProcAddress itself: the 11.3 signature below 12.0, _v2 from 12.0 on.
+  void *gp11 = get("cuGetProcAddress", 11030, &st), *gp12 = get("cuGetProcAddress", 12000, &st);
+  EXPECT_EQ(gp11, dlsym(D().lib, "cuGetProcAddress"));
+  EXPECT_EQ(gp12, reinterpret_cast<void *>(gp));
   // CUDA 13.0 gave cuCtxGetDevice and cuCtxSynchronize a context argument.
   for (const char *n : {"cuCtxGetDevice", "cuCtxSynchronize"}) {
     void *v12 = get(n, 12000, &st), *v12_9 = get(n, 12090, &st), *v13 = get(n, 13000, &st);
@@ -654,7 +667,9 @@ std::string ProbeCaps(const char *caps) {
   if (!e.empty()) return e;
   CUresult rc = a.cuInit(0);
   if (rc != CUDA_SUCCESS) return "rc=" + std::to_string(rc);
-  int vmm = -1, fd = -1, fabric = -1;
+  int vmm = -1, fd = -1, fabric = -1, rdma = -1, rdma_vmm = -1;
+  a.cuDeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, 0);
+  a.cuDeviceGetAttribute(&rdma_vmm, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, 0);
   a.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
   a.cuDeviceGetAttribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0);
   a.cuDeviceGetAttribute(&fabric, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 0);
@@ -664,8 +679,13 @@ std::string ProbeCaps(const char *caps) {
   if (rfd == CUDA_SUCCESS) a.cuMemRelease(h);
   CUresult rnone = a.cuMemCreate(&h, kGran, &pnone, 0);
   if (rnone == CUDA_SUCCESS) a.cuMemRelease(h);
+  CUmemAllocationProp prdma = Prop(0, kFd);
+  prdma.allocFlags.gpuDirectRDMACapable = 1;
+  CUresult rrdma = a.cuMemCreate(&h, kGran, &prdma, 0);
+  if (rrdma == CUDA_SUCCESS) a.cuMemRelease(h);
   return "vmm=" + std::to_string(vmm) + " fd=" + std::to_string(fd) + " fabric=" + std::to_string(fabric) +
-         " create_fd=" + std::to_string(rfd) + " create_none=" + std::to_string(rnone);
+         " rdma=" + std::to_string(rdma) + "," + std::to_string(rdma_vmm) + " create_fd=" + std::to_string(rfd) +
+         " create_none=" + std::to_string(rnone) + " create_rdma=" + std::to_string(rrdma);
 }
 
 TEST(StandinDevices, CapabilitiesFromTheEnvironment) {
@@ -674,11 +694,13 @@ TEST(StandinDevices, CapabilitiesFromTheEnvironment) {
     const char *caps, *expect;
   };
   const Case cases[] = {
-      {nullptr, "vmm=1 fd=1 fabric=0 create_fd=0 create_none=0"},
-      {"", "vmm=1 fd=1 fabric=0 create_fd=0 create_none=0"},
-      {"novmm", "vmm=0 fd=1 fabric=0 create_fd=801 create_none=801"},  // CUDA_ERROR_NOT_SUPPORTED
-      {"nofd", "vmm=1 fd=0 fabric=0 create_fd=801 create_none=0"},
-      {"novmm,nofd", "vmm=0 fd=0 fabric=0 create_fd=801 create_none=801"},
+      {nullptr, "vmm=1 fd=1 fabric=0 rdma=1,1 create_fd=0 create_none=0 create_rdma=0"},
+      {"", "vmm=1 fd=1 fabric=0 rdma=1,1 create_fd=0 create_none=0 create_rdma=0"},
+      // CUDA_ERROR_NOT_SUPPORTED is 801
+      {"novmm", "vmm=0 fd=1 fabric=0 rdma=1,1 create_fd=801 create_none=801 create_rdma=801"},
+      {"nofd", "vmm=1 fd=0 fabric=0 rdma=1,1 create_fd=801 create_none=0 create_rdma=801"},
+      {"novmm,nofd", "vmm=0 fd=0 fabric=0 rdma=1,1 create_fd=801 create_none=801 create_rdma=801"},
+      {"nordma", "vmm=1 fd=1 fabric=0 rdma=0,0 create_fd=0 create_none=0 create_rdma=801"},
       {"bogus", "rc=1"},
   };
   for (const Case &k : cases) {
@@ -1102,6 +1124,137 @@ TEST_F(Standin, ReleasedAllocationLivesUntilItsLastMappingGoes) {
   EXPECT_EQ(CountsOf(d()), (Counts{0, 0, 1}));
   EXPECT_EQ(vt::FdCount(), fd_baseline_) << "the memfd closes with the last reference";
   EXPECT_EQ(d().cuMemAddressFree(va, kGran), CUDA_SUCCESS);
+}
+
+// ---- address queries: which allocation backs an address ---------------------------
+
+TEST_F(Standin, RetainGivesTheHandleBehindAnyAddressOfAMapping) {
+  CUmemGenericAllocationHandle a = 0, b = 0, r = 0;
+  CUmemAllocationProp p = Prop(0);
+  ASSERT_EQ(d().cuMemCreate(&a, 4 * kMiB, &p, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuMemCreate(&b, 2 * kMiB, &p, 0), CUDA_SUCCESS);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(d().cuMemAddressReserve(&va, 8 * kMiB, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuMemMap(va, 4 * kMiB, 0, a, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuMemMap(va + 4 * kMiB, 2 * kMiB, 0, b, 0), CUDA_SUCCESS);
+  // Start, middle and end of a mapping all give the handle cuMemCreate gave.
+  for (CUdeviceptr at : {va, va + kMiB + 4096, va + 4 * kMiB - 1}) {
+    ASSERT_EQ(d().cuMemRetainAllocationHandle(&r, reinterpret_cast<void *>(at)), CUDA_SUCCESS);
+    EXPECT_EQ(r, a);
+    EXPECT_EQ(d().cuMemRelease(r), CUDA_SUCCESS);
+  }
+  ASSERT_EQ(d().cuMemRetainAllocationHandle(&r, reinterpret_cast<void *>(va + 4 * kMiB)), CUDA_SUCCESS);
+  EXPECT_EQ(r, b);
+  EXPECT_EQ(d().cuMemRelease(r), CUDA_SUCCESS);
+  // A hole in the reservation, plain memory, host memory: no handle.
+  EXPECT_EQ(d().cuMemRetainAllocationHandle(&r, reinterpret_cast<void *>(va + 6 * kMiB)), CUDA_ERROR_INVALID_VALUE);
+  CUdeviceptr plain = 0;
+  ASSERT_EQ(d().cuMemAlloc(&plain, kGran), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuMemRetainAllocationHandle(&r, reinterpret_cast<void *>(plain)), CUDA_ERROR_INVALID_VALUE);
+  int local = 0;
+  EXPECT_EQ(d().cuMemRetainAllocationHandle(&r, &local), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(d().cuMemRetainAllocationHandle(nullptr, reinterpret_cast<void *>(va)), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(d().cuMemFree(plain), CUDA_SUCCESS);
+  // A retain is one more reference: the handle survives one release.
+  ASSERT_EQ(d().cuMemRetainAllocationHandle(&r, reinterpret_cast<void *>(va)), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuMemRelease(a), CUDA_SUCCESS);
+  CUmemAllocationProp got = {};
+  EXPECT_EQ(d().cuMemGetAllocationPropertiesFromHandle(&got, a), CUDA_SUCCESS) << "still held by the retain";
+  ASSERT_EQ(d().cuMemRelease(a), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuMemRelease(a), CUDA_ERROR_INVALID_VALUE) << "no reference left";
+  EXPECT_EQ(CountsOf(d()), (Counts{2, 2, 1})) << "the mapping holds the allocation";
+  // While mapped, a released handle can be retained again, with its value.
+  ASSERT_EQ(d().cuMemRetainAllocationHandle(&r, reinterpret_cast<void *>(va + kMiB)), CUDA_SUCCESS);
+  EXPECT_EQ(r, a);
+  ASSERT_EQ(d().cuMemUnmap(va, 6 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(CountsOf(d()), (Counts{2, 0, 1})) << "both handles hold their allocations";
+  EXPECT_EQ(d().cuMemRelease(r), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuMemRelease(b), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuMemAddressFree(va, 8 * kMiB), CUDA_SUCCESS);
+}
+
+TEST_F(Standin, AddressRangeAndPointerAttributes) {
+  CUmemGenericAllocationHandle a = 0, nofd = 0;
+  CUmemAllocationProp p = Prop(0), pn = Prop(0, CU_MEM_HANDLE_TYPE_NONE);
+  ASSERT_EQ(d().cuMemCreate(&a, 4 * kMiB, &p, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuMemCreate(&nofd, 2 * kMiB, &pn, 0), CUDA_SUCCESS);
+  CUdeviceptr va = 0, plain = 0;
+  ASSERT_EQ(d().cuMemAddressReserve(&va, 8 * kMiB, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuMemMap(va, 4 * kMiB, 0, a, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuMemMap(va + 4 * kMiB, 2 * kMiB, 0, nofd, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuMemAlloc(&plain, 3 * kMiB + 5), CUDA_SUCCESS);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  ASSERT_EQ(d().cuMemGetAddressRange(&base, &size, va + kMiB + 100), CUDA_SUCCESS);
+  EXPECT_EQ(base, va);
+  EXPECT_EQ(size, 4 * kMiB);
+  ASSERT_EQ(d().cuMemGetAddressRange(&base, &size, va + 4 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(base, va + 4 * kMiB);
+  EXPECT_EQ(size, 2 * kMiB);
+  EXPECT_EQ(d().cuMemGetAddressRange(&base, &size, va + 6 * kMiB), CUDA_ERROR_NOT_FOUND) << "a hole";
+  ASSERT_EQ(d().cuMemGetAddressRange(&base, nullptr, plain + 7), CUDA_SUCCESS);
+  EXPECT_EQ(base, plain);
+  ASSERT_EQ(d().cuMemGetAddressRange(nullptr, &size, plain + 7), CUDA_SUCCESS);
+  EXPECT_EQ(size, 3 * kMiB + 5);
+
+  size_t msize = 0;
+  CUdeviceptr mbase = 0;
+  unsigned long long types = 99;
+  int legacy = -1, mapped = -1;
+  CUmemoryPool pool = reinterpret_cast<CUmemoryPool>(1);
+  ASSERT_EQ(d().cuPointerGetAttribute(&msize, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, va + kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(msize, 4 * kMiB);
+  ASSERT_EQ(d().cuPointerGetAttribute(&mbase, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, va + kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(mbase, va);
+  ASSERT_EQ(d().cuPointerGetAttribute(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, va), CUDA_SUCCESS);
+  EXPECT_EQ(types, 1u);
+  ASSERT_EQ(d().cuPointerGetAttribute(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, va + 4 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(types, 0u) << "created without POSIX fds";
+  ASSERT_EQ(d().cuPointerGetAttribute(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, plain), CUDA_SUCCESS);
+  EXPECT_EQ(types, 0u);
+  ASSERT_EQ(d().cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, va), CUDA_SUCCESS);
+  EXPECT_EQ(legacy, 0);
+  ASSERT_EQ(d().cuPointerGetAttribute(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, va), CUDA_SUCCESS);
+  EXPECT_EQ(mapped, 1);
+  ASSERT_EQ(d().cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, plain), CUDA_SUCCESS);
+  EXPECT_EQ(pool, nullptr) << "no stream-ordered pools in the stand-in";
+  EXPECT_EQ(d().cuPointerGetAttribute(&msize, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, va + 6 * kMiB),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(d().cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_BUFFER_ID, va), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(d().cuPointerGetAttribute(nullptr, CU_POINTER_ATTRIBUTE_MAPPED, va), CUDA_ERROR_INVALID_VALUE);
+
+  EXPECT_EQ(d().cuMemFree(plain), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuMemUnmap(va, 6 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuMemRelease(a), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuMemRelease(nofd), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuMemAddressFree(va, 8 * kMiB), CUDA_SUCCESS);
+}
+
+TEST_F(Standin, GpuDirectRdmaFlagIsRecorded) {
+  CUmemGenericAllocationHandle h = 0, plain = 0;
+  CUmemAllocationProp p = Prop(0), q = Prop(0);
+  p.allocFlags.gpuDirectRDMACapable = 1;
+  ASSERT_EQ(d().cuMemCreate(&h, kGran, &p, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuMemCreate(&plain, kGran, &q, 0), CUDA_SUCCESS);
+  CUmemAllocationProp got = {};
+  ASSERT_EQ(d().cuMemGetAllocationPropertiesFromHandle(&got, h), CUDA_SUCCESS);
+  EXPECT_EQ(got.allocFlags.gpuDirectRDMACapable, 1);
+  ASSERT_EQ(d().cuMemGetAllocationPropertiesFromHandle(&got, plain), CUDA_SUCCESS);
+  EXPECT_EQ(got.allocFlags.gpuDirectRDMACapable, 0);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(d().cuMemAddressReserve(&va, 2 * kGran, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuMemMap(va, kGran, 0, h, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuMemMap(va + kGran, kGran, 0, plain, 0), CUDA_SUCCESS);
+  int capable = -1;
+  ASSERT_EQ(d().cuPointerGetAttribute(&capable, CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE, va), CUDA_SUCCESS);
+  EXPECT_EQ(capable, 1);
+  ASSERT_EQ(d().cuPointerGetAttribute(&capable, CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE, va + kGran),
+            CUDA_SUCCESS);
+  EXPECT_EQ(capable, 0);
+  ASSERT_EQ(d().cuMemUnmap(va, 2 * kGran), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuMemRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuMemRelease(plain), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuMemAddressFree(va, 2 * kGran), CUDA_SUCCESS);
 }
 
 // ---- export / import -----------------------------------------------------------------

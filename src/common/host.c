@@ -1,9 +1,15 @@
-/* Host identity (kernel boot id) and fd accounting. */
+/* Host and process identity (kernel boot id, a random process nonce) and
+ * fd accounting (the open fds, the limit, the export cache's share). */
 #include "common/host.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/random.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -18,10 +24,19 @@ static int vmmipc__hexval(int c) {
   return -1;
 }
 
-vmmipc_result_t vmmipc__host_id(unsigned char out[16]) {
+static vmmipc_result_t vmmipc__read_host_id(unsigned char out[16]) {
   const char *path = "/proc/sys/kernel/random/boot_id";
   FILE *f = fopen(path, "re");
-  if (!f) return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, errno, "reading the host identity: fopen(%s)", path);
+  if (!f) {
+    int e = errno;
+    long lim = 0;
+    if ((e == EMFILE || e == ENFILE) && vmmipc__fd_limit_reached(&lim))
+      return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, e,
+                                 "reading the host identity: fopen(%s) at the file descriptor limit "
+                                 "(RLIMIT_NOFILE %ld); hint: raise it with ulimit -n%s",
+                                 path, lim, vmmipc__fd_limit_note());
+    return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, e, "reading the host identity: fopen(%s)", path);
+  }
   char line[64] = {0};
   char *ok = fgets(line, sizeof line, f);
   fclose(f);
@@ -40,6 +55,25 @@ vmmipc_result_t vmmipc__host_id(unsigned char out[16]) {
     return vmmipc__error(VMMIPC_ERR_SYSTEM, "reading the host identity: %s does not hold a UUID (\"%s\")", path,
                          line);
   return VMMIPC_SUCCESS;
+}
+
+/* The boot id cannot change while the process runs: it is read once (the
+ * driver loader reads it when it loads) and kept, so that later exports and
+ * imports need no fd for it. A failed read is tried again next time. */
+static pthread_mutex_t vmmipc__host_mu = PTHREAD_MUTEX_INITIALIZER;
+static int vmmipc__host_known;
+static unsigned char vmmipc__host[16];
+
+vmmipc_result_t vmmipc__host_id(unsigned char out[16]) {
+  vmmipc_result_t r = VMMIPC_SUCCESS;
+  pthread_mutex_lock(&vmmipc__host_mu);
+  if (!vmmipc__host_known) {
+    r = vmmipc__read_host_id(vmmipc__host);
+    vmmipc__host_known = r == VMMIPC_SUCCESS;
+  }
+  if (vmmipc__host_known) memcpy(out, vmmipc__host, 16);
+  pthread_mutex_unlock(&vmmipc__host_mu);
+  return r;
 }
 
 int vmmipc__fd_count(void) {
@@ -64,4 +98,43 @@ int vmmipc__fd_limit_reached(long *limit) {
     return 0;
   }
   return errno == EMFILE || errno == ENFILE;
+}
+
+/* A random 64-bit value per process: with the pid it names this process
+ * among every process the host ever ran (pids are reused, the nonce is not
+ * likely to be). getrandom needs no fd; should it fail, the clock and the
+ * pid stand in. Never 0: 0 means "no identity" on the wire. */
+static pthread_once_t vmmipc__nonce_once = PTHREAD_ONCE_INIT;
+static uint64_t vmmipc__nonce;
+
+static void vmmipc__make_nonce(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    v = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec << 20 ^ (uint64_t)getpid() << 40;
+  }
+  vmmipc__nonce = v ? v : 1;
+}
+
+uint64_t vmmipc__process_nonce(void) {
+  pthread_once(&vmmipc__nonce_once, vmmipc__make_nonce);
+  return vmmipc__nonce;
+}
+
+static atomic_long vmmipc__cached;
+
+void vmmipc__cached_fds_add(long delta) { atomic_fetch_add(&vmmipc__cached, delta); }
+
+long vmmipc__cached_fds(void) { return atomic_load(&vmmipc__cached); }
+
+const char *vmmipc__fd_limit_note(void) {
+  static _Thread_local char note[192];
+  long n = vmmipc__cached_fds();
+  if (n <= 0) return "";
+  snprintf(note, sizeof note,
+           "; %ld fds are held by the export cache (one per exported chunk of each live buffer; "
+           "VMMIPC_EXPORT_CACHE=0 turns it off)",
+           n);
+  return note;
 }

@@ -40,6 +40,42 @@ vmmipc_result_t vmmipc_desc_free(vmmipc_desc_t d) {
   return VMMIPC_SUCCESS;
 }
 
+int vmmipc__desc_has_identity(const struct vmmipc_desc *d) {
+  return d->pid >= 1 && d->pid <= INT32_MAX && d->nonce != 0 && d->serial != 0;
+}
+
+vmmipc_result_t vmmipc__desc_copy(const struct vmmipc_desc *d, vmmipc_desc_t *out) {
+  *out = NULL;
+  if (!d) return VMMIPC_SUCCESS;
+  vmmipc_desc_t n = NULL;
+  vmmipc_result_t r = vmmipc__desc_new(d->num_chunks, &n);
+  if (r) return r;
+  int *fds = n->fds;
+  uint64_t *sizes = n->sizes;
+  *n = *d; /* every field, then the arrays of the copy */
+  n->fds = fds;
+  n->sizes = sizes;
+  for (int i = 0; i < d->num_chunks; i++) {
+    n->sizes[i] = d->sizes[i];
+    n->fds[i] = d->fds[i] < 0 ? -1 : fcntl(d->fds[i], F_DUPFD_CLOEXEC, 0);
+    if (d->fds[i] >= 0 && n->fds[i] < 0) {
+      int e = errno;
+      long lim = 0;
+      int at_limit = e == EMFILE && vmmipc__fd_limit_reached(&lim);
+      vmmipc_desc_free(n);
+      if (at_limit)
+        return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, e,
+                                   "copying a descriptor: duplicating the fd of chunk %d of %d hit the file "
+                                   "descriptor limit (RLIMIT_NOFILE %ld); hint: raise it with ulimit -n%s",
+                                   i + 1, d->num_chunks, lim, vmmipc__fd_limit_note());
+      return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, e, "copying a descriptor: duplicating the fd of chunk %d of %d",
+                                 i + 1, d->num_chunks);
+    }
+  }
+  *out = n;
+  return VMMIPC_SUCCESS;
+}
+
 vmmipc_result_t vmmipc__desc_check(const struct vmmipc_desc *d) {
   const char *op = "validating a descriptor";
   if (d->handle_type != VMMIPC__HANDLE_POSIX_FD)
@@ -48,6 +84,12 @@ vmmipc_result_t vmmipc__desc_check(const struct vmmipc_desc *d) {
                          d->handle_type, VMMIPC__HANDLE_POSIX_FD);
   if (d->flags != 0)
     return vmmipc__error(VMMIPC_ERR_INVALID_DESC, "%s: unknown flags 0x%x", op, d->flags);
+  int none = !d->pid && !d->nonce && !d->serial && !d->generation;
+  if (!none && !vmmipc__desc_has_identity(d))
+    return vmmipc__error(VMMIPC_ERR_INVALID_DESC,
+                         "%s: incomplete buffer identity (pid %u, nonce %s, serial %llu): it is either all zero "
+                         "or has a pid from 1 to 2^31-1, a nonzero nonce and a nonzero serial",
+                         op, d->pid, d->nonce ? "set" : "0", (unsigned long long)d->serial);
   uint64_t g = d->granularity;
   if (g < 4096 || (g & (g - 1)) != 0)
     return vmmipc__error(VMMIPC_ERR_INVALID_DESC, "%s: granularity %llu is not a power of two of at least 4096",
@@ -164,8 +206,8 @@ vmmipc_result_t vmmipc_desc_unpack(const void *bytes, size_t num_bytes, const in
       if (at_limit)
         return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, e,
                                    "vmmipc_desc_unpack: duplicating fd %d (chunk %d of %d) hit the file descriptor "
-                                   "limit (RLIMIT_NOFILE %ld); hint: raise it with ulimit -n",
-                                   fds[i], i + 1, num_fds, lim);
+                                   "limit (RLIMIT_NOFILE %ld); hint: raise it with ulimit -n%s",
+                                   fds[i], i + 1, num_fds, lim, vmmipc__fd_limit_note());
       return vmmipc__error_errno(e == EBADF ? VMMIPC_ERR_INVALID_DESC : VMMIPC_ERR_SYSTEM, e,
                                  "vmmipc_desc_unpack: duplicating fd %d (chunk %d of %d)", fds[i], i + 1, num_fds);
     }

@@ -1,5 +1,5 @@
 /* The descriptor's wire format (docs/wire-format.md): little-endian, a
- * 72-byte header followed by one u64 size per chunk. */
+ * 96-byte header followed by one u64 size per chunk. */
 #include <string.h>
 
 #include "common/error.h"
@@ -25,7 +25,10 @@ void vmmipc__desc_encode(const struct vmmipc_desc *d, void *bytes) {
   vmmipc__put64(p + 48, d->size);
   vmmipc__put64(p + 56, d->granularity);
   vmmipc__put32(p + 64, (uint32_t)d->num_chunks);
-  vmmipc__put32(p + 68, 0);
+  vmmipc__put32(p + 68, d->pid);
+  vmmipc__put64(p + 72, d->nonce);
+  vmmipc__put64(p + 80, d->serial);
+  vmmipc__put64(p + 88, d->generation);
   for (int i = 0; i < d->num_chunks; i++) vmmipc__put64(p + VMMIPC__DESC_HEADER_BYTES + 8u * (size_t)i, d->sizes[i]);
 }
 
@@ -50,8 +53,6 @@ vmmipc_result_t vmmipc__desc_decode(const void *bytes, size_t num_bytes, vmmipc_
                          "version %u; hint: use the same vmmipc version on every rank",
                          version, header, VMMIPC__DESC_VERSION);
   uint32_t n = vmmipc__get32(p + 64);
-  if (vmmipc__get32(p + 68) != 0)
-    return vmmipc__error(VMMIPC_ERR_INVALID_DESC, "vmmipc_desc_unpack: reserved header field is not zero");
   if (n > VMMIPC__DESC_MAX_CHUNKS)
     return vmmipc__error(VMMIPC_ERR_INVALID_DESC, "vmmipc_desc_unpack: %u chunks is more than the limit of %u", n,
                          VMMIPC__DESC_MAX_CHUNKS);
@@ -69,6 +70,10 @@ vmmipc_result_t vmmipc__desc_decode(const void *bytes, size_t num_bytes, vmmipc_
   memcpy(d->host, p + 32, 16);
   d->size = vmmipc__get64(p + 48);
   d->granularity = vmmipc__get64(p + 56);
+  d->pid = vmmipc__get32(p + 68);
+  d->nonce = vmmipc__get64(p + 72);
+  d->serial = vmmipc__get64(p + 80);
+  d->generation = vmmipc__get64(p + 88);
   for (uint32_t i = 0; i < n; i++) d->sizes[i] = vmmipc__get64(p + VMMIPC__DESC_HEADER_BYTES + 8u * (size_t)i);
   r = vmmipc__desc_check(d);
   if (r) {

@@ -45,7 +45,10 @@ extern "C" {
   X(cuMemcpyDtoHAsync)                       \
   X(cuStreamWriteValue64)                    \
   X(cuStreamWaitValue64)                     \
-  X(cuStreamBatchMemOp)
+  X(cuStreamBatchMemOp) \
+  X(cuMemRetainAllocationHandle)            \
+  X(cuMemGetAddressRange)                   \
+  X(cuPointerGetAttribute)
 
 /* __typeof__ of the prototype in cuda.h; macros such as cuDeviceGetUuid ->
  * cuDeviceGetUuid_v2 expand consistently in the field name and its type. */
@@ -57,8 +60,10 @@ typedef struct vmmipc__cu {
 } vmmipc__cu_t;
 #undef VMMIPC__CU_FIELD
 
-/* Load the driver once (thread-safe) and cuInit it. Returns NULL and sets
- * the last error (VMMIPC_ERR_UNSUPPORTED / VMMIPC_ERR_CUDA) on failure. */
+/* Load the driver (thread-safe) and cuInit it; once that succeeded the table
+ * stays for the life of the process. A failed load leaves nothing loaded and
+ * is tried again by the next call. Returns NULL and sets the last error
+ * (VMMIPC_ERR_UNSUPPORTED / VMMIPC_ERR_CUDA) on failure. */
 const vmmipc__cu_t *vmmipc__cu(void);
 /* Like vmmipc__cu() but also returns the result code. */
 vmmipc_result_t vmmipc__cu_load(const vmmipc__cu_t **out);

@@ -1,31 +1,49 @@
-/* dlopen + cuGetProcAddress: builds the entry-point table once per process. */
+/* dlopen + cuGetProcAddress: builds the entry-point table. The first load
+ * that succeeds fixes the table for the life of the process; a load that
+ * fails closes what it opened, and the next call tries again (the driver may
+ * have been installed, or VMMIPC_CUDA_DRIVER changed, in between). */
 #include "driver/cu.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "common/host.h"
 
-typedef CUresult (*vmmipc__getproc_fn)(const char *, void **, int, cuuint64_t,
-                                       CUdriverProcAddressQueryResult *);
+/* cuGetProcAddress_v2 (CUDA 12.0 on) reports a query status; the
+ * unversioned CUDA 11.3 symbol has no such parameter. */
+typedef CUresult (*vmmipc__getproc_v2_fn)(const char *, void **, int, cuuint64_t,
+                                          CUdriverProcAddressQueryResult *);
+typedef CUresult (*vmmipc__getproc_v1_fn)(const char *, void **, int, cuuint64_t);
 
 static vmmipc__cu_t vmmipc__table;
-static vmmipc__getproc_fn vmmipc__getproc;
-static pthread_once_t vmmipc__once = PTHREAD_ONCE_INIT;
-static vmmipc_result_t vmmipc__load_rc;
-static char vmmipc__load_msg[VMMIPC__ERRMSG_MAX];
+static vmmipc__getproc_v2_fn vmmipc__getproc_v2;
+static vmmipc__getproc_v1_fn vmmipc__getproc_v1;
+static pthread_mutex_t vmmipc__load_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Set (release) once the table is complete; never cleared. Readers that see
+ * it may use the table and the getproc pointers without the lock. */
+static atomic_int vmmipc__loaded;
 
-static vmmipc_result_t vmmipc__resolve(vmmipc__getproc_fn getproc) {
+/* One lookup through whichever cuGetProcAddress the driver exports. */
+static CUresult vmmipc__getproc(const char *name, void **fn, int version, CUdriverProcAddressQueryResult *status) {
+  *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  if (vmmipc__getproc_v2) return vmmipc__getproc_v2(name, fn, version, CU_GET_PROC_ADDRESS_DEFAULT, status);
+  CUresult rc = vmmipc__getproc_v1(name, fn, version, CU_GET_PROC_ADDRESS_DEFAULT);
+  if (rc == CUDA_SUCCESS && *fn) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+  return rc;
+}
+
+static vmmipc_result_t vmmipc__resolve(void) {
   CUdriverProcAddressQueryResult status;
   void *fn;
   CUresult rc;
 #define VMMIPC__CU_RESOLVE(name)                                                                         \
   fn = NULL;                                                                                      \
-  status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;                                                  \
-  rc = getproc(#name, &fn, vmmipc__cu_abi_version(#name), CU_GET_PROC_ADDRESS_DEFAULT, &status);  \
+  rc = vmmipc__getproc(#name, &fn, vmmipc__cu_abi_version(#name), &status);                        \
   if (rc != CUDA_SUCCESS || fn == NULL || status != CU_GET_PROC_ADDRESS_SUCCESS)                  \
     return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,                                                  \
                          "loading the CUDA driver: cuGetProcAddress(\"%s\", version %d) in %s "   \
@@ -40,9 +58,37 @@ static vmmipc_result_t vmmipc__resolve(vmmipc__getproc_fn getproc) {
   return VMMIPC_SUCCESS;
 }
 
-static vmmipc_result_t vmmipc__load_once(void) {
+/* Everything after dlopen; on failure the caller closes the library. */
+static vmmipc_result_t vmmipc__load_from(void *lib, const char *path) {
+  void *v2 = dlsym(lib, "cuGetProcAddress_v2");
+  void *v1 = v2 ? NULL : dlsym(lib, "cuGetProcAddress");
+  if (!v2 && !v1)
+    return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,
+                         "loading the CUDA driver: %s exports no cuGetProcAddress; hint: it is not a "
+                         "CUDA driver of version 11.3 or later; set VMMIPC_CUDA_DRIVER to one",
+                         path);
+  memcpy(&vmmipc__getproc_v2, &v2, sizeof v2);
+  memcpy(&vmmipc__getproc_v1, &v1, sizeof v1);
+  vmmipc_result_t r = vmmipc__resolve();
+  if (r != VMMIPC_SUCCESS) return r;
+  CUresult rc = vmmipc__table.cuInit(0);
+  if (rc != CUDA_SUCCESS) {
+    char e[128];
+    return vmmipc__error(rc == CUDA_ERROR_NO_DEVICE ? VMMIPC_ERR_UNSUPPORTED : VMMIPC_ERR_CUDA,
+                         "loading the CUDA driver: cuInit(0) in %s failed: %s; hint: check that a GPU is "
+                         "visible (nvidia-smi, CUDA_VISIBLE_DEVICES)",
+                         path, vmmipc__cu_errstr(rc, e, sizeof e));
+  }
+  rc = vmmipc__table.cuDriverGetVersion(&vmmipc__table.driver_version);
+  if (rc != CUDA_SUCCESS) vmmipc__table.driver_version = 0;
+  return VMMIPC_SUCCESS;
+}
+
+/* Called with the lock held. */
+static vmmipc_result_t vmmipc__load_locked(void) {
   const char *env = getenv("VMMIPC_CUDA_DRIVER");
   const char *path = (env && *env) ? env : "libcuda.so.1";
+  memset(&vmmipc__table, 0, sizeof vmmipc__table);
   snprintf(vmmipc__table.path, sizeof vmmipc__table.path, "%s", path);
   /* RTLD_LOCAL: the driver's symbols stay out of the global namespace. */
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -54,34 +100,20 @@ static vmmipc_result_t vmmipc__load_once(void) {
                          "(for GPU-less tests: the CPU stand-in, libvmmipc_standin.so)",
                          path, why ? why : "unknown error");
   }
-  void *sym = dlsym(lib, "cuGetProcAddress_v2");
-  if (!sym) sym = dlsym(lib, "cuGetProcAddress");
-  if (!sym)
-    return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,
-                         "loading the CUDA driver: %s exports no cuGetProcAddress; hint: it is not a "
-                         "CUDA driver of version 12 or later; set VMMIPC_CUDA_DRIVER to one",
-                         path);
-  memcpy(&vmmipc__getproc, &sym, sizeof sym);
-  vmmipc_result_t r = vmmipc__resolve(vmmipc__getproc);
-  if (r != VMMIPC_SUCCESS) return r;
-  CUresult rc = vmmipc__table.cuInit(0);
-  if (rc != CUDA_SUCCESS) {
-    char e[128];
-    r = vmmipc__error(rc == CUDA_ERROR_NO_DEVICE ? VMMIPC_ERR_UNSUPPORTED : VMMIPC_ERR_CUDA,
-                      "loading the CUDA driver: cuInit(0) in %s failed: %s; hint: check that a GPU is "
-                      "visible (nvidia-smi, CUDA_VISIBLE_DEVICES)",
-                      path, vmmipc__cu_errstr(rc, e, sizeof e));
+  vmmipc_result_t r = vmmipc__load_from(lib, path);
+  if (r != VMMIPC_SUCCESS) {
+    /* The message is formatted: nothing of this attempt may stay behind. */
+    memset(&vmmipc__table, 0, sizeof vmmipc__table);
+    vmmipc__getproc_v2 = NULL;
+    vmmipc__getproc_v1 = NULL;
+    dlclose(lib);
     return r;
   }
-  rc = vmmipc__table.cuDriverGetVersion(&vmmipc__table.driver_version);
-  if (rc != CUDA_SUCCESS) vmmipc__table.driver_version = 0;
+  /* Read the host identity now, while fds are plentiful; it is cached for
+   * every later export and import (a failure here is retried there). */
+  unsigned char host[16];
+  (void)vmmipc__host_id(host);
   return VMMIPC_SUCCESS;
-}
-
-static void vmmipc__load_entry(void) {
-  vmmipc__load_rc = vmmipc__load_once();
-  if (vmmipc__load_rc != VMMIPC_SUCCESS)
-    snprintf(vmmipc__load_msg, sizeof vmmipc__load_msg, "%s", vmmipc_last_error());
 }
 
 int vmmipc__cu_abi_version(const char *name) {
@@ -98,8 +130,8 @@ vmmipc_result_t vmmipc_driver_proc(const char *name, int cuda_version, void **fn
   vmmipc_result_t r = vmmipc__cu_load(&cu);
   if (r) return r;
   int version = cuda_version > 0 ? cuda_version : vmmipc__cu_abi_version(name);
-  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  CUresult rc = vmmipc__getproc(name, fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  CUdriverProcAddressQueryResult status;
+  CUresult rc = vmmipc__getproc(name, fn, version, &status);
   if (rc != CUDA_SUCCESS || !*fn || status != CU_GET_PROC_ADDRESS_SUCCESS) {
     *fn = NULL;
     return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,
@@ -124,12 +156,18 @@ const char *vmmipc__cu_errstr(CUresult rc, char *buf, size_t len) {
 }
 
 vmmipc_result_t vmmipc__cu_load(const vmmipc__cu_t **out) {
-  pthread_once(&vmmipc__once, vmmipc__load_entry);
-  if (vmmipc__load_rc != VMMIPC_SUCCESS) {
-    /* Every thread that asks gets the same message as the first. */
-    vmmipc__error_set_raw(vmmipc__load_msg);
-    *out = NULL;
-    return vmmipc__load_rc;
+  if (!atomic_load_explicit(&vmmipc__loaded, memory_order_acquire)) {
+    pthread_mutex_lock(&vmmipc__load_mu);
+    vmmipc_result_t r = VMMIPC_SUCCESS;
+    if (!atomic_load_explicit(&vmmipc__loaded, memory_order_relaxed)) {
+      r = vmmipc__load_locked();
+      if (r == VMMIPC_SUCCESS) atomic_store_explicit(&vmmipc__loaded, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&vmmipc__load_mu);
+    if (r != VMMIPC_SUCCESS) {
+      *out = NULL;
+      return r;
+    }
   }
   *out = &vmmipc__table;
   return VMMIPC_SUCCESS;

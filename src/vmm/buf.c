@@ -1,10 +1,22 @@
-/* Buffer records, vmmipc_alloc and vmmipc_buf_free. */
+/* Buffer records and vmmipc_buf_free: what each kind of buffer undoes. */
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/error.h"
-#include "driver/device.h"
+#include "common/host.h"
+#include "common/testhooks.h"
 #include "vmm/vmm.h"
+
+static atomic_uint_fast64_t vmmipc__serials;
+
+uint64_t vmmipc__next_serial(void) { return (uint64_t)atomic_fetch_add(&vmmipc__serials, 1) + 1; }
+
+static void vmmipc__no_export_fds(struct vmmipc__chunk *c, int n) {
+  for (int i = 0; i < n; i++) c[i].export_fd = -1;
+}
 
 vmmipc_result_t vmmipc__buf_new(int chunks, struct vmmipc_buf **out) {
   struct vmmipc_buf *b = calloc(1, sizeof *b);
@@ -16,13 +28,16 @@ vmmipc_result_t vmmipc__buf_new(int chunks, struct vmmipc_buf **out) {
       return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "allocating a buffer record of %d chunks", chunks);
     }
     b->cap_chunks = chunks;
+    vmmipc__no_export_fds(b->chunks, chunks);
   }
   b->device = -1;
+  b->generation = 1;
   *out = b;
   return VMMIPC_SUCCESS;
 }
 
 vmmipc_result_t vmmipc__buf_add_resv(struct vmmipc_buf *b, CUdeviceptr ptr, size_t size) {
+  if (VMMIPC__INJECT("record")) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "injected failure at record");
   if (b->num_resv == b->cap_resv) {
     int cap = b->cap_resv ? 2 * b->cap_resv : 2;
     struct vmmipc__resv *r = realloc(b->resv, (size_t)cap * sizeof *r);
@@ -36,64 +51,88 @@ vmmipc_result_t vmmipc__buf_add_resv(struct vmmipc_buf *b, CUdeviceptr ptr, size
   return VMMIPC_SUCCESS;
 }
 
-void vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b) {
-  if (!b) return;
+vmmipc_result_t vmmipc__buf_reserve_chunks(struct vmmipc_buf *b, int more, const char *op) {
+  if (more <= b->cap_chunks - b->num_chunks) return VMMIPC_SUCCESS;
+  int cap = b->cap_chunks ? b->cap_chunks : 2;
+  while (cap - b->num_chunks < more) cap *= 2;
+  struct vmmipc__chunk *c = realloc(b->chunks, (size_t)cap * sizeof *c);
+  if (!c) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: recording %d chunks", op, cap);
+  vmmipc__no_export_fds(c + b->cap_chunks, cap - b->cap_chunks);
+  b->chunks = c;
+  b->cap_chunks = cap;
+  return VMMIPC_SUCCESS;
+}
+
+vmmipc_result_t vmmipc__buf_check_unexposed(const struct vmmipc_buf *b, const char *op) {
+  if (b->exposed > 0)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: the buffer is exposed by %d open window(s); hint: vmmipc_win_free them first", op,
+                         b->exposed);
+  return VMMIPC_SUCCESS;
+}
+
+/* Keeps the first failure's message while later calls go on. */
+struct vmmipc__first_error {
+  vmmipc_result_t r;
+  char msg[VMMIPC__ERRMSG_MAX];
+};
+
+static void vmmipc__note(struct vmmipc__first_error *f, vmmipc_result_t r) {
+  if (f->r || !r) return;
+  f->r = r;
+  snprintf(f->msg, sizeof f->msg, "%s", vmmipc_last_error());
+}
+
+vmmipc_result_t vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b) {
+  const char *op = "vmmipc_buf_free";
+  struct vmmipc__first_error f = {VMMIPC_SUCCESS, ""};
+  if (!b) return VMMIPC_SUCCESS;
+  if (b->cached) { /* a view: the entry owns the mapping */
+    vmmipc_result_t r = vmmipc__mapent_release(cu, b->cached);
+    free(b);
+    return r;
+  }
+  for (int i = 0; i < b->num_chunks; i++)
+    if (b->chunks[i].export_fd >= 0) {
+      close(b->chunks[i].export_fd);
+      vmmipc__cached_fds_add(-1);
+    }
   if (cu) {
-    if (b->base) vmmipc__unmap_chunks(cu, b->base, b->chunks, b->num_chunks);
-    for (int i = 0; i < b->num_chunks; i++) cu->cuMemRelease(b->chunks[i].handle);
-    for (int i = 0; i < b->num_resv; i++) cu->cuMemAddressFree(b->resv[i].ptr, b->resv[i].size);
+    /* A wrapped buffer maps the application's memory: only the handles it
+     * retained are its own. Everything is undone even after a failure. */
+    CUdeviceptr at = b->base;
+    for (int i = 0; !b->wrapped && at && i < b->num_chunks; i++) {
+      CUresult rc = cu->cuMemUnmap(at, b->chunks[i].size);
+      if (rc)
+        vmmipc__note(&f, vmmipc__cu_error(rc, NULL, "%s: chunk %d of %d: cuMemUnmap(offset %llu, size %zu)", op,
+                                          i + 1, b->num_chunks, (unsigned long long)(at - b->base),
+                                          b->chunks[i].size));
+      at += b->chunks[i].size;
+    }
+    for (int i = 0; i < b->num_chunks; i++) {
+      CUresult rc = cu->cuMemRelease(b->chunks[i].handle);
+      if (rc)
+        vmmipc__note(&f, vmmipc__cu_error(rc, NULL, "%s: chunk %d of %d: cuMemRelease", op, i + 1, b->num_chunks));
+    }
+    for (int i = 0; i < b->num_resv; i++) {
+      CUresult rc = cu->cuMemAddressFree(b->resv[i].ptr, b->resv[i].size);
+      if (rc)
+        vmmipc__note(&f, vmmipc__cu_error(rc, NULL, "%s: reservation %d of %d: cuMemAddressFree(size %zu)", op,
+                                          i + 1, b->num_resv, b->resv[i].size));
+    }
   }
   free(b->chunks);
   free(b->resv);
   free(b);
+  if (f.r) vmmipc__error_set_raw(f.msg);
+  return f.r;
 }
 
-vmmipc_result_t vmmipc_alloc(size_t size, vmmipc_buf_t *out) {
-  const char *op = "vmmipc_alloc";
-  if (!out) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: out is NULL", op);
-  *out = NULL;
-  const vmmipc__cu_t *cu;
-  vmmipc_result_t r = vmmipc__cu_load(&cu);
-  if (r) return r;
-  int dev;
-  size_t g;
-  if ((r = vmmipc__current_device(cu, op, &dev))) return r;
-  if ((r = vmmipc__device_granularity(cu, dev, op, &g))) return r;
-  if (size > SIZE_MAX / 2)
-    return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: size %zu is too large", op, size);
-  struct vmmipc_buf *b = NULL;
-  if ((r = vmmipc__buf_new(1, &b))) return r;
-  b->device = dev;
-  b->granularity = g;
-  b->access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  b->access[0].location.id = dev;
-  b->access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  b->num_access = 1;
-  if ((r = vmmipc_device_uuid(dev, &b->owner))) goto fail;
-  if (size == 0) {
-    *out = b;
-    return VMMIPC_SUCCESS;
-  }
-  size_t rounded = vmmipc__round_up(size, g);
-  if ((r = vmmipc__chunk_create(cu, dev, rounded, op, &b->chunks[0].handle))) goto fail;
-  b->chunks[0].size = rounded;
-  b->num_chunks = 1;
-  CUdeviceptr base = 0;
-  if ((r = vmmipc__reserve(cu, rounded, g, 0, &base, op))) goto fail;
-  if ((r = vmmipc__buf_add_resv(b, base, rounded))) {
-    cu->cuMemAddressFree(base, rounded);
-    goto fail;
-  }
-  if ((r = vmmipc__map_chunks(cu, base, b->chunks, 1, 0, 1, op))) goto fail;
-  b->base = base;
-  if ((r = vmmipc__set_access(cu, base, rounded, b->access, 1, op))) goto fail;
-  b->size = size;
-  b->mapped = rounded;
-  *out = b;
-  return VMMIPC_SUCCESS;
-fail:
-  vmmipc__buf_destroy(cu, b);
-  return r;
+void vmmipc__buf_discard(const vmmipc__cu_t *cu, struct vmmipc_buf *b) {
+  char keep[VMMIPC__ERRMSG_MAX];
+  snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+  (void)vmmipc__buf_destroy(cu, b);
+  vmmipc__error_set_raw(keep);
 }
 
 vmmipc_result_t vmmipc_buf_ptr(vmmipc_buf_t b, void **ptr, size_t *size) {
@@ -112,13 +151,9 @@ vmmipc_result_t vmmipc_buf_info(vmmipc_buf_t b, int *num_chunks, int *is_importe
 
 vmmipc_result_t vmmipc_buf_free(vmmipc_buf_t b) {
   if (!b) return VMMIPC_SUCCESS; /* like free(NULL) */
-  if (b->exposed)
-    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
-                         "vmmipc_buf_free: the buffer is exposed by %d open window(s); hint: vmmipc_win_free them "
-                         "first",
-                         b->exposed);
+  vmmipc_result_t r = vmmipc__buf_check_unexposed(b, "vmmipc_buf_free");
+  if (r) return r;
   const vmmipc__cu_t *cu = NULL;
   vmmipc__cu_load(&cu); /* a buffer exists only if the driver loaded */
-  vmmipc__buf_destroy(cu, b);
-  return VMMIPC_SUCCESS;
+  return vmmipc__buf_destroy(cu, b);
 }

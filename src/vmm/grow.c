@@ -1,51 +1,45 @@
-/* vmmipc_grow: append a chunk, in place when the address space after the
+/* vmmipc_grow: append chunks, in place when the address range after the
  * buffer is free, else by remapping every chunk into a new reservation. The
- * physical chunks never change, so the data is kept either way. */
+ * physical chunks never change, so the data is kept either way. Only
+ * buffers this process allocated grow: an import or a wrap maps memory
+ * whose owner is someone else. */
 #include <stdlib.h>
 
 #include "common/error.h"
 #include "common/testhooks.h"
-#include "driver/device.h"
+#include "desc/desc.h"
 #include "vmm/vmm.h"
 
-static vmmipc_result_t vmmipc__grow_chunks(struct vmmipc_buf *b) {
-  if (b->num_chunks < b->cap_chunks) return VMMIPC_SUCCESS;
-  int cap = b->cap_chunks ? 2 * b->cap_chunks : 2;
-  struct vmmipc__chunk *c = realloc(b->chunks, (size_t)cap * sizeof *c);
-  if (!c) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "vmmipc_grow: recording %d chunks", cap);
-  b->chunks = c;
-  b->cap_chunks = cap;
-  return VMMIPC_SUCCESS;
-}
-
-/* Try to map the new chunk right after the buffer; *done tells if it worked. */
-static vmmipc_result_t vmmipc__grow_in_place(const vmmipc__cu_t *cu, struct vmmipc_buf *b,
-                                             const struct vmmipc__chunk *nc, int *done, const char *op) {
+/* Map the k new chunks (at chunks[num_chunks]) right after the buffer;
+ * *done tells if it worked. Undoes its own work on failure. */
+static vmmipc_result_t vmmipc__grow_in_place(const vmmipc__cu_t *cu, struct vmmipc_buf *b, int k, size_t need,
+                                             int *done, const char *op) {
   *done = 0;
+  const struct vmmipc__chunk *nc = b->chunks + b->num_chunks;
   CUdeviceptr want = b->base + b->mapped, got = 0;
-  if (cu->cuMemAddressReserve(&got, nc->size, b->granularity, want, 0) != CUDA_SUCCESS) return VMMIPC_SUCCESS;
+  if (cu->cuMemAddressReserve(&got, need, b->granularity, want, 0) != CUDA_SUCCESS) return VMMIPC_SUCCESS;
   if (got != want) {
-    cu->cuMemAddressFree(got, nc->size);
+    cu->cuMemAddressFree(got, need);
     return VMMIPC_SUCCESS;
   }
-  vmmipc_result_t r = vmmipc__map_chunks(cu, got, nc, 1, b->num_chunks, b->num_chunks + 1, op);
-  if (!r) {
-    r = vmmipc__set_access(cu, got, nc->size, b->access, b->num_access, op);
-    if (r) cu->cuMemUnmap(got, nc->size);
-  }
-  if (!r) r = vmmipc__buf_add_resv(b, got, nc->size);
-  if (r) {
-    cu->cuMemAddressFree(got, nc->size);
-    return r;
-  }
+  vmmipc_result_t r = vmmipc__map_chunks(cu, got, nc, k, b->num_chunks, b->num_chunks + k, op);
+  if (r) goto free_va;
+  if ((r = vmmipc__set_access(cu, got, need, b->access, b->num_access, op))) goto unmap;
+  if ((r = vmmipc__buf_add_resv(b, got, need))) goto unmap;
   *done = 1;
   return VMMIPC_SUCCESS;
+unmap: /* a reservation is freed only once nothing is mapped in it */
+  vmmipc__unmap_chunks(cu, got, nc, k);
+free_va:
+  cu->cuMemAddressFree(got, need);
+  return r;
 }
 
-/* Map every chunk (old ones and the new one) into a fresh reservation. */
-static vmmipc_result_t vmmipc__grow_move(const vmmipc__cu_t *cu, struct vmmipc_buf *b, const char *op) {
-  int n = b->num_chunks + 1; /* the new chunk already sits at chunks[num_chunks] */
-  size_t total = b->mapped + b->chunks[b->num_chunks].size;
+/* Map every chunk (the old ones and the k new ones) into a fresh reservation. */
+static vmmipc_result_t vmmipc__grow_move(const vmmipc__cu_t *cu, struct vmmipc_buf *b, int k, size_t need,
+                                         const char *op) {
+  int n = b->num_chunks + k;
+  size_t total = b->mapped + need;
   CUdeviceptr base = 0;
   vmmipc_result_t r = vmmipc__reserve(cu, total, b->granularity, 0, &base, op);
   if (r) return r;
@@ -74,54 +68,71 @@ undo_resv:
   return r;
 }
 
-vmmipc_result_t vmmipc_grow(vmmipc_buf_t b, size_t new_size) {
-  const char *op = "vmmipc_grow";
-  if (!b) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: buf is NULL", op);
-  if (b->exposed) /* the window's peers would keep the old size and address */
+static vmmipc_result_t vmmipc__grow_check(const struct vmmipc_buf *b, size_t new_size, const char *op) {
+  if (b->wrapped)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
-                         "%s: the buffer is exposed by %d open window(s); hint: vmmipc_win_free them first", op,
-                         b->exposed);
+                         "%s: the buffer wraps memory the application mapped (vmmipc_buf_wrap); hint: extend "
+                         "your own mapping and wrap the new range",
+                         op);
+  if (b->imported)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: the buffer holds memory imported from another process; hint: the owner grows it "
+                         "(vmmipc_grow) and shares it again",
+                         op);
+  vmmipc_result_t r = vmmipc__buf_check_unexposed(b, op);
+  if (r) return r;
   if (new_size < b->size)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: new size %zu is smaller than the current %zu; buffers only grow",
                          op, new_size, b->size);
   if (new_size > SIZE_MAX / 2) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: size %zu is too large", op, new_size);
+  return VMMIPC_SUCCESS;
+}
+
+vmmipc_result_t vmmipc_grow(vmmipc_buf_t b, size_t new_size) {
+  const char *op = "vmmipc_grow";
+  if (!b) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: buf is NULL", op);
+  vmmipc_result_t r = vmmipc__grow_check(b, new_size, op);
+  if (r) return r;
+  if (new_size == b->size) return VMMIPC_SUCCESS;
   if (new_size <= b->mapped) {
     b->size = new_size;
+    b->generation++; /* a descriptor exported now differs: never served from a stale cache entry */
     return VMMIPC_SUCCESS;
   }
   const vmmipc__cu_t *cu;
-  vmmipc_result_t r = vmmipc__cu_load(&cu);
-  if (r) return r;
-  if (b->device < 0 || b->granularity == 0) {
-    /* An imported empty buffer: new chunks go on the current device. */
-    if ((r = vmmipc__current_device(cu, op, &b->device))) return r;
-  }
-  size_t g;
-  if ((r = vmmipc__device_granularity(cu, b->device, op, &g))) return r;
-  if (b->granularity < g) b->granularity = g;
-  if (b->num_access == 0) {
-    b->access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    b->access[0].location.id = b->device;
-    b->access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    b->num_access = 1;
-  }
-  if ((r = vmmipc__grow_chunks(b))) return r;
-  struct vmmipc__chunk nc;
-  nc.size = vmmipc__round_up(new_size - b->mapped, b->granularity);
-  if ((r = vmmipc__chunk_create(cu, b->device, nc.size, op, &nc.handle))) return r;
-  int done = 0;
-  /* Tests can force the move path with the "inplace" hook. */
-  if (b->base && !VMMIPC__INJECT("inplace")) r = vmmipc__grow_in_place(cu, b, &nc, &done, op);
-  if (!r && !done) {
-    b->chunks[b->num_chunks] = nc;
-    r = vmmipc__grow_move(cu, b, op);
+  if ((r = vmmipc__cu_load(&cu))) return r;
+  size_t need = vmmipc__round_up(new_size - b->mapped, b->granularity);
+  size_t per = b->chunk_size ? b->chunk_size : need;
+  size_t k = (need + per - 1) / per;
+  if (k > VMMIPC__DESC_MAX_CHUNKS - (size_t)b->num_chunks)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: %zu more chunks would make more than a descriptor holds (%u); hint: allocate with "
+                         "larger chunks (vmmipc_alloc_ex)",
+                         op, k, VMMIPC__DESC_MAX_CHUNKS);
+  if ((r = vmmipc__buf_reserve_chunks(b, (int)k, op))) return r;
+  /* The new chunks sit after num_chunks until the grow commits. */
+  struct vmmipc__chunk *nc = b->chunks + b->num_chunks;
+  int made = 0;
+  for (; made < (int)k && !r; made++) {
+    size_t left = need - (size_t)made * per;
+    nc[made].size = left < per ? left : per;
+    r = vmmipc__chunk_create(cu, b->device, nc[made].size, b->alloc_flags, op, &nc[made].handle);
   }
   if (r) {
-    cu->cuMemRelease(nc.handle);
+    made--; /* the one that failed */
+  } else {
+    int done = 0;
+    /* Tests can force the move path with the "inplace" hook. */
+    if (b->base && !VMMIPC__INJECT("inplace")) r = vmmipc__grow_in_place(cu, b, (int)k, need, &done, op);
+    if (!r && !done) r = vmmipc__grow_move(cu, b, (int)k, need, op);
+  }
+  if (r) {
+    for (int i = 0; i < made; i++) cu->cuMemRelease(nc[i].handle);
     return r;
   }
-  b->chunks[b->num_chunks++] = nc;
-  b->mapped += nc.size;
+  b->num_chunks += (int)k;
+  b->mapped += need;
   b->size = new_size;
+  b->generation++;
   return VMMIPC_SUCCESS;
 }

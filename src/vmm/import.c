@@ -11,7 +11,7 @@
 #include "driver/device.h"
 #include "vmm/vmm.h"
 
-static vmmipc_result_t vmmipc__import_check(const struct vmmipc_desc *d, const char *op) {
+vmmipc_result_t vmmipc__import_check(const struct vmmipc_desc *d, const char *op) {
   vmmipc_result_t r = vmmipc__desc_check(d);
   if (r) {
     vmmipc__error_prefix("%s: ", op);
@@ -41,11 +41,23 @@ static vmmipc_result_t vmmipc__import_handles(const vmmipc__cu_t *cu, const stru
                       : cu->cuMemImportFromShareableHandle(&c[i].handle, (void *)(uintptr_t)d->fds[i],
                                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     if (rc) {
-      vmmipc_result_t r = vmmipc__cu_error(
-          rc,
-          "the fd is not a CUDA VMM allocation exported as a POSIX fd, or its owner device cannot be used by this "
-          "process",
-          "%s: chunk %d of %d: cuMemImportFromShareableHandle(fd %d)", op, i + 1, d->num_chunks, d->fds[i]);
+      /* The driver needs an fd of its own per import: at the fd limit it
+       * fails with CUDA_ERROR_OPERATING_SYSTEM, which says nothing of it. */
+      long lim = 0;
+      vmmipc_result_t r;
+      if (vmmipc__fd_limit_reached(&lim))
+        r = vmmipc__error(VMMIPC_ERR_SYSTEM,
+                          "%s: chunk %d of %d: cuMemImportFromShareableHandle(fd %d) failed and the process is at "
+                          "its file descriptor limit (RLIMIT_NOFILE %ld), which the driver needs one more of; "
+                          "the %d chunk(s) imported were released; hint: raise the limit (ulimit -n) or free "
+                          "descriptors (vmmipc_desc_free)%s",
+                          op, i + 1, d->num_chunks, d->fds[i], lim, i, vmmipc__fd_limit_note());
+      else
+        r = vmmipc__cu_error(
+            rc,
+            "the fd is not a CUDA VMM allocation exported as a POSIX fd, or its owner device cannot be used by "
+            "this process",
+            "%s: chunk %d of %d: cuMemImportFromShareableHandle(fd %d)", op, i + 1, d->num_chunks, d->fds[i]);
       for (int j = 0; j < i; j++) cu->cuMemRelease(c[j].handle);
       return r;
     }
@@ -114,6 +126,6 @@ vmmipc_result_t vmmipc__import_timed(vmmipc_desc_t d, const vmmipc_access_t *acc
   *out = b;
   return VMMIPC_SUCCESS;
 fail:
-  vmmipc__buf_destroy(cu, b);
+  vmmipc__buf_discard(cu, b);
   return r;
 }

@@ -1,53 +1,24 @@
 /* Driver-level building blocks: create, reserve, map, access, unmap. Each
- * undoes its own partial work on failure. */
+ * undoes its own partial work on failure. (Granularity and capability
+ * checks: granularity.c.) */
 #include "common/error.h"
 #include "common/testhooks.h"
 #include "vmm/vmm.h"
 
-vmmipc_result_t vmmipc__device_granularity(const vmmipc__cu_t *cu, int device, const char *op, size_t *out) {
-  int vmm = 0, fd = 0;
-  CUresult rc = cu->cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device);
-  if (!rc)
-    rc = cu->cuDeviceGetAttribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, device);
-  if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuDeviceGetAttribute(device %d)", op, device);
-  if (!vmm)
-    return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,
-                         "%s: device %d does not support CUDA virtual memory management "
-                         "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0); hint: use a newer GPU or "
-                         "driver",
-                         op, device);
-  if (!fd)
-    return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,
-                         "%s: device %d cannot export POSIX file descriptor handles "
-                         "(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0); hint: this needs "
-                         "Linux and a driver with VMM IPC support",
-                         op, device);
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = device;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  size_t g = 0;
-  rc = cu->cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-  if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuMemGetAllocationGranularity(device %d)", op, device);
-  if (g == 0 || (g & (g - 1)))
-    return vmmipc__error(VMMIPC_ERR_CUDA, "%s: the driver reports granularity %zu for device %d", op, g, device);
-  *out = g;
-  return VMMIPC_SUCCESS;
-}
-
-vmmipc_result_t vmmipc__chunk_create(const vmmipc__cu_t *cu, int device, size_t size, const char *op,
-                                     CUmemGenericAllocationHandle *out) {
+vmmipc_result_t vmmipc__chunk_create(const vmmipc__cu_t *cu, int device, size_t size, unsigned int flags,
+                                     const char *op, CUmemGenericAllocationHandle *out) {
   if (VMMIPC__INJECT("alloc")) return vmmipc__error(VMMIPC_ERR_CUDA, "%s: injected failure at alloc", op);
   CUmemAllocationProp prop = {0};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = device;
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.allocFlags.gpuDirectRDMACapable = (flags & VMMIPC_ALLOC_GPU_DIRECT_RDMA) ? 1 : 0;
   CUresult rc = cu->cuMemCreate(out, size, &prop, 0);
   if (rc)
     return vmmipc__cu_error(rc, rc == CUDA_ERROR_OUT_OF_MEMORY ? "free device memory or ask for less" : NULL,
-                            "%s: cuMemCreate(size %zu, device %d, POSIX fd handle)", op, size, device);
+                            "%s: cuMemCreate(size %zu, device %d, POSIX fd handle%s)", op, size, device,
+                            prop.allocFlags.gpuDirectRDMACapable ? ", GPUDirect RDMA capable" : "");
   return VMMIPC_SUCCESS;
 }
 
