@@ -147,7 +147,12 @@ static vmmipc_result_t make_private_dir(vmmipc__conn_t *c, const char *parent, i
                          R, (int)n, parent, need, sizeof sa.sun_path - 1);
   c->dir_path = malloc(need + 1);
   c->sock_path = malloc(need + 1);
-  if (!c->dir_path || !c->sock_path) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "opening the transport of rank %d", R);
+  if (!c->dir_path || !c->sock_path) {
+    free(c->dir_path); /* close_listener must not remove paths never written */
+    free(c->sock_path);
+    c->dir_path = c->sock_path = NULL;
+    return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "opening the transport of rank %d", R);
+  }
   for (int attempt = 0;; attempt++) {
     unsigned char rnd[16];
     char h[33];
@@ -165,8 +170,9 @@ static vmmipc_result_t make_private_dir(vmmipc__conn_t *c, const char *parent, i
       hint = "socket_dir must be writable by this user: choose another one";
     vmmipc_result_t rc = vmmipc__os_error(VMMIPC_ERR_SYSTEM, e, hint,
                                           "opening the transport of rank %d: mkdir(%s, 0700)", R, c->dir_path);
-    free(c->dir_path);
-    c->dir_path = NULL;
+    free(c->dir_path); /* nothing was made: close_listener must remove nothing */
+    free(c->sock_path);
+    c->dir_path = c->sock_path = NULL;
     return rc;
   }
   snprintf(c->sock_path, need + 1, "%s/s", c->dir_path);

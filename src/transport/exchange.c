@@ -463,7 +463,7 @@ out:
 
 vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
   x->aborted_by = -1;
-  for (int i = 0; i < x->num_recvs; i++) {
+  for (int i = 0; x->recvs && i < x->num_recvs; i++) { /* a NULL list is refused below */
     x->recvs[i].bytes = NULL;
     x->recvs[i].fds = NULL;
     x->recvs[i].num_bytes = 0;

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the fuzz targets with clang (libFuzzer, ASan, UBSan) and runs each
+# for DURATION seconds (default 60) from the committed seed corpus. Any
+# finding fails: a crash, a sanitizer report, a leak, or a failed check of
+# the targets (fd counts, round trips, driver objects: they abort()).
+#   fuzz/run.sh [DURATION]
+#   FUZZ_BUILD_DIR  build folder (default: build-fuzz)
+#   CC / CXX        clang and clang++ (default: clang, else clang-14)
+# Needs clang, libclang-rt-14-dev (or the compiler-rt of that clang),
+# cmake, Open MPI's headers and the CUDA headers (as the rest of the build).
+set -euo pipefail
+dur=${1:-60}
+root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/env.sh"
+pick() { for c in "$@"; do command -v "$c" >/dev/null && { echo "$c"; return; }; done; }
+cc=${CC:-$(pick clang clang-14)}
+cxx=${CXX:-$(pick clang++ clang++-14)}
+if [ -z "$cc" ] || [ -z "$cxx" ]; then
+  echo "fuzz/run.sh: clang not found (apt-get install clang libclang-rt-14-dev)" >&2
+  exit 1
+fi
+build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
+CC=$cc CXX=$cxx cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMMIPC_FUZZ=ON \
+  -DVMMIPC_BUILD_TESTS=OFF -DVMMIPC_BUILD_BENCHMARKS=OFF -DVMMIPC_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target fuzz_desc fuzz_frame
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+status=0
+for t in desc frame; do
+  work=$(mktemp -d)  # new inputs and findings go here, never into the committed corpus
+  echo "== fuzz_$t for ${dur}s"
+  if "$build/fuzz/fuzz_$t" -max_total_time="$dur" -print_final_stats=1 -artifact_prefix="$work/" \
+      "$work" "$root/fuzz/corpus/$t" >"$work/log" 2>&1; then
+    grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$work/log"
+    rm -rf "$work"
+  else
+    tail -n 60 "$work/log"
+    echo "fuzz_$t FAILED: log and reproducer in $work" >&2
+    status=1
+  fi
+done
+exit $status
