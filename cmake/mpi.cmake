@@ -49,3 +49,8 @@ endif()
 list(JOIN VMMIPC_MPIEXEC_ARGS " " _args)
 message(STATUS "vmmipc: MPI ${VMMIPC_MPI_FLAVOR} (${MPI_C_COMPILER}); launcher ${MPIEXEC_EXECUTABLE} "
                "(${_launcher_flavor}) ${_args}")
+
+# The same launcher and flags for the scripts (demo.sh, run-gpu.sh).
+list(JOIN VMMIPC_MPIEXEC_ARGS " " VMMIPC_MPIEXEC_ARGS_SH)
+configure_file(${CMAKE_CURRENT_LIST_DIR}/mpirun.sh.in ${PROJECT_BINARY_DIR}/vmmipc-mpirun @ONLY
+               FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
