@@ -23,6 +23,7 @@ install(FILES ${PROJECT_BINARY_DIR}/vmmipcConfig.cmake ${PROJECT_BINARY_DIR}/vmm
 # from the .pc of the MPI the library was built with (ompi-c or mpich), or,
 # for another MPI, from the flags CMake found for it.
 file(RELATIVE_PATH VMMIPC_PC_TO_PREFIX "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")
+string(REGEX REPLACE "/$" "" VMMIPC_PC_TO_PREFIX "${VMMIPC_PC_TO_PREFIX}")
 if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
   set(VMMIPC_PC_LIBDIR "${CMAKE_INSTALL_LIBDIR}")
   set(VMMIPC_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
