@@ -59,7 +59,7 @@ set(_vmmipc_cuda_ways
 string(CONCAT _vmmipc_cuda_ways ${_vmmipc_cuda_ways})
 
 if(NOT VMMIPC_CUDA_INCLUDE_DIR)
-  message(FATAL_ERROR "vmmipc: cuda.h (CUDA ${VMMIPC_CUDA_MIN_VERSION}+ driver API header) not found. Give it one of these ways:\n"
+  message(FATAL_ERROR "vmmipc: cuda.h (the CUDA 12 or 13 driver API header) not found. Give it one of these ways:\n"
                       "${_vmmipc_cuda_ways}")
 endif()
 file(STRINGS "${VMMIPC_CUDA_INCLUDE_DIR}/cuda.h" _vmmipc_cuda_line REGEX "^#define CUDA_VERSION [0-9]+" LIMIT_COUNT 1)

@@ -99,7 +99,13 @@ checks=(cmake compilers mpi)
 todo=() todo_pkgs=()
 for c in "${checks[@]}"; do
   found="" missing="" pkgs="" how=""
-  if "check_$c"; then say "$found: ok"; else todo+=("$c"); todo_pkgs+=($pkgs); say "missing: $missing"; fi
+  if "check_$c"; then
+    say "$found: ok"
+  else
+    read -ra p <<<"$pkgs"
+    todo+=("$c") todo_pkgs+=("${p[@]}")
+    say "missing: $missing"
+  fi
 done
 ((${#todo[@]})) || exit 0
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts: Open MPI as root, and no NVLink multicast.
 # (cuda.h is found by cmake/cuda_headers.cmake; CUDAToolkit_ROOT, CUDA_HOME
 # or CUDA_PATH point it elsewhere.)

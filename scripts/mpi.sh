@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # variables for the scripts that source this file
 # Sourced by the scripts: finds the MPI to build and launch with. By default
 # the one on PATH (mpicc, mpicxx, mpiexec); VMMIPC_MPI=openmpi or mpich picks
 # that MPI's suffixed commands instead (mpicc.mpich, ... as Debian installs
