@@ -25,5 +25,8 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMMIPC_WERROR=O
   -DVMMIPC_SANITIZE="${VMMIPC_SANITIZE:-}" -DVMMIPC_TEST_DRIVER="${VMMIPC_TEST_DRIVER:-standin}" \
   ${mpi_args[@]+"${mpi_args[@]}"} ${CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"
+# Some suites hold about a thousand fds at once, more than the usual soft
+# limit of non-root users (1024); the hard limit is theirs to take.
+ulimit -Sn "$(ulimit -Hn)" 2>/dev/null || true
 cd "$build"
 ctest --output-on-failure --timeout 300 "$@"
