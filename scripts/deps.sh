@@ -133,15 +133,18 @@ fi
 left=0
 for c in "${todo[@]}"; do
   found="" missing="" pkgs="" how=""
-  if [ -z "$why" ] && "check_$c"; then
+  if "check_$c"; then
     say "$found: installed, ok"
+    continue
+  fi
+  left=1
+  if [ -z "$why" ]; then
+    say "$missing: still missing after installing $pkgs"
   else
-    [ -n "$missing" ] || "check_$c" >/dev/null 2>&1
-    say "still missing: $missing; install $pkgs (Debian/Ubuntu) $how"
-    left=1
+    say "$missing: install $pkgs (Debian/Ubuntu) $how"
   fi
 done
 if ((left)); then
-  say "cannot install${why:+ ($why)}; install the above and run again"
+  say "${why:+could not install ($why); }get the above, then run again"
   exit 1
 fi
