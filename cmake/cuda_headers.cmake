@@ -8,6 +8,10 @@
 #   NVIDIA's CUDA wheels in the site-packages of the python3 on PATH
 #   the compiler's default include path (e.g. /usr/include)
 set(VMMIPC_CUDA_MIN_VERSION 12000)
+if(VMMIPC_CUDA_INCLUDE_DIR AND NOT EXISTS "${VMMIPC_CUDA_INCLUDE_DIR}/cuda.h")
+  message(STATUS "vmmipc: ${VMMIPC_CUDA_INCLUDE_DIR} has no cuda.h; looking again")
+  unset(VMMIPC_CUDA_INCLUDE_DIR CACHE)
+endif()
 
 set(_vmmipc_cuda_roots)
 foreach(_root IN ITEMS "${CUDAToolkit_ROOT}" "$ENV{CUDAToolkit_ROOT}" "$ENV{CUDA_HOME}" "$ENV{CUDA_PATH}")
