@@ -23,12 +23,14 @@
 # ($DEADLINE_S, default 420 s; scripts/gpu-check.sh must allow at least that:
 # GPU_CHECK_BENCH_TIMEOUT=450); the last 25 s are kept for the plots.
 #
-# Environment: NP (ranks, 2), MPIRUN (mpirun), MPIRUN_FLAGS, PYTHON (python3),
-# DEADLINE_S, NGPU (GPUs to assume; default: nvidia-smi -L, or the entries of
-# CUDA_VISIBLE_DEVICES), SCALE_NPS (rank counts of the scale step, "8 2 4 16
-# 32"; 8 first: the one-GPU goal needs it), SCALE_POINTS (2Mx1,32Mx16),
-# SCALE_BUDGET_S (the scale step's share, 150). NVLink multicast stays off
-# (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1).
+# Environment: NP (ranks, 2), MPIRUN (default: the launcher BUILD_DIR was
+# configured with, else mpirun), MPIRUN_FLAGS (default: for Open MPI shared
+# memory only, for MPICH none), PYTHON (python3), DEADLINE_S, NGPU (GPUs to
+# assume; default: nvidia-smi -L, or the entries of CUDA_VISIBLE_DEVICES),
+# SCALE_NPS (rank counts of the scale step, "8 2 4 16 32"; 8 first: the
+# one-GPU goal needs it), SCALE_POINTS (2Mx1,32Mx16), SCALE_BUDGET_S (the
+# scale step's share, 150). NVLink multicast stays off (NCCL_NVLS_ENABLE=0,
+# TORCH_SYMM_MEM_DISABLE_MULTICAST=1).
 set -uo pipefail
 
 usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -57,10 +59,16 @@ mkdir -p "$OUT/plots" || exit 2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 NP="${NP:-2}"
+MPIRUN="${MPIRUN:-$(sed -n 's/^MPIEXEC_EXECUTABLE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)}"
 MPIRUN="${MPIRUN:-mpirun}"
-# Shared memory only (no network on the GPU machine); the single-copy
-# mechanism is off as in the test suites (CMA needs ptrace rights).
-MPIRUN_FLAGS="${MPIRUN_FLAGS:---bind-to none --mca btl self,vader --mca btl_vader_single_copy_mechanism none}"
+if [ -z "${MPIRUN_FLAGS+set}" ]; then
+  case "$("$MPIRUN" --version 2>&1)" in
+    # Shared memory only (no network on the GPU machine); the single-copy
+    # mechanism is off as in the test suites (CMA needs ptrace rights).
+    *"Open MPI"*|*OpenRTE*) MPIRUN_FLAGS="--bind-to none --mca btl self,vader --mca btl_vader_single_copy_mechanism none" ;;
+    *) MPIRUN_FLAGS="" ;; # MPICH's Hydra binds nothing by default
+  esac
+fi
 PYTHON="${PYTHON:-python3}"
 DEADLINE_S="${DEADLINE_S:-420}"
 START=$(date +%s)
@@ -77,11 +85,12 @@ fi
 ONE_GPU="${CUDA_VISIBLE_DEVICES:-0,1}"; ONE_GPU="${ONE_GPU%%,*}"
 TWO_GPUS=$(echo "${CUDA_VISIBLE_DEVICES:-0,1}" | cut -d, -f1-2)
 
-# Per-rank visibility: a tiny wrapper sets CUDA_VISIBLE_DEVICES from the
-# node-local rank that Open MPI exports.
+# Per-rank visibility: the suites' wrapper sets CUDA_VISIBLE_DEVICES from the
+# node-local rank of either launcher (modulo the GPU count: with one GPU
+# every rank gets it).
 LAUNCH=()
 if [ "$VISIBLE" = 1 ]; then
-  LAUNCH=(bash -c 'export CUDA_VISIBLE_DEVICES="${OMPI_COMM_WORLD_LOCAL_RANK:-0}"; exec "$@"' vmmipc-visible)
+  LAUNCH=("$HERE/../mpi_tests/harness/own_gpu.sh")
 fi
 
 FAILED=0

@@ -130,10 +130,28 @@ TEST_F(DriverContract, FabricHandlesWithoutImexAreRefused) {
   EXPECT_EQ(rc, CUDA_ERROR_NOT_PERMITTED);
 }
 
-// Between two processes: the importer reads the owner's location; under
-// OWN_GPU the owner is invisible to the importer and reported as id -2.
+// Between two processes: the importer reads the owner's location, which is
+// the importer's ordinal of the owner's GPU (compared by UUID), or -2 when
+// the importer cannot see that GPU (under OWN_GPU on two GPUs).
 TEST_F(DriverContract, OwnerLocationSeenByTheImporter) {
   if (vt::Size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  // Rank 0 owns; rank 1 finds the owner's GPU among the devices it sees.
+  vmmipc_uuid_t owner{};
+  if (vt::Rank() == 0) EXPECT_VMM_OK(vmmipc_device_uuid(dev_, &owner));
+  MPI_Bcast(owner.bytes, 16, MPI_BYTE, 0, MPI_COMM_WORLD);
+  char owner_str[VMMIPC_UUID_STRING_LEN] = "";
+  vmmipc_uuid_format(&owner, owner_str);
+  int seen_as = -2, visible = 0;
+  if (vt::Rank() == 1) {
+    EXPECT_VMM_OK(vmmipc_device_count(&visible));
+    for (int i = 0; i < visible && seen_as < 0; i++) {
+      vmmipc_uuid_t u{};
+      EXPECT_VMM_OK(vmmipc_device_uuid(i, &u));
+      if (std::memcmp(u.bytes, owner.bytes, 16) == 0) seen_as = i;
+    }
+  }
+  MPI_Bcast(&seen_as, 1, MPI_INT, 1, MPI_COMM_WORLD);
+
   vt::RawChannel ch;
   CUmemGenericAllocationHandle h = 0;
   if (vt::Rank() == 0) {
@@ -155,21 +173,23 @@ TEST_F(DriverContract, OwnerLocationSeenByTheImporter) {
     close(fds[0]);
     CUmemAllocationProp got = {};
     ASSERT_EQ(a_.props(&got, imp), CUDA_SUCCESS);
-    int visible = 0;
-    vmmipc_device_count(&visible);
     const char *cvd = std::getenv("CUDA_VISIBLE_DEVICES");
-    std::printf("[rank 1] owner location id %d (CUDA_VISIBLE_DEVICES=%s, %d visible)\n", got.location.id,
-                cvd ? cvd : "unset", visible);
+    std::printf("[rank 1] owner %s: location id %d (CUDA_VISIBLE_DEVICES=%s, %d visible, owner seen as %d)\n",
+                owner_str, got.location.id, cvd ? cvd : "unset", visible, seen_as);
     EXPECT_EQ(got.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
-    if (cvd && visible == 1) {
+    if (seen_as >= 0)
+      EXPECT_EQ(got.location.id, seen_as) << "the importer's ordinal of the owner's GPU " << owner_str;
+    else
       EXPECT_EQ(got.location.id, -2) << "an owner this process cannot see";
-    } else {
-      EXPECT_EQ(got.location.id, 0) << "rank 0 uses device 0";
-    }
     a_.release(imp);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (h) a_.release(h);
+  // Under OWN_GPU the point is an owner the importer cannot see, which takes
+  // two GPUs: with one, both ranks were given the same one.
+  if (std::getenv("VMMIPC_TEST_OWN_GPU") && seen_as >= 0)
+    GTEST_SKIP() << "both ranks see the same physical GPU (" << owner_str
+                 << "): an owner invisible to the importer (location id -2) needs two GPUs";
 }
 
 // ---- what vmmipc_buf_wrap relies on (facts measured on an H200, driver 580) ----

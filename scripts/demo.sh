@@ -1,28 +1,93 @@
 #!/usr/bin/env bash
-# The main job: installs missing dependencies, builds, and runs the demo and a
-# short benchmark under mpirun with 2 ranks: on the GPUs when nvidia-smi sees
-# at least one, otherwise on the CPU stand-in driver. It says which.
+# The demo: checks (and installs when it can) what it needs, builds only what
+# it runs, and runs it with 2 ranks under the MPI launcher: the
+# allgather_map example, then the bandwidth benchmark. On the GPUs when
+# nvidia-smi sees any (the table of vmmipc against raw driver VMM, NCCL and
+# the NVLink line rate); otherwise on the CPU stand-in driver (a functional
+# check: what ran and which data checks passed, no figures).
+# One line per phase; each phase's output is in BUILD_DIR/demo-logs/.
+#   BUILD_DIR (default build), NP (ranks, default 2), MAX_SIZE (largest
+#   message: 1G on GPUs, 8M on the stand-in), VMMIPC_MPI, VMMIPC_NO_INSTALL=1:
+#   as for scripts/test.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/deps.sh"
-. "$root/scripts/env.sh"
 build=${BUILD_DIR:-$root/build}
 np=${NP:-2}
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
+say() { echo "demo: $*"; }
+# Stops with the tail of a phase's log.
+fail() {
+  echo "demo: $1 failed; the last lines of $2:" >&2
+  tail -n 30 "$2" >&2
+  exit 1
+}
+
+"$root/scripts/deps.sh" demo
+. "$root/scripts/env.sh"
+. "$root/scripts/mpi.sh"
+vmmipc_mpi_find
+vmmipc_mpi_check_build "$build"
+mkdir -p "$build/demo-logs"
+logs=$build/demo-logs
+
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
-flags=(--oversubscribe --mca btl_vader_single_copy_mechanism none)
+targets=(allgather_demo vmmipc_bw)
+standin=OFF
+if [ "${gpus:-0}" -eq 0 ]; then
+  targets+=(vmmipc_standin)
+  standin=ON
+fi
+
+mapfile -t mpi_args < <(vmmipc_mpi_cmake_args)
+if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMMIPC_BUILD_TESTS=OFF \
+    -DVMMIPC_BUILD_STANDIN=$standin -DVMMIPC_BUILD_EXAMPLES=ON -DVMMIPC_BUILD_BENCHMARKS=ON \
+    ${mpi_args[@]+"${mpi_args[@]}"} > "$logs/configure.log" 2>&1; then
+  fail "configure (cmake -S $root -B $build)" "$logs/configure.log"
+fi
+mpi=$(sed -n 's/^-- vmmipc: MPI \([a-z]*\).*launcher \([^ ]*\).*/\1, launcher \2/p' "$logs/configure.log" | tail -1)
+say "configured $build (MPI: ${mpi:-see $logs/configure.log})"
+if ! cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target "${targets[@]}" > "$logs/build.log" 2>&1; then
+  fail "build" "$logs/build.log"
+fi
+say "built ${targets[*]}"
+
+run="$build/vmmipc-mpirun"
 if [ "${gpus:-0}" -gt 0 ]; then
-  echo "demo: running on $gpus GPU(s) with the real CUDA driver"
   unset VMMIPC_CUDA_DRIVER
+  if [ "$gpus" -eq 1 ]; then
+    where="$np ranks on 1 GPU, which they share, with the real CUDA driver"
+  elif [ "$gpus" -lt "$np" ]; then
+    where="$np ranks on $gpus GPUs (ranks share GPUs: device = rank % $gpus), with the real CUDA driver"
+  else
+    where="$np ranks on $gpus GPUs, one each, with the real CUDA driver"
+  fi
   max=${MAX_SIZE:-1G}
 else
-  echo "demo: no GPU found; running on the CPU stand-in driver (functional check, not a performance figure)"
   export VMMIPC_CUDA_DRIVER="$build/mpi_tests/standin/libvmmipc_standin.so"
+  where="$np ranks on the CPU stand-in driver (no GPU found): a functional check, no performance figures"
   max=${MAX_SIZE:-8M}
 fi
-mpirun -np "$np" "${flags[@]}" "$build/examples/allgather_demo"
-if [ -x "$build/benchmarks/vmmipc_bw" ]; then
-  mpirun -np "$np" "${flags[@]}" "$build/benchmarks/vmmipc_bw" --max-size "$max" --modes vmmipc.ce --iters 5
+
+if ! "$run" "$np" "$build/examples/allgather_demo" > "$logs/example.log" 2>&1; then
+  fail "the allgather_map example" "$logs/example.log"
+fi
+say "allgather_map example, $where:"
+sed 's/^/  /' "$logs/example.log"
+
+if [ "${gpus:-0}" -gt 0 ]; then
+  say "bandwidth, 64 KiB to $max: vmmipc next to raw driver VMM, NCCL and the NVLink line rate"
+  if ! "$run" "$np" "$build/benchmarks/vmmipc_bw" --modes vmmipc.ce,raw_vmm.ce,nccl --min-size 64K \
+      --max-size "$max" --no-matrix --tables compare --quiet > "$logs/bandwidth.log" 2>&1; then
+    fail "the bandwidth benchmark" "$logs/bandwidth.log"
+  fi
+  cat "$logs/bandwidth.log"
+  say "done"
+else
+  if ! "$run" "$np" "$build/benchmarks/vmmipc_bw" --modes vmmipc.ce --max-size "$max" --iters 5 \
+      --tables none --quiet > "$logs/bandwidth.log" 2>&1; then
+    fail "the bandwidth benchmark" "$logs/bandwidth.log"
+  fi
+  say "bandwidth benchmark on the stand-in (copies through the mapped peer buffers, 1 B to $max):"
+  sed 's/^/  /' "$logs/bandwidth.log"
+  say "done: every check passed on the CPU stand-in; run it on a GPU machine for bandwidth figures"
 fi

@@ -1,7 +1,7 @@
-# Sourced by the scripts: where the CUDA headers are, and Open MPI as root.
-if [ -z "${CUDAToolkit_ROOT:-}" ] && [ -d /usr/local/cuda ]; then
-  export CUDAToolkit_ROOT=/usr/local/cuda
-fi
+# shellcheck shell=bash
+# Sourced by the scripts: Open MPI as root, and no NVLink multicast.
+# (cuda.h is found by cmake/cuda_headers.cmake; CUDAToolkit_ROOT, CUDA_HOME
+# or CUDA_PATH point it elsewhere.)
 if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi

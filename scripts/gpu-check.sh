@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds everything on a GPU machine and runs the suites against the real
 # driver, then the benchmarks; every log goes under DIR (default gpu-out).
-# Uses the Google Test sources in .carry/googletest when no package exists.
+# Installs nothing. Google Test: the system's (package or /usr/src/googletest),
+# else the sources in .carry/googletest when they were carried along.
 #   GPU_CHECK_SKIP_BENCH=1  skip the benchmarks
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,8 +20,15 @@ build=${BUILD_DIR:-$root/build-gpu}
   cmake --version | head -1
 } > "$out/machine.txt" 2>&1
 gtest=()
-if [ -d "$root/.carry/googletest" ] && ! ls /usr/lib/*/libgtest.a /usr/lib/libgtest.a >/dev/null 2>&1; then
-  gtest=(-DVMMIPC_GTEST_SOURCE_DIR="$root/.carry/googletest")
+if ! VMMIPC_NO_INSTALL=1 "$root/scripts/deps.sh" test > "$out/deps.log" 2>&1; then
+  if [ -f "$root/.carry/googletest/CMakeLists.txt" ] &&
+     VMMIPC_GTEST_SOURCE_DIR="$root/.carry/googletest" VMMIPC_NO_INSTALL=1 "$root/scripts/deps.sh" test >> "$out/deps.log" 2>&1; then
+    gtest=(-DVMMIPC_GTEST_SOURCE_DIR="$root/.carry/googletest")
+  else
+    echo "gpu-check: missing build dependencies; see $out/deps.log" >&2
+    cat "$out/deps.log" >&2
+    exit 1
+  fi
 fi
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)

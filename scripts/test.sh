@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
-# The test command: installs missing dependencies, builds with warnings as
-# errors, and runs every suite under mpirun on the CPU stand-in driver (or on
-# the real GPUs with VMMIPC_TEST_DRIVER=real).
-#   BUILD_DIR        build folder (default: build)
-#   VMMIPC_SANITIZE  e.g. address,undefined
-#   VMMIPC_TEST_DRIVER standin (default) or real
+# The test command: checks (and installs when it can) what the build needs,
+# builds with warnings as errors, and runs every suite under the MPI launcher
+# on the CPU stand-in driver (or on the real GPUs with VMMIPC_TEST_DRIVER=real).
+# Arguments go to ctest (e.g. -j2, -R test_comm).
+#   BUILD_DIR           build folder (default: build)
+#   VMMIPC_SANITIZE     e.g. address,undefined
+#   VMMIPC_TEST_DRIVER  standin (default) or real
+#   VMMIPC_MPI          openmpi or mpich: that MPI's suffixed commands (mpicc.mpich...)
+#                       instead of the MPI on PATH
+#   VMMIPC_NO_INSTALL=1 never install packages
+#   CMAKE_ARGS          more arguments for the configure step
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/deps.sh"
+"$root/scripts/deps.sh" test
 . "$root/scripts/env.sh"
+. "$root/scripts/mpi.sh"
+vmmipc_mpi_find
 build=${BUILD_DIR:-$root/build}
+vmmipc_mpi_check_build "$build"
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMMIPC_WERROR=ON \
-  -DVMMIPC_SANITIZE="${VMMIPC_SANITIZE:-}" -DVMMIPC_TEST_DRIVER="${VMMIPC_TEST_DRIVER:-standin}"
+mapfile -t mpi_args < <(vmmipc_mpi_cmake_args)
+# shellcheck disable=SC2086 # CMAKE_ARGS is a list of words
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMMIPC_WERROR=ON -DVMMIPC_BUILD_TESTS=ON \
+  -DVMMIPC_SANITIZE="${VMMIPC_SANITIZE:-}" -DVMMIPC_TEST_DRIVER="${VMMIPC_TEST_DRIVER:-standin}" \
+  ${mpi_args[@]+"${mpi_args[@]}"} ${CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"
+# Some suites hold about a thousand fds at once, more than the usual soft
+# limit of non-root users (1024); the hard limit is theirs to take.
+ulimit -Sn "$(ulimit -Hn)" 2>/dev/null || true
 cd "$build"
 ctest --output-on-failure --timeout 300 "$@"

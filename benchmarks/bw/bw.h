@@ -126,8 +126,11 @@ void bw_staged_point(bw_ctx_t *c, const bw_ptrs_t *bufs, int bidir, size_t size,
                      bw_point_t *pt);
 void bw_staged_fini(bw_ctx_t *c);
 
-/* Output (report.c), rank 0 only. */
-void bw_report_table(const bw_ctx_t *c, bw_series_t *s, int ns, bw_matrix_t *m, int nm);
+/* Output (report.c), rank 0 only. --tables: every table, only the
+ * comparison tables, or none (a functional summary instead). */
+typedef enum { BW_TABLES_ALL, BW_TABLES_COMPARE, BW_TABLES_NONE } bw_tables_t;
+void bw_report_table(const bw_ctx_t *c, bw_series_t *s, int ns, bw_matrix_t *m, int nm, bw_tables_t which);
+void bw_report_summary(const bw_ctx_t *c, const bw_series_t *s, int ns, const bw_matrix_t *m, int nm);
 int bw_report_json(const bw_ctx_t *c, const char *path, bw_series_t *s, int ns, bw_matrix_t *m, int nm, int argc,
                    char **argv);
 int bw_report_csv(const bw_ctx_t *c, const char *path, bw_series_t *s, int ns, bw_matrix_t *m, int nm);

@@ -13,6 +13,7 @@
 typedef struct bw_opts {
   size_t min_size, max_size, matrix_size;
   int iters, warmup, matrix, quiet;
+  bw_tables_t tables;
   double line_rate;
   const char *modes, *json, *csv;
 } bw_opts_t;
@@ -32,6 +33,8 @@ static void bw_usage(FILE *f) {
           "  --line-rate GBPS  NVLink line rate per direction instead of detecting it\n"
           "  --json FILE       write the results as JSON\n"
           "  --csv FILE        write the results as CSV\n"
+          "  --tables WHICH    all (default), compare (the comparison tables only) or none (a summary of\n"
+          "                    what ran and which data checks passed, without figures)\n"
           "  --quiet           no progress on stderr\n");
 }
 
@@ -61,6 +64,16 @@ static void bw_parse(int argc, char **argv, bw_opts_t *o) {
       o->json = v;
     else if ((v = bench_opt(argc, argv, &i, "csv")))
       o->csv = v;
+    else if ((v = bench_opt(argc, argv, &i, "tables"))) {
+      if (strcmp(v, "all") == 0)
+        o->tables = BW_TABLES_ALL;
+      else if (strcmp(v, "compare") == 0)
+        o->tables = BW_TABLES_COMPARE;
+      else if (strcmp(v, "none") == 0)
+        o->tables = BW_TABLES_NONE;
+      else
+        bad = 1;
+    }
     else if (bench_flag(argv[i], "no-matrix"))
       o->matrix = 0;
     else if (bench_flag(argv[i], "quiet"))
@@ -204,6 +217,11 @@ int main(int argc, char **argv) {
 
   if (o.line_rate > 0)
     bench_linerate_override(o.line_rate, &c.line);
+  else if (node.rank == 0 && strcmp(node.all_uuids[c.a], node.all_uuids[c.b]) == 0)
+    /* Copies between two ranks on one GPU stay in its memory. */
+    snprintf(c.line.source, sizeof c.line.source,
+             "none: ranks %d and %d share one GPU (%s), so their copies cross no NVLink", c.a, c.b,
+             node.all_uuids[c.a]);
   else if (node.rank == 0)
     bench_linerate_detect(node.device_name, node.uuid, &c.line);
   MPI_Bcast(&c.line, (int)sizeof c.line, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -271,7 +289,7 @@ int main(int argc, char **argv) {
 
   int out_rc = 0;
   if (node.rank == 0) {
-    bw_report_table(&c, series, ns, mats, nm);
+    bw_report_table(&c, series, ns, mats, nm, o.tables);
     if (o.json && bw_report_json(&c, o.json, series, ns, mats, nm, argc, argv) != 0) out_rc = 1;
     if (o.csv && bw_report_csv(&c, o.csv, series, ns, mats, nm) != 0) out_rc = 1;
   }

@@ -113,6 +113,14 @@ static void bw_compare(const bw_ctx_t *c, const bw_series_t *s, int ns, int bidi
     bw_cell(100 * bw_line_ratio(c, best, bidir));
     printf("\n");
   }
+  /* Why a column is empty. */
+  for (int i = 0; i < 5; i++)
+    if (p[i] && (p[i]->skipped[0] || p[i]->error[0]))
+      printf("# %s: %s: %s\n", p[i]->name, p[i]->skipped[0] ? "skipped" : "error",
+             p[i]->skipped[0] ? p[i]->skipped : p[i]->error);
+    else if (!p[i] && i != 0)
+      printf("# %s: not run (see --modes)\n", n[i]);
+  if (!(c->line.gbps > 0)) printf("# line%%: %s\n", c->line.source);
 }
 
 static void bw_matrix_table(const bw_matrix_t *m) {
@@ -133,12 +141,57 @@ static void bw_matrix_table(const bw_matrix_t *m) {
   }
 }
 
-void bw_report_table(const bw_ctx_t *c, bw_series_t *s, int ns, bw_matrix_t *m, int nm) {
+void bw_report_table(const bw_ctx_t *c, bw_series_t *s, int ns, bw_matrix_t *m, int nm, bw_tables_t which) {
+  if (which == BW_TABLES_NONE) {
+    bw_report_summary(c, s, ns, m, nm);
+    return;
+  }
   bw_header(c);
-  for (int i = 0; i < ns; i++) bw_series_table(c, &s[i]);
+  if (which == BW_TABLES_ALL)
+    for (int i = 0; i < ns; i++) bw_series_table(c, &s[i]);
   bw_compare(c, s, ns, 0);
   bw_compare(c, s, ns, 1);
-  for (int i = 0; i < nm; i++) bw_matrix_table(&m[i]);
+  if (which == BW_TABLES_ALL)
+    for (int i = 0; i < nm; i++) bw_matrix_table(&m[i]);
+  fflush(stdout);
+}
+
+/* What ran and what was checked, without figures: for runs whose numbers
+ * mean nothing (the CPU stand-in) but whose data checks do. */
+void bw_report_summary(const bw_ctx_t *c, const bw_series_t *s, int ns, const bw_matrix_t *m, int nm) {
+  const bench_node_t *n = c->node;
+  printf("vmmipc_bw: %d ranks; driver %s%s; ranks %d and %d on %s and %s\n", n->size, bd.path,
+         bd.is_standin ? " (CPU stand-in)" : "", c->a, c->b, n->all_uuids[c->a], n->all_uuids[c->b]);
+  int failed = 0;
+  for (int i = 0; i < ns; i++) {
+    const bw_series_t *x = &s[i];
+    char lo[32] = "", hi[32] = "";
+    if (x->npoints) {
+      bench_size_str(x->pts[0].size, lo, sizeof lo);
+      bench_size_str(x->pts[x->npoints - 1].size, hi, sizeof hi);
+    }
+    if (x->error[0]) {
+      failed = 1;
+      printf("vmmipc_bw: %s: FAILED: %s\n", x->name, x->error);
+    } else if (x->skipped[0]) {
+      printf("vmmipc_bw: %s: skipped: %s\n", x->name, x->skipped);
+    } else if (x->engine == BW_CE || x->engine == BW_SM) {
+      char chk[32];
+      printf("vmmipc_bw: %s: %s copied each way and checked byte for byte: ok; then ran at %d sizes, %s to %s\n",
+             x->name, bench_size_str(c->check_size, chk, sizeof chk), x->npoints, lo, hi);
+    } else {
+      printf("vmmipc_bw: %s: ran at %d sizes, %s to %s\n", x->name, x->npoints, lo, hi);
+    }
+  }
+  for (int i = 0; i < nm; i++) {
+    char sz[32];
+    if (m[i].skipped[0])
+      printf("vmmipc_bw: peer matrix %s: skipped: %s\n", m[i].name, m[i].skipped);
+    else
+      printf("vmmipc_bw: peer matrix %s: every ordered pair of %d ranks ran at %s\n", m[i].name, m[i].n,
+             bench_size_str(m[i].size, sz, sizeof sz));
+  }
+  printf("vmmipc_bw: %s\n", failed || c->errors ? "some data checks FAILED" : "every data check passed");
   fflush(stdout);
 }
 
