@@ -20,7 +20,11 @@ class Coll : public ::testing::Test {
   void SetUp() override {
     dev_ = vt::UseRankDevice();
     ASSERT_GE(dev_, 0);
-    ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c_));
+    // The mapping cache would keep idle mappings past win_free; these tests
+    // count objects, so they run without it (MappingCacheServes... runs with it).
+    vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+    cfg.map_cache_entries = 0;
+    ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c_));
     vmmipc_comm_node_comm(c_, &node_);
     MPI_Comm_size(node_, &node_size_);
     // The comm's first window makes its signal pool (kept until the comm is
@@ -283,6 +287,68 @@ TEST_F(Coll, AllOrNothingAtEveryStepAndRank) {
     base.Expect(step);
   }
   vmmipc_buf_free(b);
+}
+
+// With the mapping cache on: mapping unchanged buffers again makes no new
+// mapping (hits counted), a grown buffer or a new one is never served from a
+// stale entry, and everything is released with the comm.
+TEST(CollCache, MappingCacheServesUnchangedBuffersOnly) {
+  ASSERT_GE(vt::UseRankDevice(), 0);
+  int me = vt::Rank(), n = vt::Size();
+  vt::Baseline base;
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  auto same = [c](int r) {
+    int s = 0;
+    vmmipc_comm_same_node(c, r, &s);
+    return s != 0;
+  };
+  int peers = 0;
+  for (int r = 0; r < n; r++) peers += r != me && same(r);
+  vmmipc_buf_t b = vt::PatternBuf(2, 7000 + me);
+  auto map_and_check = [&](unsigned seed0, size_t size) {
+    vmmipc_win_t w = nullptr;
+    ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w));
+    for (int r = 0; r < n; r++) {
+      if (!same(r)) continue;
+      void *p = nullptr;
+      size_t sz = 0;
+      ASSERT_VMM_OK(vmmipc_win_query(w, r, &p, &sz));
+      EXPECT_EQ(sz, size) << "rank " << r;
+      EXPECT_TRUE(vt::CheckPattern(p, sz, seed0 + r)) << "rank " << r;
+    }
+    ASSERT_VMM_OK(vmmipc_win_free(w));
+  };
+  vmmipc_comm_stats_t s0 = VMMIPC_COMM_STATS_INIT, s1 = VMMIPC_COMM_STATS_INIT, s2 = VMMIPC_COMM_STATS_INIT;
+  map_and_check(7000, 2 * kGran);
+  ASSERT_VMM_OK(vmmipc_comm_stats(c, &s0));
+  map_and_check(7000, 2 * kGran); // unchanged: every peer from the cache
+  ASSERT_VMM_OK(vmmipc_comm_stats(c, &s1));
+  EXPECT_EQ(s1.map_cache_hits - s0.map_cache_hits, static_cast<uint64_t>(peers));
+  EXPECT_EQ(s1.map_cache_misses, s0.map_cache_misses);
+  // Grown (new generation) and refilled: a miss, and the new bytes.
+  ASSERT_VMM_OK(vmmipc_grow(b, 3 * kGran));
+  void *p = nullptr;
+  size_t sz = 0;
+  vmmipc_buf_ptr(b, &p, &sz);
+  vt::FillPattern(p, sz, 7100 + me);
+  MPI_Barrier(MPI_COMM_WORLD);
+  map_and_check(7100, 3 * kGran);
+  ASSERT_VMM_OK(vmmipc_comm_stats(c, &s2));
+  EXPECT_EQ(s2.map_cache_hits, s1.map_cache_hits) << "a grown buffer was served from its old entry";
+  EXPECT_EQ(s2.map_cache_misses - s1.map_cache_misses, static_cast<uint64_t>(peers));
+  // A new buffer (new serial) never hits either.
+  vmmipc_buf_free(b);
+  b = vt::PatternBuf(1, 7200 + me);
+  MPI_Barrier(MPI_COMM_WORLD);
+  map_and_check(7200, kGran);
+  vmmipc_comm_stats_t s3 = VMMIPC_COMM_STATS_INIT;
+  ASSERT_VMM_OK(vmmipc_comm_stats(c, &s3));
+  EXPECT_EQ(s3.map_cache_hits, s2.map_cache_hits);
+  EXPECT_GE(s3.map_cache_idle, peers > 0 ? 1 : 0);
+  vmmipc_buf_free(b);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c)); // releases the idle mappings
+  base.Expect("mapping cache");
 }
 
 }  // namespace

@@ -55,7 +55,9 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
   if (!local && n > 1) {
     /* One granule; the stream is non-blocking so that host waits never
      * queue behind the user's work on the legacy stream. */
-    local = vmmipc_alloc(1, &p->local);
+    vmmipc_alloc_props_t props = VMMIPC_ALLOC_PROPS_INIT;
+    props.export_cache = 0; /* exported once: a cached fd would only sit open */
+    local = vmmipc_alloc_ex(1, &props, &p->local);
     if (!local) {
       p->per_win = 2 * n;
       p->slices = (int)(p->local->mapped / 8 / (size_t)p->per_win);

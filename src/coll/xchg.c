@@ -8,33 +8,12 @@
 
 #include "coll/coll.h"
 #include "common/testhooks.h"
+#include "vmm/mapcache.h"
 #include "vmm/vmm.h"
 
 vmmipc_result_t vmmipc__desc_dup(vmmipc_desc_t d, vmmipc_desc_t *out) {
   *out = NULL;
-  if (!d) return VMMIPC_SUCCESS;
-  vmmipc_desc_t n = NULL;
-  vmmipc_result_t r = vmmipc__desc_new(d->num_chunks, &n);
-  if (r) return r;
-  int nfds = n->num_chunks;
-  int *fds = n->fds;
-  uint64_t *sizes = n->sizes;
-  *n = *d; /* every metadata field, then the arrays of its own */
-  n->fds = fds;
-  n->sizes = sizes;
-  n->num_chunks = nfds;
-  for (int i = 0; i < d->num_chunks; i++) {
-    n->sizes[i] = d->sizes[i];
-    n->fds[i] = fcntl(d->fds[i], F_DUPFD_CLOEXEC, 0);
-    if (n->fds[i] < 0) {
-      int e = errno;
-      vmmipc_desc_free(n);
-      return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, e, "duplicating the fd of chunk %d of %d", i + 1,
-                                 d->num_chunks);
-    }
-  }
-  *out = n;
-  return VMMIPC_SUCCESS;
+  return d ? vmmipc__desc_copy(d, out) : VMMIPC_SUCCESS; /* identity included: the copy can hit a cache */
 }
 
 vmmipc_result_t vmmipc__check_rooted(struct vmmipc_comm *c, const void *out, int root, const char *op) {
@@ -66,7 +45,13 @@ vmmipc_result_t vmmipc__coll_import(struct vmmipc_comm *c, vmmipc_desc_t d, cons
                                     vmmipc_buf_t *out, int from_rank) {
   *out = NULL;
   if (!d) return VMMIPC_SUCCESS;
-  vmmipc_result_t r = vmmipc__import_timed(d, a, out, &c->timing);
+  /* The cache trusts a buffer identity only when the rank that sent it is
+   * its owner (its pid checked by SO_PEERCRED): in a collective a rank shares
+   * only its own buffers, and no rank can name another process's. */
+  int from = c->node_of[from_rank];
+  int owner = vmmipc__desc_has_identity(d) && (pid_t)d->pid == vmmipc__conn_pid(vmmipc__tp_conn(c->tp), from);
+  vmmipc_result_t r = c->cache && owner ? vmmipc__mapcache_import(c->cache, d, a, &c->timing, out, NULL)
+                                        : vmmipc__import_timed(d, a, out, &c->timing);
   if (r) vmmipc__error_prefix("buffer of rank %d: ", from_rank);
   return r;
 }

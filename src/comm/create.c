@@ -15,6 +15,7 @@
 #include "common/defaults.h"
 #include "common/host.h"
 #include "common/random.h"
+#include "vmm/mapcache.h"
 
 /* What each rank tells every other (MPI_BYTE: one ABI across a job). */
 struct rank_info {
@@ -72,6 +73,18 @@ static int resolve_namespace(const vmmipc_config_t *cfg, int *explicit_choice) {
   return (env && *env) ? VMMIPC_SOCKET_FILESYSTEM : VMMIPC_SOCKET_ABSTRACT;
 }
 
+/* Idle mappings the comm's cache keeps: the config, else
+ * VMMIPC_MAP_CACHE_ENTRIES, else 64; 0 turns the cache off. */
+static int resolve_cache(const vmmipc_config_t *cfg) {
+  if (CFG_HAS(cfg, map_cache_entries) && cfg->map_cache_entries >= 0) return cfg->map_cache_entries;
+  const char *e = getenv("VMMIPC_MAP_CACHE_ENTRIES");
+  if (e && *e) {
+    long v = strtol(e, NULL, 10);
+    if (v >= 0 && v < 1L << 20) return (int)v;
+  }
+  return 64;
+}
+
 static const char *resolve_dir(const vmmipc_config_t *cfg) {
   if (cfg && cfg->socket_dir && *cfg->socket_dir) return cfg->socket_dir;
   const char *env = getenv("VMMIPC_SOCKET_DIR");
@@ -83,6 +96,9 @@ static const char *resolve_dir(const vmmipc_config_t *cfg) {
 static void comm_free(struct vmmipc_comm *c) {
   if (!c) return;
   if (c->pool && c->pool_free) c->pool_free(c->pool, c->node_size);
+  /* Mappings still in use (bcast_map/scatter_map outputs) live on and are
+   * released with their last buffer. */
+  vmmipc__mapcache_destroy(c->cache);
   vmmipc__tp_close(c->tp);
   /* A broken comm may have messages in flight that nobody will receive:
    * freeing its MPI communicators would let MPI reuse their context for a
@@ -359,6 +375,9 @@ vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
     return r;
   }
   c->timing.struct_size = sizeof c->timing;
+  int idle = resolve_cache(cfg);
+  /* Only out of host memory can fail here: the comm then works uncached. */
+  if (idle > 0 && vmmipc__mapcache_create(idle, &c->cache) != VMMIPC_SUCCESS) c->cache = NULL;
   *out = c;
   return VMMIPC_SUCCESS;
 }

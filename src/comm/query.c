@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "vmm/mapcache.h"
 
 vmmipc_result_t vmmipc_comm_node_comm(vmmipc_comm_t c, MPI_Comm *node_comm) {
   if (!c || !node_comm) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_comm_node_comm: comm or out is NULL");
@@ -48,6 +49,14 @@ vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t c, vmmipc_comm_stats_t *s) {
     v.stale_frames = t.stale_frames;
     v.stale_fds = t.stale_fds;
     v.refused = t.refused;
+  }
+  if (c->cache) {
+    vmmipc__mapcache_stats_t m;
+    vmmipc__mapcache_stats(c->cache, &m);
+    v.map_cache_hits = m.hits;
+    v.map_cache_misses = m.misses;
+    v.map_cache_evictions = m.evictions;
+    v.map_cache_idle = m.idle;
   }
   v.open_windows = c->open_windows;
   v.broken = c->broken;
