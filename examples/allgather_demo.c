@@ -40,11 +40,13 @@ int main(int argc, char **argv) {
   CHECK(vmmipc_device_count(&ndev));
   CHECK(vmmipc_set_device(node_rank % ndev));
 
-  void *htod = driver_fn("cuMemcpyHtoD"), *dtoh = driver_fn("cuMemcpyDtoH");
+  void *htod = driver_fn("cuMemcpyHtoD"), *dtoh = driver_fn("cuMemcpyDtoH"), *sync = driver_fn("cuCtxSynchronize");
   CUresult (*copy_in)(CUdeviceptr, const void *, size_t);
   CUresult (*copy_out)(void *, CUdeviceptr, size_t);
   memcpy(&copy_in, &htod, sizeof htod);
   memcpy(&copy_out, &dtoh, sizeof dtoh);
+  CUresult (*ctx_sync)(void);
+  memcpy(&ctx_sync, &sync, sizeof sync);
 
   /* Ranks own buffers of different sizes: 2 MiB times (rank + 1). */
   size_t bytes = (size_t)(rank + 1) << 21;
@@ -55,6 +57,7 @@ int main(int argc, char **argv) {
   unsigned char *host = malloc(bytes);
   memset(host, rank + 1, bytes);
   copy_in((CUdeviceptr)(uintptr_t)ptr, host, bytes);
+  ctx_sync(); /* a pageable copy may return before the data lands: peers read it next */
   free(host);
 
   vmmipc_win_t win;

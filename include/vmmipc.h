@@ -10,6 +10,27 @@
  * Every function returns a vmmipc_result_t. On failure a thread-local message
  * that names the operation, the rank or chunk, the driver or OS error and a
  * hint is available from vmmipc_last_error().
+ *
+ * Conventions (docs/api.md has one entry per function):
+ * - "Collective" calls are made by every rank of the communicator given to
+ *   vmmipc_comm_create, in the same order, as in MPI. They are
+ *   all-or-nothing: every rank succeeds, or every rank rolls back and returns
+ *   the same error, which names the rank that failed first.
+ * - Waits are bounded: no call waits on a peer longer than the comm's
+ *   timeout (vmmipc_config_t.timeout_ms), except that a collective may wait
+ *   once in its exchange and once in its agreement. A peer that dies or hangs
+ *   gives VMMIPC_ERR_PEER or VMMIPC_ERR_TIMEOUT naming it. After an
+ *   agreement times out the comm is broken: every later call on it fails at
+ *   once, and vmmipc_comm_destroy frees it locally.
+ * - Threads: calls on one comm (and on its windows' vmmipc_win_free) must not
+ *   overlap; an overlapping call is refused with VMMIPC_ERR_INVALID_ARG.
+ *   Calls on different comms may run at once on different threads when MPI
+ *   provides MPI_THREAD_MULTIPLE, else they are refused likewise. Buffer and
+ *   descriptor calls are thread-safe for distinct objects; one object must
+ *   not be freed or grown while another thread uses it.
+ * - Ownership: an out-parameter object belongs to the caller, who frees it
+ *   with the matching *_free / vmmipc_comm_destroy; every *_free accepts
+ *   NULL, as free() does.
  */
 #ifndef VMMIPC_H
 #define VMMIPC_H
@@ -48,20 +69,23 @@ typedef enum vmmipc_result {
   VMMIPC_ERR_NO_MEMORY
 } vmmipc_result_t;
 
-/* A static one-line description of a result code. */
+/* A static one-line description of a result code. Thread-safe. */
 VMMIPC_EXPORT const char *vmmipc_strerror(vmmipc_result_t r);
-/* The message of the last failure on this thread ("" if none). */
+/* The message of the last failure on this thread ("" if none); valid until the
+ * thread's next failing call. */
 VMMIPC_EXPORT const char *vmmipc_last_error(void);
-/* The library version as "major.minor.patch". */
+/* "major.minor.patch", the same as the VMMIPC_VERSION_* macros. */
 VMMIPC_EXPORT const char *vmmipc_version(void);
 
 /* ---- devices ----------------------------------------------------------- */
 
 typedef struct { unsigned char bytes[16]; } vmmipc_uuid_t; /* as cuDeviceGetUuid reports */
 
-/* Retain the primary context of device `ordinal` and make it current on the
- * calling thread (like cudaSetDevice). */
+/* Retains the primary context of device `ordinal` (this process's ordinal,
+ * after CUDA_VISIBLE_DEVICES) and makes it current on the calling thread, as
+ * cudaSetDevice does (the runtime uses the same primary context). Local. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_set_device(int ordinal);
+/* The UUID of device `ordinal`. Local. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_device_uuid(int ordinal, vmmipc_uuid_t *uuid);
 /* Number of devices visible to this process. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_device_count(int *count);
@@ -95,11 +119,20 @@ typedef struct vmmipc_config {
 #define VMMIPC_CONFIG_INIT { sizeof(vmmipc_config_t), 0, VMMIPC_SOCKET_AUTO, NULL, -1 }
 
 typedef struct vmmipc_comm *vmmipc_comm_t;
-/* Collective over `comm`; works on a private duplicate of it. */
+/* Collective over `comm` (all its ranks; any order relative to
+ * vmmipc_set_device). Duplicates it, groups ranks by node, agrees on the
+ * timeout and socket mode, connects every pair of node ranks (then nothing
+ * listens). Blocks up to about twice the timeout, plus MPI_Comm_split. *out:
+ * the caller's; free with vmmipc_comm_destroy. config NULL: defaults. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *config,
                                                  vmmipc_comm_t *out);
-VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t comm); /* collective */
+/* Collective. Refused on every rank (the comm stays usable) while windows
+ * of it are open; on a broken comm, frees it locally without waiting. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t comm);
+/* Local: the ranks of the caller's node, as an MPI communicator owned by the
+ * comm (do not free it). */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_node_comm(vmmipc_comm_t comm, MPI_Comm *node_comm);
+/* Local: whether `rank` of the comm shares the caller's node. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_same_node(vmmipc_comm_t comm, int rank, int *same);
 
 /* Where the last collective on `comm` spent its time on this rank (seconds).
@@ -111,6 +144,7 @@ typedef struct vmmipc_timing {
   double export_s, transfer_s, import_s, map_s, access_s, agree_s, total_s;
 } vmmipc_timing_t;
 #define VMMIPC_TIMING_INIT { sizeof(vmmipc_timing_t), 0, 0, 0, 0, 0, 0, 0 }
+/* Local. Every collective (vmmipc_win_free too) starts a new record. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_last_timing(vmmipc_comm_t comm, vmmipc_timing_t *timing);
 
 /* Counters of a comm since it was created, for monitoring and tests. Set
@@ -128,6 +162,7 @@ typedef struct vmmipc_comm_stats {
   int broken;                 /* 1: a bounded wait expired; every call fails (see vmmipc_last_error) */
 } vmmipc_comm_stats_t;
 #define VMMIPC_COMM_STATS_INIT { sizeof(vmmipc_comm_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+/* Local. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t comm, vmmipc_comm_stats_t *stats);
 
 /* ---- access ------------------------------------------------------------ */
@@ -156,6 +191,7 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_alloc(size_t size, vmmipc_buf_t *out);
  * wrapped buffer is refused (VMMIPC_ERR_INVALID_ARG), and so is a buffer
  * that an open window exposes. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_grow(vmmipc_buf_t buf, size_t new_size);
+/* Local: the device address and size (either output may be NULL). */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_ptr(vmmipc_buf_t buf, void **ptr, size_t *size);
 /* Releases what the buffer owns: an allocated or imported buffer's chunks,
  * mappings and reservations; a wrapped buffer's retained handles only.
@@ -223,7 +259,12 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_export(vmmipc_buf_t buf, vmmipc_desc_t *out
 /* Number of fds the export caches of all live buffers hold in this process
  * (fd-limit errors report it too). */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_export_cache_fds(long *count);
-VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_free(vmmipc_desc_t desc); /* closes its fds */
+/* Closes the descriptor's fds and frees it. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_free(vmmipc_desc_t desc);
+/* Local: validates the descriptor, then reserves, imports, maps and sets the
+ * access asked for (NULL: read-write for the current device); rolls back on
+ * failure. Keeps no fd (desc still owns its own). *out: imported, never
+ * exportable; free with vmmipc_buf_free. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_import(vmmipc_desc_t desc, const vmmipc_access_t *access,
                                             vmmipc_buf_t *out);
 /* Serialise: bytes in the versioned wire format (docs/wire-format.md) and the
@@ -242,31 +283,78 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_info(vmmipc_desc_t desc, size_t *size,
 VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_chunk_size(vmmipc_desc_t desc, int index, size_t *size);
 
 /* ---- point to point (ranks of the comm that share a node) ---------------- */
+/* Their own context: never matched with a collective's traffic. Messages
+ * between two ranks arrive in order. */
 
+/* Sends a descriptor (its fds duplicated into the message; the caller keeps
+ * desc). Returns once the message is queued in the socket, not when it is
+ * received; blocks only while the socket is full, up to the timeout. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_send(vmmipc_comm_t comm, vmmipc_desc_t desc, int dest);
+/* Receives the next descriptor from `source`, blocking up to the timeout.
+ * *out: the caller's (vmmipc_desc_free). */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_recv(vmmipc_comm_t comm, int source, vmmipc_desc_t *out);
 
 /* ---- collectives (ranks of the communicator given to comm_create) -------- */
+/* Every one: all ranks of the comm, one exchange among each node's ranks and
+ * one agreement over the comm; blocks up to about twice the timeout. */
 
+/* descs_out: an array of comm-size entries; entry r is a copy of rank r's
+ * descriptor for every rank r of the caller's node (the caller's own entry
+ * included, NULL where that rank passed NULL), NULL for other nodes. Each
+ * entry is the caller's to vmmipc_desc_free. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_allgather_desc(vmmipc_comm_t comm, vmmipc_desc_t desc,
                                                     vmmipc_desc_t *descs_out);
+/* descs (read at the root only): comm-size entries indexed by comm rank,
+ * NULL entries allowed. *out: that rank's descriptor (the root gets a copy of
+ * its own entry), NULL off the root's node; the caller's to free. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_scatter_desc(vmmipc_comm_t comm, const vmmipc_desc_t *descs,
                                                   int root, vmmipc_desc_t *out);
 typedef struct vmmipc_win *vmmipc_win_t;
+/* Maps every node peer's buf (NULL: this rank contributes nothing) with the
+ * access asked for; like MPI_Win_allocate_shared. *out: the caller's
+ * (vmmipc_win_free). While the window is open, buf cannot be freed or grown
+ * and the comm cannot be destroyed (VMMIPC_ERR_INVALID_ARG). The comm's
+ * first window also makes its signal pool (docs/sync.md). Unchanged peer
+ * buffers mapped again come from the comm's mapping cache. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t comm, vmmipc_buf_t buf,
                                                    const vmmipc_access_t *access, vmmipc_win_t *out);
+/* Local, thread-safe: rank's buffer as mapped here: the caller's own buffer
+ * for itself, NULL and 0 for ranks of other nodes or that gave none. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_win_query(vmmipc_win_t win, int rank, void **ptr, size_t *size);
-VMMIPC_EXPORT vmmipc_result_t vmmipc_win_free(vmmipc_win_t win); /* collective */
+/* Collective: unmaps the peers here, then agrees, so that after it returns
+ * nobody maps this rank's buffer through the window. Work enqueued on the
+ * window must be complete first. On a broken comm it frees locally. */
+VMMIPC_EXPORT vmmipc_result_t vmmipc_win_free(vmmipc_win_t win);
+/* The root's buf mapped by every other rank of its node. *out: the mapping
+ * (vmmipc_buf_free; it may outlive the comm), NULL at the root and off its
+ * node. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_bcast_map(vmmipc_comm_t comm, vmmipc_buf_t buf, int root,
                                                const vmmipc_access_t *access, vmmipc_buf_t *out);
+/* bufs (read at the root only): comm-size entries indexed by comm rank, NULL
+ * allowed; each other rank of the root's node maps its entry. *out: as for
+ * vmmipc_bcast_map (NULL at the root, off its node, and for a NULL entry). */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_scatter_map(vmmipc_comm_t comm, const vmmipc_buf_t *bufs, int root,
                                                  const vmmipc_access_t *access, vmmipc_buf_t *out);
 
 /* ---- stream-ordered synchronisation on windows ----------------------------- */
-/* `stream` is a CUstream or cudaStream_t; NULL is the legacy default stream. */
+/* `stream` is a CUstream or cudaStream_t; NULL is the legacy default stream.
+ * `rank`: a rank of the window's comm on the caller's node, else
+ * VMMIPC_ERR_INVALID_ARG. They enqueue and return (no host wait); the device
+ * needs 64-bit stream memory operations (else VMMIPC_ERR_UNSUPPORTED).
+ * What becomes visible to whom, and when: docs/sync.md. Signal, wait and
+ * wait_host may be called from several threads at once. */
+
+/* Sets the caller's slot in rank's pad to value, once the work enqueued
+ * before it on stream is complete and visible to rank. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_win_signal(vmmipc_win_t win, int rank, uint64_t value, void *stream);
+/* Holds later work on stream until rank's slot in the caller's pad is at
+ * least value. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_win_wait(vmmipc_win_t win, int rank, uint64_t value, void *stream);
+/* Barrier among the node's ranks of the window, on each one's stream;
+ * repeats without resets. One thread at a time per window. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t win, void *stream);
+/* The wait, from the host: blocks until rank's slot reaches value, at most
+ * timeout_ms (<= 0: the comm's timeout), then VMMIPC_ERR_TIMEOUT naming rank. */
 VMMIPC_EXPORT vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t win, int rank, uint64_t value, int timeout_ms);
 
 #ifdef __cplusplus
