@@ -138,11 +138,7 @@ static vmmipc_result_t agree_root(struct vmmipc_comm *c, vmmipc_result_t local, 
     rc = vmmipc__mpi_error(mrc, "%s: agreement (receiving the outcomes)", op);
     vmmipc__break(c);
   } else {
-    for (int r = 1; r < n; r++) { /* MPI_Testall frees nothing unless all completed */
-      int flag = recvs[r] == MPI_REQUEST_NULL;
-      if (!flag) MPI_Test(&recvs[r], &flag, MPI_STATUS_IGNORE);
-      arrived[r] = flag;
-    }
+    for (int r = 1; r < n; r++) arrived[r] = recvs[r] == MPI_REQUEST_NULL; /* completed ones are NULL */
     int len = pack_verdict(verdict, op, outcomes, arrived, n, c->timeout_ms);
     /* To the silent ranks as well: one that comes late learns the verdict at once. */
     for (int r = 1; r < n && mrc == MPI_SUCCESS; r++) mrc = MPI_Isend(verdict, len, MPI_BYTE, r, tag, c->dup, &sends[r]);

@@ -21,14 +21,22 @@ vmmipc_result_t vmmipc__mpi_error(int mpi_rc, const char *fmt, ...) {
 }
 
 int vmmipc__mpi_wait(MPI_Request *reqs, int n, int64_t deadline_ms, int *mpi_rc) {
+  /* One MPI_Test per request (not MPI_Testall): completed requests become
+   * MPI_REQUEST_NULL as they finish, so after a timeout the caller can tell
+   * which ones did. */
   for (unsigned spin = 0;; spin++) {
-    int done = 0;
-    int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      *mpi_rc = rc;
-      return -1;
+    int left = 0;
+    for (int i = 0; i < n; i++) {
+      if (reqs[i] == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      int rc = MPI_Test(&reqs[i], &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        *mpi_rc = rc;
+        return -1;
+      }
+      left += !done;
     }
-    if (done) return 0;
+    if (!left) return 0;
     /* The clock is cheap (vDSO); yielding keeps oversubscribed nodes going. */
     if (vmmipc__now_ms() >= deadline_ms) return 1;
     if (spin > 64) sched_yield();
