@@ -292,15 +292,13 @@ TEST_F(Buffers, AnExposedBufferIsNeitherFreedNorGrown) {
 // A driver call that fails during free is reported (the first one, naming
 // the call and the chunk), and everything else is still released.
 TEST_F(Buffers, FreeReportsAFailedDriverCallAndReleasesTheRest) {
-  void *fn = nullptr;
-  ASSERT_VMM_OK(vmmipc_driver_proc("cuMemUnmap", 0, &fn));
-  auto unmap = reinterpret_cast<decltype(&::cuMemUnmap)>(fn);
+  // The unmap of chunk 2 reports a failure (injected: the real driver
+  // accepts unmapping a range that is not mapped any more, as the H200 run
+  // of 2026-12-01 showed, so no honest driver call fails here on both).
   vmmipc_buf_t b = Chunky(3, 62);
-  void *p = nullptr;
-  vmmipc_buf_ptr(b, &p, nullptr);
-  // Behind vmmipc's back: chunk 2 is no longer mapped.
-  ASSERT_EQ(unmap(reinterpret_cast<CUdeviceptr>(p) + kGran, kGran), CUDA_SUCCESS);
+  vmmipc__test_fail_at("unmap", 2);
   EXPECT_EQ(vmmipc_buf_free(b), VMMIPC_ERR_CUDA);
+  vmmipc__test_fail_at(nullptr, 0);
   std::string msg = vmmipc_last_error();
   EXPECT_NE(msg.find("vmmipc_buf_free: chunk 2 of 3: cuMemUnmap"), std::string::npos) << msg;
   // TearDown checks that the other chunks, the mappings and the

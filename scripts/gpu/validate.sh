@@ -37,11 +37,21 @@ case "$phase" in
     DEADLINE_S=${DEADLINE_S:-400} timeout 470 benchmarks/run-gpu.sh "$out/bench" "$build" > "$out/run-gpu.log" 2>&1
     log "run-gpu.sh exited $?"
     cp "$out/bench/machine.txt" "$out/" 2>/dev/null
+    for b in expandable cudamalloc; do
+      VMMIPC_LIB="$build/src/libvmmipc.so" timeout 120 python3 scripts/gpu/wrap_torch.py "$b" >> "$out/wrap_torch.log" 2>&1
+      log "wrap_torch $b exited $?"
+    done
     ;;
   newcomer)
-    BUILD_DIR="$root/build-newcomer" timeout 540 scripts/test.sh -j8 > "$out/test.log" 2>&1
+    BUILD_DIR="$root/build-newcomer" timeout 420 scripts/test.sh -j8 > "$out/test.log" 2>&1
     log "scripts/test.sh exited $?"
     grep -E "tests passed|Failed|Not Run" "$out/test.log" | tail -20 >> "$out/phases.log"
+    if [ -n "${RERUN:-}" ]; then  # suites to run again on the real driver
+      BUILD_DIR="$root/build-rerun" VMMIPC_TEST_DRIVER=real CMAKE_ARGS="-DVMMIPC_BUILD_BENCHMARKS=OFF -DVMMIPC_BUILD_EXAMPLES=OFF" \
+        timeout 240 scripts/test.sh -R "$RERUN" > "$out/rerun-real.log" 2>&1
+      log "rerun on the real driver ($RERUN) exited $?"
+      grep -E "tests passed|Failed" "$out/rerun-real.log" >> "$out/phases.log"
+    fi
     ;;
   *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac

@@ -11,7 +11,7 @@ extern "C" {
 #ifdef VMMIPC_TEST_HOOKS
 /* Make the nth (1-based) next occurrence of `step` in this process fail;
  * step NULL or nth <= 0 disarms. Steps: "alloc", "reserve", "export",
- * "import", "map", "access", "transfer", "args", "late" (this rank
+ * "import", "map", "access", "unmap" (reported after a real unmap), "record", "transfer", "args", "late" (this rank
  * sleeps inside the next exchange), "agree" (this rank skips the next
  * agreement, as a rank that never enters it). */
 void vmmipc__test_fail_at(const char *step, int nth);

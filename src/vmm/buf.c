@@ -103,6 +103,7 @@ vmmipc_result_t vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b
     CUdeviceptr at = b->base;
     for (int i = 0; !b->wrapped && at && i < b->num_chunks; i++) {
       CUresult rc = cu->cuMemUnmap(at, b->chunks[i].size);
+      if (!rc && VMMIPC__INJECT("unmap")) rc = CUDA_ERROR_INVALID_VALUE; /* tests: a failure reported, no leak */
       if (rc)
         vmmipc__note(&f, vmmipc__cu_error(rc, NULL, "%s: chunk %d of %d: cuMemUnmap(offset %llu, size %zu)", op,
                                           i + 1, b->num_chunks, (unsigned long long)(at - b->base),
