@@ -76,22 +76,9 @@ static void bw_parse(int argc, char **argv, bw_opts_t *o) {
     }
     else if (bench_flag(argv[i], "no-matrix"))
       o->matrix = 0;
-    else if (bench_flag(argv[i], "quiet"))
-      o->quiet = 1;
-    else if (bench_flag(argv[i], "help") || strcmp(argv[i], "-h") == 0) {
-      bw_usage(stdout);
-      MPI_Finalize();
-      exit(0);
-    } else {
-      fprintf(stderr, "vmmipc_bw: unknown option %s\n", argv[i]);
-      bad = 1;
-    }
-    if (bad) {
-      fprintf(stderr, "vmmipc_bw: bad value for %s\n", argv[i]);
-      bw_usage(stderr);
-      MPI_Finalize();
-      exit(2);
-    }
+    else if (!bench_common_flag(argv[i], &o->quiet, bw_usage))
+      bench_opt_fail("vmmipc_bw", argv[i], 1, bw_usage);
+    if (bad) bench_opt_fail("vmmipc_bw", argv[i], 0, bw_usage);
   }
   if (o->min_size > o->max_size) o->min_size = o->max_size;
   if (o->matrix_size == 0) o->matrix_size = o->max_size < 256 * BENCH_MiB ? o->max_size : 256 * BENCH_MiB;

@@ -1,6 +1,8 @@
 /* Parsing of sizes, numbers and options. */
 #include "common/args.h"
 
+#include <mpi.h>
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
@@ -96,4 +98,24 @@ const char *bench_size_str(size_t n, char *buf, size_t len) {
   else
     snprintf(buf, len, "%zu B", n);
   return buf;
+}
+
+int bench_common_flag(const char *arg, int *quiet, void (*usage)(FILE *)) {
+  if (bench_flag(arg, "quiet")) {
+    *quiet = 1;
+    return 1;
+  }
+  if (bench_flag(arg, "help") || strcmp(arg, "-h") == 0) {
+    usage(stdout);
+    MPI_Finalize();
+    exit(0);
+  }
+  return 0;
+}
+
+void bench_opt_fail(const char *prog, const char *arg, int unknown, void (*usage)(FILE *)) {
+  fprintf(stderr, unknown ? "%s: unknown option %s\n" : "%s: bad value for %s\n", prog, arg);
+  usage(stderr);
+  MPI_Finalize();
+  exit(2);
 }

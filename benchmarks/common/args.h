@@ -3,6 +3,7 @@
 #define VMMIPC_BENCH_ARGS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #define BENCH_KiB ((size_t)1 << 10)
 #define BENCH_MiB ((size_t)1 << 20)
@@ -21,6 +22,14 @@ int bench_parse_int_list(const char *s, int *out, int max, int *n);
 const char *bench_opt(int argc, char **argv, int *i, const char *name);
 /* Whether argv[i] is exactly the flag "--name". */
 int bench_flag(const char *arg, const char *name);
+
+/* The options every program takes, at the end of its option loop:
+ * "--quiet" sets *quiet; "--help" or "-h" prints the usage and exits 0.
+ * Returns whether argv[i] was one of them. */
+int bench_common_flag(const char *arg, int *quiet, void (*usage)(FILE *));
+/* An unknown option (unknown != 0) or a bad value for argv[i]: says so,
+ * prints the usage to stderr and exits 2, after MPI_Finalize. */
+void bench_opt_fail(const char *prog, const char *arg, int unknown, void (*usage)(FILE *));
 
 /* "512 B", "64 KiB", "4 MiB", "1 GiB", "3145728 B". */
 const char *bench_size_str(size_t n, char *buf, size_t len);

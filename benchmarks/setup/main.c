@@ -145,22 +145,9 @@ static void setup_parse(int argc, char **argv, setup_opts_t *o) {
       o->json = v;
     else if ((v = bench_opt(argc, argv, &i, "csv")))
       o->csv = v;
-    else if (bench_flag(argv[i], "quiet"))
-      o->quiet = 1;
-    else if (bench_flag(argv[i], "help") || strcmp(argv[i], "-h") == 0) {
-      setup_usage(stdout);
-      MPI_Finalize();
-      exit(0);
-    } else {
-      fprintf(stderr, "vmmipc_setup: unknown option %s\n", argv[i]);
-      bad = 1;
-    }
-    if (bad) {
-      fprintf(stderr, "vmmipc_setup: bad value for %s\n", argv[i]);
-      setup_usage(stderr);
-      MPI_Finalize();
-      exit(2);
-    }
+    else if (!bench_common_flag(argv[i], &o->quiet, setup_usage))
+      bench_opt_fail("vmmipc_setup", argv[i], 1, setup_usage);
+    if (bad) bench_opt_fail("vmmipc_setup", argv[i], 0, setup_usage);
   }
   if (o->reps_large == 0) o->reps_large = o->reps;
 }

@@ -119,22 +119,9 @@ static void sy_parse(int argc, char **argv, sy_opts_t *o) {
       o->json = v;
     else if ((v = bench_opt(argc, argv, &i, "csv")))
       o->csv = v;
-    else if (bench_flag(argv[i], "quiet"))
-      o->quiet = 1;
-    else if (bench_flag(argv[i], "help") || strcmp(argv[i], "-h") == 0) {
-      sy_usage(stdout);
-      MPI_Finalize();
-      exit(0);
-    } else {
-      fprintf(stderr, "vmmipc_sync: unknown option %s\n", argv[i]);
-      bad = 1;
-    }
-    if (bad) {
-      fprintf(stderr, "vmmipc_sync: bad value for %s\n", argv[i]);
-      sy_usage(stderr);
-      MPI_Finalize();
-      exit(2);
-    }
+    else if (!bench_common_flag(argv[i], &o->quiet, sy_usage))
+      bench_opt_fail("vmmipc_sync", argv[i], 1, sy_usage);
+    if (bad) bench_opt_fail("vmmipc_sync", argv[i], 0, sy_usage);
   }
   if (o->min_size > o->max_size) o->min_size = o->max_size;
 }

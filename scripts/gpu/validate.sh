@@ -4,7 +4,8 @@
 # OUTDIR and packs them into OUTDIR/<phase>.tgz.
 #   scripts/gpu/validate.sh suites OUTDIR    real-driver suites (gpu-check.sh), demo, wrap checks
 #   scripts/gpu/validate.sh bench OUTDIR     benchmarks/run-gpu.sh (builds what it needs)
-#   scripts/gpu/validate.sh newcomer OUTDIR  the README's two commands as a newcomer runs them
+#   scripts/gpu/validate.sh newcomer OUTDIR  the README's test command as a newcomer runs it
+#   RERUN=regex scripts/gpu/validate.sh rerun OUTDIR  those suites again on the real driver
 set -uo pipefail
 phase=${1:?phase}
 out=$(mkdir -p "${2:?outdir}/$phase" && cd "${2}/$phase" && pwd)
@@ -52,6 +53,12 @@ case "$phase" in
       log "rerun on the real driver ($RERUN) exited $?"
       grep -E "tests passed|Failed" "$out/rerun-real.log" >> "$out/phases.log"
     fi
+    ;;
+  rerun)  # RERUN: a ctest regex of suites to run again on the real driver
+    BUILD_DIR="$root/build-rerun" VMMIPC_TEST_DRIVER=real CMAKE_ARGS="-DVMMIPC_BUILD_BENCHMARKS=OFF" \
+      timeout 500 scripts/test.sh -j4 -R "${RERUN:?set RERUN}" > "$out/rerun-real.log" 2>&1
+    log "rerun on the real driver ($RERUN) exited $?"
+    grep -E "tests passed|Failed|Test +#" "$out/rerun-real.log" >> "$out/phases.log"
     ;;
   *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac

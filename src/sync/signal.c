@@ -70,15 +70,23 @@ static vmmipc_result_t sync_args(vmmipc_win_t w, const char *op) {
   return VMMIPC_SUCCESS;
 }
 
+/* The checks every per-rank call makes: the window, the rank (its node rank
+ * in *p), and the device's stream memory operations. */
+static vmmipc_result_t sync_begin(vmmipc_win_t w, int rank, const char *op, int *p, const vmmipc__cu_t **cu,
+                                  unsigned *wait_flags) {
+  vmmipc_result_t r = sync_args(w, op);
+  if (!r) r = sync_peer(w, rank, op, p);
+  if (!r) r = sync_ready(w, op, cu, wait_flags);
+  return r;
+}
+
 vmmipc_result_t vmmipc_win_signal(vmmipc_win_t w, int rank, uint64_t value, void *stream) {
   const char *op = "vmmipc_win_signal";
-  vmmipc_result_t r = sync_args(w, op);
-  int p;
-  if (r || (r = sync_peer(w, rank, op, &p))) return r;
   const vmmipc__cu_t *cu;
   unsigned wf;
-  if ((r = sync_ready(w, op, &cu, &wf))) return r;
-  if (w->slice < 0) return VMMIPC_SUCCESS; /* a node of one: nobody to tell */
+  int p = 0;
+  vmmipc_result_t r = sync_begin(w, rank, op, &p, &cu, &wf);
+  if (r || w->slice < 0) return r; /* a node of one: nobody to tell */
   /* The caller's slot in rank's part: the default flags fence earlier work first. */
   CUresult rc = cu->cuStreamWriteValue64((CUstream)stream, slot_addr(w, p, w->comm->node_rank), value,
                                          CU_STREAM_WRITE_VALUE_DEFAULT);
@@ -88,13 +96,11 @@ vmmipc_result_t vmmipc_win_signal(vmmipc_win_t w, int rank, uint64_t value, void
 
 vmmipc_result_t vmmipc_win_wait(vmmipc_win_t w, int rank, uint64_t value, void *stream) {
   const char *op = "vmmipc_win_wait";
-  vmmipc_result_t r = sync_args(w, op);
-  int p;
-  if (r || (r = sync_peer(w, rank, op, &p))) return r;
   const vmmipc__cu_t *cu;
   unsigned wf;
-  if ((r = sync_ready(w, op, &cu, &wf))) return r;
-  if (w->slice < 0) return VMMIPC_SUCCESS;
+  int p = 0;
+  vmmipc_result_t r = sync_begin(w, rank, op, &p, &cu, &wf);
+  if (r || w->slice < 0) return r;
   CUresult rc = cu->cuStreamWaitValue64((CUstream)stream, slot_addr(w, w->comm->node_rank, p), value, wf);
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamWaitValue64 for rank %d", op, rank);
   return VMMIPC_SUCCESS;
@@ -159,7 +165,7 @@ static vmmipc_result_t read_slot(const vmmipc__cu_t *cu, vmmipc_win_t w, int p, 
 vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, int timeout_ms) {
   const char *op = "vmmipc_win_wait_host";
   vmmipc_result_t r = sync_args(w, op);
-  int p;
+  int p = 0;
   if (r || (r = sync_peer(w, rank, op, &p))) return r;
   const vmmipc__cu_t *cu;
   if ((r = vmmipc__cu_load(&cu))) return r;
