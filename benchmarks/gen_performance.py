@@ -4,7 +4,7 @@
 usage: gen_performance.py [RESULTS_DIR ...] [--out FILE] [--check]
 
 RESULTS_DIR: directories written by run-gpu.sh (bw.json, setup.json,
-setup_scale_*.json, torch.json, sync.json, torch_barrier.json, plots/*.png,
+setup_scale_*.json, setup_probes_*.json, torch.json, sync.json, torch_barrier.json, plots/*.png,
 and gpu-check.sh's machine.txt); default: every directory under
 benchmarks/results/. Runs are ordered newest first by the date in
 machine.txt (else nvidia-smi.log, else the directory name). Each section is
@@ -54,6 +54,7 @@ class Run:
         self.json_names = [os.path.basename(p) for p, _ in loaded]
         machine = read_text(os.path.join(self.path, "machine.txt"))
         smi = read_text(os.path.join(self.path, "nvidia-smi.log"))
+        self.smi_txt = smi
         m = re.search(r"^date: (\S+)", machine, re.M) or re.search(r"^date: (\S+)", smi, re.M)
         d = re.match(r"\d{4}-\d{2}-\d{2}", self.name)
         self.date = m.group(1) if m else (d.group(0) if d else "unknown")
@@ -86,6 +87,8 @@ class Run:
 
     def driver(self):
         m = re.search(r"^[^,\n]+, (\d+\.\d+(?:\.\d+)?), \d+ MiB", self.machine_txt, re.M)
+        # run-gpu.sh's own query (name, driver_version, clocks, power) when gpu-check.sh's file is absent
+        m = m or re.search(r"^[^,\n]+, (\d+\.\d+(?:\.\d+)?), \d+ MHz", self.smi_txt, re.M)
         return m.group(1) if m else None
 
     def cuda(self):
@@ -173,7 +176,7 @@ def plots(page, runs, key, names, caption):
     """Inline the named plots from the newest run with `key` that has them;
     says which run they come from when it is not the table's."""
     base = newest(runs, key)
-    for run in [r for r in runs if r.files[key] or (key == "scale" and r.files["scale"])]:
+    for run in [r for r in runs if r.files[key]]:
         have = [n for n in names if n in run.plots]
         if not have:
             continue
@@ -188,7 +191,7 @@ def plots(page, runs, key, names, caption):
 
 def newest(runs, key):
     for r in runs:
-        if (r.files["scale"] if key == "scale" else r.files[key]):
+        if r.files[key]:
             return r
     return None
 
@@ -623,6 +626,46 @@ def section_scale(page, runs):
     plots(page, runs, "scale", ["setup_scale.png"], "The scale plots")
 
 
+def section_probes(page, runs):
+    page.add("## Design probes: one access call for all peers, a thread per peer", "")
+    run = newest(runs, "probes")
+    if not run:
+        page.para("Not measured yet: no results directory has setup_probes_*.json (run-gpu.sh's probe step writes "
+                  "them).")
+        return
+    page.para(f"From run {run.label()}. Issue 11 asked to measure two ways of importing before the library "
+              f"adopts either: `floor_joint` maps every peer's chunks back to back in one reserved range and sets "
+              f"access once over all of it; `floor_threads` gives every peer a thread that receives, imports, maps "
+              f"and sets access. Both are the floor (raw driver calls, no library) changed in that one respect, so "
+              f"x floor says what the idea is worth. `legacy_ipc_fresh` opens a new `cuMemAlloc` buffer every "
+              f"repetition, `legacy_ipc` the same one again. allgather_map; times in ms (median).")
+    keys = [(d, pt) for d in run.files["probes"] if "skipped" not in d
+            for pt in sorted({(r["size"], r["chunks"]) for r in d.get("results", [])
+                              if r.get("coll") == "allgather_map"})]
+
+    def med(k, method):
+        return S.result(k[0], "allgather_map", method, *k[1])
+
+    def why(k, method):
+        return S.skipped_why(k[0], "allgather_map", method, *k[1]) or "not measured"
+
+    cols = []
+    for method in ("vmmipc", "floor", "floor_joint", "floor_threads"):
+        cols.append((method, lambda k, m=method: ms(med(k, m)), lambda k, m=method: why(k, m)))
+        if method.startswith("floor_"):
+            cols.append((f"{method} x floor", lambda k, m=method: ratio(med(k, m), med(k, "floor")),
+                         lambda k, m=method: why(k, m)))
+    head = lambda k: f"{S.placement(k[0])}, {S.size_str(k[1][0])} x {k[1][1]}"  # noqa: E731
+    build_table(page, head, keys, cols, "Placement")
+    page.para("Legacy IPC has one chunk only; the same launches, first mapping of a 2 MiB buffer:")
+    cols = [("vmmipc", lambda k: ms(med(k, "vmmipc")), lambda k: why(k, "vmmipc"))]
+    for method in ("legacy_ipc", "legacy_ipc_fresh"):
+        cols.append((method, lambda k, m=method: ms(med(k, m)), lambda k, m=method: why(k, m)))
+        cols.append((f"vmmipc / {method}", lambda k, m=method: ratio(med(k, "vmmipc"), med(k, m)),
+                     lambda k, m=method: why(k, m)))
+    build_table(page, head, [k for k in keys if k[1][1] == 1], cols, "Placement")
+
+
 def section_sync(page, runs):
     page.add("## Window synchronisation (`vmmipc_sync`)", "")
     run = newest(runs, "sync")
@@ -756,6 +799,7 @@ def generate(dirs, out):
     section_bw(page, runs)
     section_setup(page, runs)
     section_scale(page, runs)
+    section_probes(page, runs)
     section_sync(page, runs)
     section_visible(page, runs)
     section_method(page)

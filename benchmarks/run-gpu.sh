@@ -15,7 +15,8 @@
 # setup.json/.csv/.log, torch.json/.log (when torch imports),
 # setup_scale_{1,2}gpu_np<N>.json/.log (the scale step: vmmipc_setup with N
 # ranks all on one GPU, or spread over two; a launch that could not run
-# leaves a JSON with "skipped" and the reason), nvidia-smi.log, summary.md
+# leaves a JSON with "skipped" and the reason), setup_probes_*.json/.log
+# (issue 11's design probes; SETUP_PROBES=0 skips them), nvidia-smi.log, summary.md
 # (goals, from summarize.py), plots/*.png (when matplotlib imports) and
 # status.txt. A missing vmmipc_sync is a skip. With one GPU the NP ranks
 # share it, the run says so, and the two-GPU rows are left empty with that
@@ -238,6 +239,24 @@ for gpus in 1 2; do
     fi
   done
 done
+
+# Design probes (issue 11): the floor beside two ways of importing that the
+# library could adopt (one range and one access call for all peers; a thread
+# per peer) and legacy IPC of a new buffer every repetition, at 2 and 8
+# ranks on two GPUs and 8 on one. SETUP_PROBES=0 skips it. Not in the
+# summary; docs/performance.md shows them from setup_probes_*.json.
+if [ "${SETUP_PROBES:-1}" != 0 ]; then
+  for gn in 2:2 2:8 1:8; do
+    gpus=${gn%%:*} np=${gn##*:}
+    if [ "$gpus" = 2 ] && [ "$NGPU" -lt 2 ]; then log_status "setup_probes_${gpus}gpu_np$np: skipped (one GPU)"; continue; fi
+    env=(env CUDA_VISIBLE_DEVICES="$ONE_GPU")
+    [ "$gpus" = 2 ] && env=(env CUDA_VISIBLE_DEVICES="$TWO_GPUS")
+    step "setup_probes_${gpus}gpu_np$np" 40 "$OUT/setup_probes_${gpus}gpu_np$np.log" \
+      "${env[@]}" "$MPIRUN" -np "$np" $MPIRUN_FLAGS --oversubscribe "$SETUP" --points "${PROBE_POINTS:-2Mx1,32Mx16}" \
+      --colls allgather --modes first --probes joint,threads,ipc_fresh "${SCALE_ARGS[@]}" --time-limit 30 \
+      --tag probes --json "$OUT/setup_probes_${gpus}gpu_np$np.json"
+  done
+fi
 
 JSONS=()
 for f in "$OUT/bw.json" "$OUT/setup.json" ${TORCH_JSON[@]+"${TORCH_JSON[@]}"} "$OUT/sync.json" "$OUT/torch_barrier.json" \

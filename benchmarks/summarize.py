@@ -37,19 +37,21 @@ def load(paths):
 
 def pick(loaded):
     """One run's files by role: bw, setup (the main sweep), torch, sync, tbar,
-    scale (the scale launches, sorted by GPUs wanted and ranks)."""
-    run = {"bw": None, "setup": None, "torch": None, "sync": None, "tbar": None, "scale": []}
+    scale (the scale launches, sorted by GPUs wanted and ranks), probes (issue
+    11's design probes, likewise)."""
+    run = {"bw": None, "setup": None, "torch": None, "sync": None, "tbar": None, "scale": [], "probes": []}
     key = {"vmmipc_bw": "bw", "torch_symm_mem": "torch", "vmmipc_sync": "sync", "torch_barrier": "tbar"}
     for _, d in loaded:
         kind = d.get("benchmark")
         if kind == "vmmipc_setup":
-            if d.get("tag") == "scale":
-                run["scale"].append(d)
+            if d.get("tag") in ("scale", "probes"):
+                run[d["tag"]].append(d)
             elif run["setup"] is None:
                 run["setup"] = d
         elif kind in key and run[key[kind]] is None:
             run[key[kind]] = d
-    run["scale"].sort(key=lambda d: (scale_gpus_wanted(d), d.get("ranks") or 0))
+    for k in ("scale", "probes"):
+        run[k].sort(key=lambda d: (scale_gpus_wanted(d), d.get("ranks") or 0))
     return run
 
 

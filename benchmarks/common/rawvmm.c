@@ -86,6 +86,81 @@ CUresult bench_raw_export(const bench_rawbuf_t *b, int *fds) {
   return CUDA_SUCCESS;
 }
 
+CUresult bench_raw_import_handles(const int *fds, int nchunks, size_t chunk, bench_rawbuf_t *out,
+                                  bench_phases_t *p) {
+  memset(out, 0, sizeof *out);
+  out->h = calloc((size_t)nchunks, sizeof *out->h);
+  if (!out->h) {
+    for (int i = 0; i < nchunks; i++) close(fds[i]);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  out->chunk = chunk;
+  out->size = chunk * (size_t)nchunks;
+  double t0 = bench_now();
+  CUresult rc = CUDA_SUCCESS;
+  for (int i = 0; i < nchunks; i++) {
+    if (rc == CUDA_SUCCESS) {
+      void *osh = (void *)(long)fds[i];
+      rc = bd.cuMemImportFromShareableHandle(&out->h[i], osh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+      if (rc == CUDA_SUCCESS) out->nchunks = i + 1;
+    }
+    close(fds[i]);
+  }
+  if (p) p->import_s += bench_now() - t0;
+  if (rc != CUDA_SUCCESS) bench_raw_free(out);
+  return rc;
+}
+
+CUresult bench_raw_map_joint(int dev, bench_rawbuf_t *bufs, int n, bench_rawrange_t *range, bench_phases_t *p) {
+  range->base = 0;
+  range->size = 0;
+  for (int i = 0; i < n; i++) range->size += bufs[i].h ? bufs[i].size : 0;
+  if (range->size == 0) return CUDA_SUCCESS;
+  double t0 = bench_now();
+  CUresult rc = bd.cuMemAddressReserve(&range->base, range->size, 0, 0, 0);
+  if (rc != CUDA_SUCCESS) {
+    range->base = 0;
+    return rc;
+  }
+  size_t off = 0;
+  for (int i = 0; i < n && rc == CUDA_SUCCESS; i++) {
+    if (!bufs[i].h) continue;
+    bufs[i].base = range->base + off;
+    for (int k = 0; k < bufs[i].nchunks && rc == CUDA_SUCCESS; k++)
+      rc = bd.cuMemMap(bufs[i].base + (size_t)k * bufs[i].chunk, bufs[i].chunk, 0, bufs[i].h[k], 0);
+    off += bufs[i].size;
+  }
+  double t1 = bench_now();
+  if (rc == CUDA_SUCCESS) {
+    CUmemAccessDesc a;
+    memset(&a, 0, sizeof a);
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = dev;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    rc = bd.cuMemSetAccess(range->base, range->size, &a, 1);
+  }
+  if (p) {
+    p->map_s += t1 - t0;
+    p->access_s += bench_now() - t1;
+  }
+  /* On failure the caller's bench_raw_free_joint undoes what was mapped
+   * (unmapping a range that is not mapped is harmless on the real driver;
+   * the stand-in reports it, which is ignored). */
+  return rc;
+}
+
+void bench_raw_free_joint(bench_rawbuf_t *bufs, int n, bench_rawrange_t *range) {
+  for (int i = 0; i < n; i++) {
+    if (bufs[i].base)
+      for (int k = 0; k < bufs[i].nchunks; k++) bd.cuMemUnmap(bufs[i].base + (size_t)k * bufs[i].chunk, bufs[i].chunk);
+    bufs[i].base = 0; /* the range is freed once, below */
+    bench_raw_free(&bufs[i]);
+  }
+  if (range->base) bd.cuMemAddressFree(range->base, range->size);
+  range->base = 0;
+  range->size = 0;
+}
+
 CUresult bench_raw_import(int dev, const int *fds, int nchunks, size_t chunk, bench_rawbuf_t *out,
                           bench_phases_t *p) {
   memset(out, 0, sizeof *out);

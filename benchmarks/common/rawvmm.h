@@ -31,6 +31,19 @@ CUresult bench_raw_export(const bench_rawbuf_t *b, int *fds);
  * (import_s, map_s: reserve + map, access_s) when p is not NULL. */
 CUresult bench_raw_import(int dev, const int *fds, int nchunks, size_t chunk, bench_rawbuf_t *out,
                           bench_phases_t *p);
+/* Imports the fds (and closes them) without mapping: out->base stays 0. */
+CUresult bench_raw_import_handles(const int *fds, int nchunks, size_t chunk, bench_rawbuf_t *out,
+                                  bench_phases_t *p);
+/* Joint mapping of n imported buffers: one range reserved for all, each
+ * buffer's chunks mapped back to back in it, then a single cuMemSetAccess
+ * for device dev over the whole range. Sets bufs[i].base and *range. */
+typedef struct bench_rawrange {
+  CUdeviceptr base;
+  size_t size;
+} bench_rawrange_t;
+CUresult bench_raw_map_joint(int dev, bench_rawbuf_t *bufs, int n, bench_rawrange_t *range, bench_phases_t *p);
+/* Unmaps and releases every buffer of a joint mapping, then frees the range. */
+void bench_raw_free_joint(bench_rawbuf_t *bufs, int n, bench_rawrange_t *range);
 /* Unmaps, releases and frees the range; safe on a zeroed struct. */
 void bench_raw_free(bench_rawbuf_t *b);
 

@@ -1,7 +1,9 @@
 /* Anchor: legacy CUDA IPC. One cuMemAlloc buffer per rank; timed:
  * cuIpcGetMemHandle, MPI_Allgather of the 64-byte handles, and
  * cuIpcOpenMemHandle of every peer's. Only one chunk, so only the
- * allgather pattern with chunks = 1. */
+ * allgather pattern with chunks = 1. "legacy_ipc" opens the same buffer
+ * again every repetition; "legacy_ipc_fresh" makes a new one each time
+ * (untimed), so that a driver cache of earlier opens cannot serve it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@ typedef struct ipc_arg {
   CUipcMemHandle *all; /* [ranks] */
   CUdeviceptr *peer;   /* [ranks] */
   size_t size;
+  int fresh;
   int check, failed;
   char skipped[SETUP_REASON_LEN];
   char error[SETUP_REASON_LEN];
@@ -37,6 +40,12 @@ static void ipc_rep(setup_ctx_t *c, void *argp, double v[SF_N]) {
   CUipcMemHandle h;
   memset(&h, 0, sizeof h);
   CUresult rc;
+  if (a->fresh) { /* the old buffer goes after the peers closed it (ipc_close's barrier) */
+    if (a->own) bd.cuMemFree(a->own);
+    a->own = 0;
+    if ((rc = bd.cuMemAlloc(&a->own, a->size)) != CUDA_SUCCESS) bench_fatal("cuMemAlloc(%zu) failed", a->size);
+    if (a->check) setup_mark(a->own, a->size, setup_own_mark(me));
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = bench_now();
   if ((rc = bd.cuIpcGetMemHandle(&h, a->own)) != CUDA_SUCCESS)
@@ -73,12 +82,13 @@ static void ipc_rep(setup_ctx_t *c, void *argp, double v[SF_N]) {
   ipc_close(c, a);
 }
 
-void setup_run_ipc(setup_ctx_t *c, size_t size) {
+void setup_run_ipc(setup_ctx_t *c, size_t size, int fresh) {
   int me = c->node->rank, n = c->node->size;
-  setup_result_t *res = setup_new_result(c, SC_ALLGATHER, "legacy_ipc", size, size, 1);
+  setup_result_t *res = setup_new_result(c, SC_ALLGATHER, fresh ? "legacy_ipc_fresh" : "legacy_ipc", size, size, 1);
   ipc_arg_t a;
   memset(&a, 0, sizeof a);
   a.size = size;
+  a.fresh = fresh;
   a.check = 1;
   a.all = calloc((size_t)n, sizeof *a.all);
   a.peer = calloc((size_t)n, sizeof *a.peer);

@@ -29,6 +29,7 @@ typedef struct setup_opts {
   double budget, time_limit;
   int colls[SC_N]; /* SC_NULL stays 0: floor.c walks all SC_N */
   int lib, floor, ipc, first, again;
+  int probe_joint, probe_threads, ipc_fresh; /* --probes */
   const char *json, *csv, *tag;
 } setup_opts_t;
 
@@ -46,6 +47,10 @@ static void setup_usage(FILE *f) {
           "  --points LIST     SIZExCHUNKS pairs instead of the sweep, e.g. 2Mx1,32Mx16\n"
           "  --colls LIST      allgather,bcast,scatter (default all)\n"
           "  --methods LIST    vmmipc,floor,legacy_ipc (default all)\n"
+"  --probes LIST     also measure issue 11's design probes (allgather only; default none):\n"
+          "                    joint (floor_joint: one range and one access call for all peers),\n"
+          "                    threads (floor_threads: a thread per peer), ipc_fresh (legacy_ipc_fresh:\n"
+          "                    legacy IPC of a new buffer every repetition)\n"
           "  --modes LIST      first,again: vmmipc on fresh buffers every repetition (first mapping)\n"
           "                    and on the same buffers again (cache hits) (default both)\n"
           "  --first-map-cache N  mapping-cache entries of the first-mapping comm (default 0: off;\n"
@@ -141,6 +146,11 @@ static void setup_parse(int argc, char **argv, setup_opts_t *o) {
       o->floor = setup_has(v, "floor");
       o->ipc = setup_has(v, "legacy_ipc");
       bad = !o->lib && !o->floor && !o->ipc;
+    } else if ((v = bench_opt(argc, argv, &i, "probes"))) {
+      o->probe_joint = setup_has(v, "joint");
+      o->probe_threads = setup_has(v, "threads");
+      o->ipc_fresh = setup_has(v, "ipc_fresh");
+      bad = !o->probe_joint && !o->probe_threads && !o->ipc_fresh;
     } else if ((v = bench_opt(argc, argv, &i, "json")))
       o->json = v;
     else if ((v = bench_opt(argc, argv, &i, "csv")))
@@ -279,7 +289,7 @@ int main(int argc, char **argv) {
   VCHECK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c.comm));
   BD_CHECK(bench_raw_granularity(node.device, &c.granularity));
   if (c.granularity < 2 * BENCH_MiB) c.granularity = 2 * BENCH_MiB;
-  if (o.floor) {
+  if (o.floor || o.probe_joint || o.probe_threads) {
     c.have_mesh = bench_fdmesh_create(MPI_COMM_WORLD, &c.mesh, c.mesh_skipped, sizeof c.mesh_skipped) == 0;
     bench_agree_skip(c.mesh_skipped, sizeof c.mesh_skipped);
   }
@@ -328,7 +338,10 @@ int main(int argc, char **argv) {
                    bench_size_str(chunk, cz, sizeof cz), ++done, todo);
     if (o.lib) setup_run_lib(&c, o.colls, chunk, chunks);
     if (o.floor) setup_run_floor(&c, o.colls, chunk, chunks);
-    if (o.ipc && chunks == 1 && o.colls[SC_ALLGATHER]) setup_run_ipc(&c, chunk);
+    if (o.colls[SC_ALLGATHER] && o.probe_joint) setup_run_floor_probe(&c, "floor_joint", chunk, chunks);
+    if (o.colls[SC_ALLGATHER] && o.probe_threads) setup_run_floor_probe(&c, "floor_threads", chunk, chunks);
+    if (o.ipc && chunks == 1 && o.colls[SC_ALLGATHER]) setup_run_ipc(&c, chunk, 0);
+    if (o.ipc_fresh && chunks == 1 && o.colls[SC_ALLGATHER]) setup_run_ipc(&c, chunk, 1);
   }
 
   int out_rc = 0;

@@ -193,13 +193,13 @@ void setup_report_table(const setup_ctx_t *c) {
     for (int i = 0; i < c->nres; i++) any |= c->res[i].coll == (setup_coll_t)k;
     if (!any) continue;
     printf("\n# %s\n", setup_coll_names[k]);
-    printf("# %8s %6s %-12s %4s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %7s %5s\n", "Size", "Chunks", "Method",
+    printf("# %8s %6s %-16s %4s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %7s %5s\n", "Size", "Chunks", "Method",
            "Reps", "First", "Median", "p10", "p90", "Export", "Transfer", "Import", "Map", "Access", "Agree",
            "/chunk", "xFloor", "Hit%");
     for (int i = 0; i < c->nres; i++) {
       const setup_result_t *r = &c->res[i];
       if (r->coll != (setup_coll_t)k) continue;
-      printf("%10s %6d %-12s", bench_size_str(r->size, sz, sizeof sz), r->chunks, r->method);
+      printf("%10s %6d %-16s", bench_size_str(r->size, sz, sizeof sz), r->chunks, r->method);
       if (r->skipped[0] || r->error[0]) {
         printf(" %s: %s\n", r->skipped[0] ? "skipped" : "error", r->skipped[0] ? r->skipped : r->error);
         continue;
@@ -268,6 +268,10 @@ int setup_report_json(const setup_ctx_t *c, const char *path, int argc, char **a
                           "(cache hits after the first call)");
   jw_str(&w, "floor", "the same work with raw driver calls and a minimal socket loop, no library");
   jw_str(&w, "legacy_ipc", "cuIpcGetMemHandle + MPI_Allgather + cuIpcOpenMemHandle of a cuMemAlloc buffer");
+  jw_str(&w, "legacy_ipc_fresh", "legacy_ipc of a new cuMemAlloc buffer every repetition (made untimed)");
+  jw_str(&w, "floor_joint", "the floor, but every peer's chunks mapped back to back in one reserved range and one "
+                            "cuMemSetAccess over all of it");
+  jw_str(&w, "floor_threads", "the floor, but a thread per peer receives, imports, maps and sets access");
   jw_end_obj(&w);
   if (c->have_first_window) {
     jw_obj(&w, "comm_first_window");

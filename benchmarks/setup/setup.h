@@ -125,8 +125,15 @@ void setup_run_null(setup_ctx_t *c);
 void setup_run_lib(setup_ctx_t *c, const int *colls, size_t chunk, int chunks);
 /* The raw-driver floor: the same work without the library (floor.c). */
 void setup_run_floor(setup_ctx_t *c, const int *colls, size_t chunk, int chunks);
-/* Legacy IPC: MPI_Allgather of cuIpc handles + cuIpcOpenMemHandle (ipc.c). */
-void setup_run_ipc(setup_ctx_t *c, size_t size);
+/* Issue 11's design probes, allgather only (floor_probe.c): method
+ * "floor_joint" (one reserved range and one cuMemSetAccess for all peers)
+ * or "floor_threads" (a thread per peer imports, maps and sets access). */
+void setup_run_floor_probe(setup_ctx_t *c, const char *method, size_t chunk, int chunks);
+/* Legacy IPC: MPI_Allgather of cuIpc handles + cuIpcOpenMemHandle (ipc.c).
+ * fresh = 0: the same cuMemAlloc buffer opened again every repetition
+ * (method "legacy_ipc"); fresh = 1: a new buffer every repetition, made
+ * and freed outside the clock ("legacy_ipc_fresh", a first mapping). */
+void setup_run_ipc(setup_ctx_t *c, size_t size, int fresh);
 
 /* Issue 11's goals from the results (report.c), rank 0. */
 void setup_goals(setup_ctx_t *c);
