@@ -573,12 +573,21 @@ def section_setup(page, runs):
     plots(page, runs, "setup", names, "The mapping-latency plots")
 
 
-def section_scale(page, runs):
-    page.add("## Many ranks: cost per mapping (`vmmipc_setup`, scale step)", "")
-    run = newest(runs, "scale")
+def section_start(page, runs, key, title, files, writer):
+    """The section's heading and its newest run, or None after saying that
+    no results directory has its files."""
+    page.add(f"## {title}", "")
+    run = newest(runs, key)
     if not run:
-        page.para("Not measured yet: no results directory has setup_scale_*.json (run-gpu.sh's scale step writes "
-                  "them: allgather_map with 2 to 32 ranks on one GPU and on two).")
+        page.para(f"Not measured yet: no results directory has {files} ({writer} writes them).")
+    return run
+
+
+def section_scale(page, runs):
+    run = section_start(page, runs, "scale", "Many ranks: cost per mapping (`vmmipc_setup`, scale step)",
+                        "setup_scale_*.json", "run-gpu.sh's scale step, allgather_map with 2 to 32 ranks on one GPU "
+                        "and on two,")
+    if not run:
         return
     page.para(f"From run {run.label()}. allgather_map with N ranks, each exporting the chunked buffer below; a "
               f"mapping is one peer chunk mapped by one rank, and the mappings on the busiest GPU are ranks there x "
@@ -627,11 +636,9 @@ def section_scale(page, runs):
 
 
 def section_probes(page, runs):
-    page.add("## Design probes: one access call for all peers, a thread per peer", "")
-    run = newest(runs, "probes")
+    run = section_start(page, runs, "probes", "Design probes: one access call for all peers, a thread per peer",
+                        "setup_probes_*.json", "run-gpu.sh's probe step")
     if not run:
-        page.para("Not measured yet: no results directory has setup_probes_*.json (run-gpu.sh's probe step writes "
-                  "them).")
         return
     page.para(f"From run {run.label()}. Issue 11 asked to measure two ways of importing before the library "
               f"adopts either: `floor_joint` maps every peer's chunks back to back in one reserved range and sets "

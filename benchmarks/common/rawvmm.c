@@ -22,6 +22,23 @@ CUresult bench_raw_granularity(int dev, size_t *g) {
   return bd.cuMemGetAllocationGranularity(g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 }
 
+/* Read-write access for device dev over [base, base + size). */
+static CUresult raw_access(int dev, CUdeviceptr base, size_t size) {
+  CUmemAccessDesc a;
+  memset(&a, 0, sizeof a);
+  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  a.location.id = dev;
+  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return bd.cuMemSetAccess(base, size, &a, 1);
+}
+
+/* Reserve + map from t0 to t1, access from t1 to now. */
+static void raw_phase_times(bench_phases_t *p, double t0, double t1) {
+  if (!p) return;
+  p->map_s += t1 - t0;
+  p->access_s += bench_now() - t1;
+}
+
 static CUresult raw_map_all(int dev, bench_rawbuf_t *b, bench_phases_t *p) {
   double t0 = bench_now();
   CUresult rc = bd.cuMemAddressReserve(&b->base, b->size, 0, 0, 0);
@@ -35,18 +52,8 @@ static CUresult raw_map_all(int dev, bench_rawbuf_t *b, bench_phases_t *p) {
     if (rc != CUDA_SUCCESS) break;
   }
   double t1 = bench_now();
-  if (rc == CUDA_SUCCESS) {
-    CUmemAccessDesc a;
-    memset(&a, 0, sizeof a);
-    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    a.location.id = dev;
-    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    rc = bd.cuMemSetAccess(b->base, b->size, &a, 1);
-  }
-  if (p) {
-    p->map_s += t1 - t0;
-    p->access_s += bench_now() - t1;
-  }
+  if (rc == CUDA_SUCCESS) rc = raw_access(dev, b->base, b->size);
+  raw_phase_times(p, t0, t1);
   if (rc != CUDA_SUCCESS) {
     for (int i = 0; i < mapped; i++) bd.cuMemUnmap(b->base + (size_t)i * b->chunk, b->chunk);
     bd.cuMemAddressFree(b->base, b->size);
@@ -131,18 +138,8 @@ CUresult bench_raw_map_joint(int dev, bench_rawbuf_t *bufs, int n, bench_rawrang
     off += bufs[i].size;
   }
   double t1 = bench_now();
-  if (rc == CUDA_SUCCESS) {
-    CUmemAccessDesc a;
-    memset(&a, 0, sizeof a);
-    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    a.location.id = dev;
-    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    rc = bd.cuMemSetAccess(range->base, range->size, &a, 1);
-  }
-  if (p) {
-    p->map_s += t1 - t0;
-    p->access_s += bench_now() - t1;
-  }
+  if (rc == CUDA_SUCCESS) rc = raw_access(dev, range->base, range->size);
+  raw_phase_times(p, t0, t1);
   /* On failure the caller's bench_raw_free_joint undoes what was mapped
    * (unmapping a range that is not mapped is harmless on the real driver;
    * the stand-in reports it, which is ignored). */
@@ -163,22 +160,7 @@ void bench_raw_free_joint(bench_rawbuf_t *bufs, int n, bench_rawrange_t *range) 
 
 CUresult bench_raw_import(int dev, const int *fds, int nchunks, size_t chunk, bench_rawbuf_t *out,
                           bench_phases_t *p) {
-  memset(out, 0, sizeof *out);
-  out->h = calloc((size_t)nchunks, sizeof *out->h);
-  if (!out->h) return CUDA_ERROR_OUT_OF_MEMORY;
-  out->chunk = chunk;
-  out->size = chunk * (size_t)nchunks;
-  double t0 = bench_now();
-  CUresult rc = CUDA_SUCCESS;
-  for (int i = 0; i < nchunks; i++) {
-    if (rc == CUDA_SUCCESS) {
-      void *osh = (void *)(long)fds[i];
-      rc = bd.cuMemImportFromShareableHandle(&out->h[i], osh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-      if (rc == CUDA_SUCCESS) out->nchunks = i + 1;
-    }
-    close(fds[i]);
-  }
-  if (p) p->import_s += bench_now() - t0;
+  CUresult rc = bench_raw_import_handles(fds, nchunks, chunk, out, p);
   if (rc == CUDA_SUCCESS) rc = raw_map_all(dev, out, p);
   if (rc != CUDA_SUCCESS) bench_raw_free(out);
   return rc;

@@ -58,6 +58,16 @@ static void floor_recv_import(setup_ctx_t *c, floor_arg_t *a, int from, bench_ph
   BD_CHECK(bench_raw_import(c->node->device, a->fds, (int)h.chunks, (size_t)h.chunk, &a->imported[from], ph));
 }
 
+void setup_floor_phases(const bench_phases_t *ph, double wall, double v[SF_N]) {
+  v[SF_WALL] = v[SF_TOTAL] = wall;
+  v[SF_EXPORT] = ph->export_s;
+  v[SF_TRANSFER] = ph->transfer_s;
+  v[SF_IMPORT] = ph->import_s;
+  v[SF_MAP] = ph->map_s;
+  v[SF_ACCESS] = ph->access_s;
+  v[SF_AGREE] = 0;
+}
+
 static void floor_rep(setup_ctx_t *c, void *argp, double v[SF_N]) {
   floor_arg_t *a = argp;
   int me = c->node->rank, n = c->node->size, root = c->root;
@@ -84,14 +94,7 @@ static void floor_rep(setup_ctx_t *c, void *argp, double v[SF_N]) {
   } else {
     floor_recv_import(c, a, root, &ph);
   }
-  v[SF_WALL] = bench_now() - t0;
-  v[SF_EXPORT] = ph.export_s;
-  v[SF_TRANSFER] = ph.transfer_s;
-  v[SF_IMPORT] = ph.import_s;
-  v[SF_MAP] = ph.map_s;
-  v[SF_ACCESS] = ph.access_s;
-  v[SF_AGREE] = 0;
-  v[SF_TOTAL] = v[SF_WALL];
+  setup_floor_phases(&ph, bench_now() - t0, v);
   if (a->check) {
     char why[SETUP_REASON_LEN] = "", what[96];
     for (int p = 0; p < n && !why[0]; p++) {

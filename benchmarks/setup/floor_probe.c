@@ -137,13 +137,7 @@ static void probe_rep(setup_ctx_t *c, void *argp, double v[SF_N]) {
     probe_threads_run(a, &ph);
   else
     probe_joint(a, &ph);
-  v[SF_WALL] = v[SF_TOTAL] = bench_now() - t0;
-  v[SF_EXPORT] = ph.export_s;
-  v[SF_TRANSFER] = ph.transfer_s;
-  v[SF_IMPORT] = ph.import_s;
-  v[SF_MAP] = ph.map_s;
-  v[SF_ACCESS] = ph.access_s;
-  v[SF_AGREE] = 0;
+  setup_floor_phases(&ph, bench_now() - t0, v);
   if (threads) pthread_barrier_destroy(&a->go);
   if (a->check) {
     char why[SETUP_REASON_LEN] = "", what[96];

@@ -6,6 +6,7 @@
 
 #include "common/fdmesh.h"
 #include "common/node.h"
+#include "common/rawvmm.h"
 #include "common/stats.h"
 #include "vmmipc.h"
 
@@ -125,6 +126,8 @@ void setup_run_null(setup_ctx_t *c);
 void setup_run_lib(setup_ctx_t *c, const int *colls, size_t chunk, int chunks);
 /* The raw-driver floor: the same work without the library (floor.c). */
 void setup_run_floor(setup_ctx_t *c, const int *colls, size_t chunk, int chunks);
+/* v[] of a floor repetition: its phases, no agreement, total = wall. */
+void setup_floor_phases(const bench_phases_t *ph, double wall, double v[SF_N]);
 /* Issue 11's design probes, allgather only (floor_probe.c): method
  * "floor_joint" (one reserved range and one cuMemSetAccess for all peers)
  * or "floor_threads" (a thread per peer imports, maps and sets access). */
