@@ -22,44 +22,11 @@ CUresult bench_raw_granularity(int dev, size_t *g) {
   return bd.cuMemGetAllocationGranularity(g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 }
 
-/* Read-write access for device dev over [base, base + size). */
-static CUresult raw_access(int dev, CUdeviceptr base, size_t size) {
-  CUmemAccessDesc a;
-  memset(&a, 0, sizeof a);
-  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  a.location.id = dev;
-  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  return bd.cuMemSetAccess(base, size, &a, 1);
-}
-
-/* Reserve + map from t0 to t1, access from t1 to now. */
-static void raw_phase_times(bench_phases_t *p, double t0, double t1) {
-  if (!p) return;
-  p->map_s += t1 - t0;
-  p->access_s += bench_now() - t1;
-}
-
+/* One buffer in a range of its own: a joint mapping of one. On failure the
+ * caller's bench_raw_free undoes what was mapped. */
 static CUresult raw_map_all(int dev, bench_rawbuf_t *b, bench_phases_t *p) {
-  double t0 = bench_now();
-  CUresult rc = bd.cuMemAddressReserve(&b->base, b->size, 0, 0, 0);
-  if (rc != CUDA_SUCCESS) {
-    b->base = 0;
-    return rc;
-  }
-  int mapped = 0;
-  for (; mapped < b->nchunks; mapped++) {
-    rc = bd.cuMemMap(b->base + (size_t)mapped * b->chunk, b->chunk, 0, b->h[mapped], 0);
-    if (rc != CUDA_SUCCESS) break;
-  }
-  double t1 = bench_now();
-  if (rc == CUDA_SUCCESS) rc = raw_access(dev, b->base, b->size);
-  raw_phase_times(p, t0, t1);
-  if (rc != CUDA_SUCCESS) {
-    for (int i = 0; i < mapped; i++) bd.cuMemUnmap(b->base + (size_t)i * b->chunk, b->chunk);
-    bd.cuMemAddressFree(b->base, b->size);
-    b->base = 0;
-  }
-  return rc;
+  bench_rawrange_t range;
+  return bench_raw_map_joint(dev, b, 1, &range, p);
 }
 
 CUresult bench_raw_alloc(int dev, size_t chunk, int nchunks, bench_rawbuf_t *b) {
@@ -138,11 +105,21 @@ CUresult bench_raw_map_joint(int dev, bench_rawbuf_t *bufs, int n, bench_rawrang
     off += bufs[i].size;
   }
   double t1 = bench_now();
-  if (rc == CUDA_SUCCESS) rc = raw_access(dev, range->base, range->size);
-  raw_phase_times(p, t0, t1);
-  /* On failure the caller's bench_raw_free_joint undoes what was mapped
-   * (unmapping a range that is not mapped is harmless on the real driver;
-   * the stand-in reports it, which is ignored). */
+  if (rc == CUDA_SUCCESS) {
+    CUmemAccessDesc a;
+    memset(&a, 0, sizeof a);
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = dev;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    rc = bd.cuMemSetAccess(range->base, range->size, &a, 1);
+  }
+  if (p) {
+    p->map_s += t1 - t0;
+    p->access_s += bench_now() - t1;
+  }
+  /* On failure the caller's bench_raw_free_joint (bench_raw_free for one
+   * buffer) undoes what was mapped: unmapping a range that is not mapped is
+   * harmless on the real driver; the stand-in reports it, which is ignored. */
   return rc;
 }
 

@@ -33,7 +33,6 @@ typedef struct probe_peer {
   int *fds;        /* [chunks]: this peer's received fds */
   bench_phases_t ph;
   CUresult rc;
-  char why[160];
   pthread_t tid;
 } probe_peer_t;
 
