@@ -44,38 +44,58 @@ extern "C" {
 #endif
 
 #define VMMIPC_VERSION_MAJOR 0
-#define VMMIPC_VERSION_MINOR 2
+#define VMMIPC_VERSION_MINOR 3
 #define VMMIPC_VERSION_PATCH 0
 
 #if defined(__GNUC__)
-#define VMMIPC_EXPORT __attribute__((visibility("default")))
+#define VMMIPC_API __attribute__((visibility("default")))
 #else
-#define VMMIPC_EXPORT
+#define VMMIPC_API
 #endif
 
 /* ---- status ------------------------------------------------------------ */
 
 typedef enum vmmipc_result {
+  /* Numbers are part of the ABI: they never change, new codes only append. */
   VMMIPC_SUCCESS = 0,
-  VMMIPC_ERR_INVALID_ARG,    /* caller error: NULL handle, bad rank, bad option            */
-  VMMIPC_ERR_INVALID_DESC,   /* malformed, forged or inconsistent descriptor or message    */
-  VMMIPC_ERR_UNSUPPORTED,    /* device/driver lacks VMM, POSIX-fd handles or peer access   */
-  VMMIPC_ERR_CUDA,           /* a CUDA driver call failed                                  */
-  VMMIPC_ERR_MPI,            /* an MPI call failed                                         */
-  VMMIPC_ERR_SYSTEM,         /* an OS call failed (sockets, fd limit, mmap)                */
-  VMMIPC_ERR_PEER,           /* a peer failed its part, hung up, or is not on this node    */
-  VMMIPC_ERR_TIMEOUT,        /* a peer did not answer within the configured timeout        */
-  VMMIPC_ERR_NOT_EXPORTABLE, /* memory imported from another process cannot be re-exported */
-  VMMIPC_ERR_NO_MEMORY
+  VMMIPC_ERR_INVALID_ARG = 1,     /* caller error: NULL handle, bad rank, bad option            */
+  VMMIPC_ERR_INVALID_DESC = 2,    /* malformed, forged or inconsistent descriptor or message    */
+  VMMIPC_ERR_UNSUPPORTED = 3,     /* device/driver lacks VMM, POSIX-fd handles or peer access   */
+  VMMIPC_ERR_CUDA = 4,            /* a CUDA driver call failed                                  */
+  VMMIPC_ERR_MPI = 5,             /* an MPI call failed                                         */
+  VMMIPC_ERR_SYSTEM = 6,          /* an OS call failed (sockets, mmap)                          */
+  VMMIPC_ERR_PEER = 7,            /* a peer failed its part, hung up, or is not on this node    */
+  VMMIPC_ERR_TIMEOUT = 8,         /* a peer did not answer within the configured timeout        */
+  VMMIPC_ERR_NOT_EXPORTABLE = 9,  /* memory imported from another process cannot be re-exported */
+  VMMIPC_ERR_NO_MEMORY = 10,      /* out of host memory                                         */
+  /* since 0.3 */
+  VMMIPC_ERR_BUSY = 11,           /* in use: an exposed buffer, open windows, a concurrent call */
+  VMMIPC_ERR_RESOURCE = 12,       /* a limit was reached: fds, address space, a cache bound     */
+  VMMIPC_ERR_ABORTED = 13         /* vmmipc_comm_abort was called on the comm (here or by a peer) */
 } vmmipc_result_t;
 
 /* A static one-line description of a result code. Thread-safe. */
-VMMIPC_EXPORT const char *vmmipc_strerror(vmmipc_result_t r);
+VMMIPC_API const char *vmmipc_strerror(vmmipc_result_t r);
 /* The message of the last failure on this thread ("" if none); valid until the
  * thread's next failing call. */
-VMMIPC_EXPORT const char *vmmipc_last_error(void);
+VMMIPC_API const char *vmmipc_last_error(void);
+/* The last failure on this thread, structured, so that programs need not
+ * parse the message. Local; the strings are valid until the thread's next
+ * failing call. Set struct_size (VMMIPC_ERROR_INFO_INIT); only that many
+ * bytes are written. */
+typedef struct vmmipc_error_info {
+  size_t struct_size;
+  vmmipc_result_t code;     /* VMMIPC_SUCCESS if this thread has no failure recorded */
+  int rank;                 /* the failing rank of the comm, or -1 when no rank is to blame */
+  int driver_error;         /* the CUresult of a failed driver call, else 0 */
+  int os_error;             /* the errno of a failed OS call, else 0 */
+  const char *operation;    /* the public call that failed ("vmmipc_allgather_map"), "" if unknown */
+  const char *message;      /* the same text as vmmipc_last_error() */
+} vmmipc_error_info_t;
+#define VMMIPC_ERROR_INFO_INIT { sizeof(vmmipc_error_info_t), VMMIPC_SUCCESS, -1, 0, 0, NULL, NULL }
+VMMIPC_API vmmipc_result_t vmmipc_last_error_info(vmmipc_error_info_t *info);
 /* "major.minor.patch", the same as the VMMIPC_VERSION_* macros. */
-VMMIPC_EXPORT const char *vmmipc_version(void);
+VMMIPC_API const char *vmmipc_version(void);
 
 /* ---- devices ----------------------------------------------------------- */
 
@@ -84,21 +104,21 @@ typedef struct { unsigned char bytes[16]; } vmmipc_uuid_t; /* as cuDeviceGetUuid
 /* Retains the primary context of device `ordinal` (this process's ordinal,
  * after CUDA_VISIBLE_DEVICES) and makes it current on the calling thread, as
  * cudaSetDevice does (the runtime uses the same primary context). Local. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_set_device(int ordinal);
+VMMIPC_API vmmipc_result_t vmmipc_set_device(int ordinal);
 /* The UUID of device `ordinal`. Local. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_device_uuid(int ordinal, vmmipc_uuid_t *uuid);
+VMMIPC_API vmmipc_result_t vmmipc_device_uuid(int ordinal, vmmipc_uuid_t *uuid);
 /* Number of devices visible to this process. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_device_count(int *count);
+VMMIPC_API vmmipc_result_t vmmipc_device_count(int *count);
 /* Format a UUID as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (41 bytes with the NUL). */
 #define VMMIPC_UUID_STRING_LEN 41
-VMMIPC_EXPORT void vmmipc_uuid_format(const vmmipc_uuid_t *uuid, char out[VMMIPC_UUID_STRING_LEN]);
+VMMIPC_API void vmmipc_uuid_format(const vmmipc_uuid_t *uuid, char out[VMMIPC_UUID_STRING_LEN]);
 
 /* An entry point of the CUDA driver that vmmipc loaded (the same library
  * and instance, VMMIPC_CUDA_DRIVER or libcuda.so.1), for programs that make
  * driver calls without linking libcuda. cuda_version <= 0 asks for the ABI
  * of the prototype in the cuda.h vmmipc was built with (CUDA 13.0 changed
  * cuCtxGetDevice and cuCtxSynchronize under the same name). */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_driver_proc(const char *name, int cuda_version, void **fn);
+VMMIPC_API vmmipc_result_t vmmipc_driver_proc(const char *name, int cuda_version, void **fn);
 
 /* ---- node-local communicator -------------------------------------------- */
 
@@ -110,13 +130,17 @@ typedef struct vmmipc_config {
   /* since 0.2 */
   int map_cache_entries;  /* idle imported mappings the comm keeps for reuse; < 0: VMMIPC_MAP_CACHE_ENTRIES
                              or 64; 0: no mapping cache */
+  /* since 0.3 */
+  long long map_cache_bytes; /* bound on the bytes of idle cached mappings (least recently used go
+                                first); < 0: VMMIPC_MAP_CACHE_BYTES or the default (docs/caches.md);
+                                0: no byte bound beyond map_cache_entries */
 } vmmipc_config_t;
 /* AUTO: filesystem sockets when VMMIPC_SOCKET_DIR is set, else abstract. An
  * explicit ABSTRACT or FILESYSTEM beats the environment. */
 #define VMMIPC_SOCKET_AUTO (-1)
 #define VMMIPC_SOCKET_ABSTRACT 0   /* Linux abstract namespace */
 #define VMMIPC_SOCKET_FILESYSTEM 1 /* for containers that do not share a network namespace */
-#define VMMIPC_CONFIG_INIT { sizeof(vmmipc_config_t), 0, VMMIPC_SOCKET_AUTO, NULL, -1 }
+#define VMMIPC_CONFIG_INIT { sizeof(vmmipc_config_t), 0, VMMIPC_SOCKET_AUTO, NULL, -1, -1 }
 
 typedef struct vmmipc_comm *vmmipc_comm_t;
 /* Collective over `comm` (all its ranks; any order relative to
@@ -124,16 +148,16 @@ typedef struct vmmipc_comm *vmmipc_comm_t;
  * timeout and socket mode, connects every pair of node ranks (then nothing
  * listens). Blocks up to about twice the timeout, plus MPI_Comm_split. *out:
  * the caller's; free with vmmipc_comm_destroy. config NULL: defaults. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *config,
+VMMIPC_API vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *config,
                                                  vmmipc_comm_t *out);
 /* Collective. Refused on every rank (the comm stays usable) while windows
  * of it are open; on a broken comm, frees it locally without waiting. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t comm);
+VMMIPC_API vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t comm);
 /* Local: the ranks of the caller's node, as an MPI communicator owned by the
  * comm (do not free it). */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_node_comm(vmmipc_comm_t comm, MPI_Comm *node_comm);
+VMMIPC_API vmmipc_result_t vmmipc_comm_node_comm(vmmipc_comm_t comm, MPI_Comm *node_comm);
 /* Local: whether `rank` of the comm shares the caller's node. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_same_node(vmmipc_comm_t comm, int rank, int *same);
+VMMIPC_API vmmipc_result_t vmmipc_comm_same_node(vmmipc_comm_t comm, int rank, int *same);
 
 /* Where the last collective on `comm` spent its time on this rank (seconds).
  * import, map and access are the three parts of importing the peers' chunks;
@@ -145,7 +169,7 @@ typedef struct vmmipc_timing {
 } vmmipc_timing_t;
 #define VMMIPC_TIMING_INIT { sizeof(vmmipc_timing_t), 0, 0, 0, 0, 0, 0, 0 }
 /* Local. Every collective (vmmipc_win_free too) starts a new record. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_last_timing(vmmipc_comm_t comm, vmmipc_timing_t *timing);
+VMMIPC_API vmmipc_result_t vmmipc_comm_last_timing(vmmipc_comm_t comm, vmmipc_timing_t *timing);
 
 /* Counters of a comm since it was created, for monitoring and tests. Set
  * struct_size (VMMIPC_COMM_STATS_INIT); only that many bytes are written. */
@@ -160,10 +184,27 @@ typedef struct vmmipc_comm_stats {
   int map_cache_idle;         /* idle mappings held now */
   int open_windows;           /* windows of this comm not freed yet */
   int broken;                 /* 1: a bounded wait expired; every call fails (see vmmipc_last_error) */
+  /* since 0.3 */
+  uint64_t map_cache_bytes;   /* bytes of imported memory the mapping cache holds idle now */
+  int map_cache_fds;          /* fds the mapping cache holds now (0 where the driver needs none) */
+  uint64_t map_cache_freed;   /* cached mappings dropped because their owner freed the memory */
+  uint64_t fds_not_sent;      /* chunk fds a peer did not send because this rank already held them */
 } vmmipc_comm_stats_t;
-#define VMMIPC_COMM_STATS_INIT { sizeof(vmmipc_comm_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define VMMIPC_COMM_STATS_INIT { sizeof(vmmipc_comm_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 /* Local. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t comm, vmmipc_comm_stats_t *stats);
+VMMIPC_API vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t comm, vmmipc_comm_stats_t *stats);
+/* Local: unmaps every idle mapping the comm's cache holds and closes its
+ * fds; *released (may be NULL) gets the bytes given back. Mappings in use
+ * by open windows stay. Not concurrent with other calls on the comm. */
+VMMIPC_API vmmipc_result_t vmmipc_comm_cache_trim(vmmipc_comm_t comm, uint64_t *released);
+/* Local, and callable from any thread while another thread is blocked in a
+ * call on `comm`, as ncclCommAbort is: marks the comm aborted, wakes the
+ * blocked call (it returns VMMIPC_ERR_ABORTED), tells the node's peers (their
+ * calls fail at once naming this rank), and releases the stream waits
+ * enqueued on its windows (docs/sync.md). Every later call on the comm fails
+ * with VMMIPC_ERR_ABORTED; vmmipc_comm_destroy (then local) still frees it,
+ * and vmmipc_win_free its windows. */
+VMMIPC_API vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t comm);
 
 /* ---- access ------------------------------------------------------------ */
 
@@ -184,23 +225,23 @@ typedef struct vmmipc_buf *vmmipc_buf_t;
  * the export cache as VMMIPC_EXPORT_CACHE says (default on, see
  * vmmipc_export). The size is rounded up to the allocation granularity; 0
  * gives an empty buffer. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_alloc(size_t size, vmmipc_buf_t *out);
+VMMIPC_API vmmipc_result_t vmmipc_alloc(size_t size, vmmipc_buf_t *out);
 /* Appends chunks (of at most the buffer's chunk size for vmmipc_alloc_ex
  * buffers, else one chunk); keeps the data; may move the buffer: re-read the
  * pointer. Only buffers allocated by this process grow: an imported or a
  * wrapped buffer is refused (VMMIPC_ERR_INVALID_ARG), and so is a buffer
  * that an open window exposes. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_grow(vmmipc_buf_t buf, size_t new_size);
+VMMIPC_API vmmipc_result_t vmmipc_grow(vmmipc_buf_t buf, size_t new_size);
 /* Local: the device address and size (either output may be NULL). */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_ptr(vmmipc_buf_t buf, void **ptr, size_t *size);
+VMMIPC_API vmmipc_result_t vmmipc_buf_ptr(vmmipc_buf_t buf, void **ptr, size_t *size);
 /* Releases what the buffer owns: an allocated or imported buffer's chunks,
  * mappings and reservations; a wrapped buffer's retained handles only.
  * Refused (VMMIPC_ERR_INVALID_ARG) while an open window exposes the buffer.
  * A failing driver call does not stop it: everything else is still
  * released, and the first failure is reported (VMMIPC_ERR_CUDA). */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_free(vmmipc_buf_t buf);
+VMMIPC_API vmmipc_result_t vmmipc_buf_free(vmmipc_buf_t buf);
 /* Number of physical chunks; whether the buffer holds imported memory. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_info(vmmipc_buf_t buf, int *num_chunks, int *is_imported);
+VMMIPC_API vmmipc_result_t vmmipc_buf_info(vmmipc_buf_t buf, int *num_chunks, int *is_imported);
 
 /* Allocation properties for vmmipc_alloc_ex (VMMIPC_ALLOC_PROPS_INIT). */
 typedef struct vmmipc_alloc_props {
@@ -220,7 +261,7 @@ typedef struct vmmipc_alloc_props {
  * faster than to one large one (docs/bring-your-own-memory.md); the last
  * chunk holds the rest. Chunks on a device other than the current one need
  * no current context there, but reading the memory does. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_alloc_ex(size_t size, const vmmipc_alloc_props_t *props, vmmipc_buf_t *out);
+VMMIPC_API vmmipc_result_t vmmipc_alloc_ex(size_t size, const vmmipc_alloc_props_t *props, vmmipc_buf_t *out);
 /* Wraps [ptr, ptr + size), VMM memory that the application (or its
  * allocator) mapped with cuMemCreate + cuMemMap: one or more whole mappings
  * placed back to back, on one device, each created with
@@ -237,10 +278,10 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_alloc_ex(size_t size, const vmmipc_alloc_pr
  * Its device and owner are the memory's device; vmmipc_buf_info reports one
  * chunk per mapping and is_imported 0. Each mapping must map its allocation
  * from offset 0, as allocators do. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_buf_wrap(void *ptr, size_t size, vmmipc_buf_t *out);
+VMMIPC_API vmmipc_result_t vmmipc_buf_wrap(void *ptr, size_t size, vmmipc_buf_t *out);
 /* Minimum and recommended allocation granularity of a device for
  * POSIX-fd-exportable memory (either output may be NULL). */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_granularity(int device_ordinal, size_t *minimum, size_t *recommended);
+VMMIPC_API vmmipc_result_t vmmipc_granularity(int device_ordinal, size_t *minimum, size_t *recommended);
 
 /* ---- descriptors -------------------------------------------------------- */
 
@@ -255,32 +296,32 @@ typedef struct vmmipc_desc *vmmipc_desc_t;
  * every export asks the driver and nothing stays open after
  * vmmipc_desc_free. The descriptor carries the buffer's identity (owner
  * process, buffer serial, and a generation that vmmipc_grow changes). */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_export(vmmipc_buf_t buf, vmmipc_desc_t *out);
+VMMIPC_API vmmipc_result_t vmmipc_export(vmmipc_buf_t buf, vmmipc_desc_t *out);
 /* Number of fds the export caches of all live buffers hold in this process
  * (fd-limit errors report it too). */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_export_cache_fds(long *count);
+VMMIPC_API vmmipc_result_t vmmipc_export_cache_fds(long *count);
 /* Closes the descriptor's fds and frees it. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_free(vmmipc_desc_t desc);
+VMMIPC_API vmmipc_result_t vmmipc_desc_free(vmmipc_desc_t desc);
 /* Local: validates the descriptor, then reserves, imports, maps and sets the
  * access asked for (NULL: read-write for the current device); rolls back on
  * failure. Keeps no fd (desc still owns its own). *out: imported, never
  * exportable; free with vmmipc_buf_free. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_import(vmmipc_desc_t desc, const vmmipc_access_t *access,
+VMMIPC_API vmmipc_result_t vmmipc_import(vmmipc_desc_t desc, const vmmipc_access_t *access,
                                             vmmipc_buf_t *out);
 /* Serialise: bytes in the versioned wire format (docs/wire-format.md) and the
  * descriptor's fds, which stay owned by the descriptor (send them before
  * vmmipc_desc_free). With bytes == NULL only the needed sizes are returned.
  * On input *num_bytes and *num_fds give the capacities. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_pack(vmmipc_desc_t desc, void *bytes, size_t *num_bytes,
+VMMIPC_API vmmipc_result_t vmmipc_desc_pack(vmmipc_desc_t desc, void *bytes, size_t *num_bytes,
                                                int *fds, int *num_fds);
 /* Validate and rebuild; the fds are duplicated, so the caller keeps its own. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_unpack(const void *bytes, size_t num_bytes, const int *fds,
+VMMIPC_API vmmipc_result_t vmmipc_desc_unpack(const void *bytes, size_t num_bytes, const int *fds,
                                                  int num_fds, vmmipc_desc_t *out);
 /* Metadata of a descriptor; any output may be NULL. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_info(vmmipc_desc_t desc, size_t *size, int *num_chunks,
+VMMIPC_API vmmipc_result_t vmmipc_desc_info(vmmipc_desc_t desc, size_t *size, int *num_chunks,
                                                vmmipc_uuid_t *owner);
 /* Size of chunk `index` (address order). */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_chunk_size(vmmipc_desc_t desc, int index, size_t *size);
+VMMIPC_API vmmipc_result_t vmmipc_desc_chunk_size(vmmipc_desc_t desc, int index, size_t *size);
 
 /* ---- point to point (ranks of the comm that share a node) ---------------- */
 /* Their own context: never matched with a collective's traffic. Messages
@@ -289,10 +330,10 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_desc_chunk_size(vmmipc_desc_t desc, int ind
 /* Sends a descriptor (its fds duplicated into the message; the caller keeps
  * desc). Returns once the message is queued in the socket, not when it is
  * received; blocks only while the socket is full, up to the timeout. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_send(vmmipc_comm_t comm, vmmipc_desc_t desc, int dest);
+VMMIPC_API vmmipc_result_t vmmipc_send(vmmipc_comm_t comm, vmmipc_desc_t desc, int dest);
 /* Receives the next descriptor from `source`, blocking up to the timeout.
  * *out: the caller's (vmmipc_desc_free). */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_recv(vmmipc_comm_t comm, int source, vmmipc_desc_t *out);
+VMMIPC_API vmmipc_result_t vmmipc_recv(vmmipc_comm_t comm, int source, vmmipc_desc_t *out);
 
 /* ---- collectives (ranks of the communicator given to comm_create) -------- */
 /* Every one: all ranks of the comm, one exchange among each node's ranks and
@@ -302,12 +343,12 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_recv(vmmipc_comm_t comm, int source, vmmipc
  * descriptor for every rank r of the caller's node (the caller's own entry
  * included, NULL where that rank passed NULL), NULL for other nodes. Each
  * entry is the caller's to vmmipc_desc_free. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_allgather_desc(vmmipc_comm_t comm, vmmipc_desc_t desc,
+VMMIPC_API vmmipc_result_t vmmipc_allgather_desc(vmmipc_comm_t comm, vmmipc_desc_t desc,
                                                     vmmipc_desc_t *descs_out);
 /* descs (read at the root only): comm-size entries indexed by comm rank,
  * NULL entries allowed. *out: that rank's descriptor (the root gets a copy of
  * its own entry), NULL off the root's node; the caller's to free. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_scatter_desc(vmmipc_comm_t comm, const vmmipc_desc_t *descs,
+VMMIPC_API vmmipc_result_t vmmipc_scatter_desc(vmmipc_comm_t comm, const vmmipc_desc_t *descs,
                                                   int root, vmmipc_desc_t *out);
 typedef struct vmmipc_win *vmmipc_win_t;
 /* Maps every node peer's buf (NULL: this rank contributes nothing) with the
@@ -316,24 +357,24 @@ typedef struct vmmipc_win *vmmipc_win_t;
  * and the comm cannot be destroyed (VMMIPC_ERR_INVALID_ARG). The comm's
  * first window also makes its signal pool (docs/sync.md). Unchanged peer
  * buffers mapped again come from the comm's mapping cache. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t comm, vmmipc_buf_t buf,
+VMMIPC_API vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t comm, vmmipc_buf_t buf,
                                                    const vmmipc_access_t *access, vmmipc_win_t *out);
 /* Local, thread-safe: rank's buffer as mapped here: the caller's own buffer
  * for itself, NULL and 0 for ranks of other nodes or that gave none. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_win_query(vmmipc_win_t win, int rank, void **ptr, size_t *size);
+VMMIPC_API vmmipc_result_t vmmipc_win_query(vmmipc_win_t win, int rank, void **ptr, size_t *size);
 /* Collective: unmaps the peers here, then agrees, so that after it returns
  * nobody maps this rank's buffer through the window. Work enqueued on the
  * window must be complete first. On a broken comm it frees locally. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_win_free(vmmipc_win_t win);
+VMMIPC_API vmmipc_result_t vmmipc_win_free(vmmipc_win_t win);
 /* The root's buf mapped by every other rank of its node. *out: the mapping
  * (vmmipc_buf_free; it may outlive the comm), NULL at the root and off its
  * node. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_bcast_map(vmmipc_comm_t comm, vmmipc_buf_t buf, int root,
+VMMIPC_API vmmipc_result_t vmmipc_bcast_map(vmmipc_comm_t comm, vmmipc_buf_t buf, int root,
                                                const vmmipc_access_t *access, vmmipc_buf_t *out);
 /* bufs (read at the root only): comm-size entries indexed by comm rank, NULL
  * allowed; each other rank of the root's node maps its entry. *out: as for
  * vmmipc_bcast_map (NULL at the root, off its node, and for a NULL entry). */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_scatter_map(vmmipc_comm_t comm, const vmmipc_buf_t *bufs, int root,
+VMMIPC_API vmmipc_result_t vmmipc_scatter_map(vmmipc_comm_t comm, const vmmipc_buf_t *bufs, int root,
                                                  const vmmipc_access_t *access, vmmipc_buf_t *out);
 
 /* ---- stream-ordered synchronisation on windows ----------------------------- */
@@ -346,16 +387,67 @@ VMMIPC_EXPORT vmmipc_result_t vmmipc_scatter_map(vmmipc_comm_t comm, const vmmip
 
 /* Sets the caller's slot in rank's pad to value, once the work enqueued
  * before it on stream is complete and visible to rank. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_win_signal(vmmipc_win_t win, int rank, uint64_t value, void *stream);
+VMMIPC_API vmmipc_result_t vmmipc_win_signal(vmmipc_win_t win, int rank, uint64_t value, void *stream);
 /* Holds later work on stream until rank's slot in the caller's pad is at
  * least value. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_win_wait(vmmipc_win_t win, int rank, uint64_t value, void *stream);
+VMMIPC_API vmmipc_result_t vmmipc_win_wait(vmmipc_win_t win, int rank, uint64_t value, void *stream);
 /* Barrier among the node's ranks of the window, on each one's stream;
  * repeats without resets. One thread at a time per window. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t win, void *stream);
+VMMIPC_API vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t win, void *stream);
 /* The wait, from the host: blocks until rank's slot reaches value, at most
  * timeout_ms (<= 0: the comm's timeout), then VMMIPC_ERR_TIMEOUT naming rank. */
-VMMIPC_EXPORT vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t win, int rank, uint64_t value, int timeout_ms);
+VMMIPC_API vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t win, int rank, uint64_t value, int timeout_ms);
+
+/* ---- symmetric heap (docs/heap.md) ---------------------------------------- */
+/* Address space is reserved once per node rank, physical memory is added in
+ * growth steps that every node rank maps, and windows are carved from it
+ * without driver calls: a heap window costs one small collective. */
+
+typedef struct vmmipc_heap *vmmipc_heap_t;
+typedef struct vmmipc_heap_config {
+  size_t struct_size;             /* sizeof(vmmipc_heap_config_t) */
+  size_t reserve;                 /* address space per rank's segment; 0: the default (docs/heap.md) */
+  size_t grow;                    /* physical memory added per growth step; 0: the default */
+  const vmmipc_access_t *access;  /* how peers' segments are mapped here; NULL: read-write, current device */
+} vmmipc_heap_config_t;
+#define VMMIPC_HEAP_CONFIG_INIT { sizeof(vmmipc_heap_config_t), 0, 0, NULL }
+
+typedef struct vmmipc_heap_stats {
+  size_t struct_size;             /* sizeof(vmmipc_heap_stats_t); only that many bytes are written */
+  uint64_t reserved;              /* address space reserved here, all segments */
+  uint64_t mapped;                /* physical memory of this rank's own segment */
+  uint64_t in_use;                /* bytes of this rank's live slices */
+  uint64_t high_water;            /* the most in_use has been */
+  int live_windows;               /* heap windows not freed yet */
+  uint64_t growth_steps;          /* growth steps taken (given-back steps not subtracted) */
+  double grow_s;                  /* time spent growing, seconds */
+} vmmipc_heap_stats_t;
+#define VMMIPC_HEAP_STATS_INIT { sizeof(vmmipc_heap_stats_t), 0, 0, 0, 0, 0, 0, 0.0 }
+
+/* Collective over the comm. config NULL: defaults. */
+VMMIPC_API vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t comm, const vmmipc_heap_config_t *config,
+                                              vmmipc_heap_t *out);
+/* Collective: a window of `size` bytes on this rank (sizes may differ, 0
+ * allowed); the slice offset is the same on every rank. */
+VMMIPC_API vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t heap, size_t size, vmmipc_win_t *out);
+/* Local. */
+VMMIPC_API vmmipc_result_t vmmipc_heap_stats(vmmipc_heap_t heap, vmmipc_heap_stats_t *stats);
+/* Collective: gives back growth steps that no live slice uses. */
+VMMIPC_API vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t heap);
+/* Collective. Refused (VMMIPC_ERR_BUSY) while heap windows are open. */
+VMMIPC_API vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t heap);
+
+/* ---- device API (include/vmmipc_device.cuh, docs/device-api.md) ------------ */
+
+/* A window as kernels see it: a plain struct, taken by value. The arrays
+ * live in device memory owned by the window and are freed with it. */
+typedef struct vmmipc_win_device {
+  int rank;                       /* the caller's rank in the window's comm */
+  int nranks;                     /* the comm's size */
+  /* device-API branch: device arrays of peer addresses, sizes and signal slots */
+} vmmipc_win_device_t;
+/* Local. */
+VMMIPC_API vmmipc_result_t vmmipc_win_device(vmmipc_win_t win, vmmipc_win_device_t *out);
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,7 @@ import sys
 root = pathlib.Path(__file__).resolve().parent.parent
 header = (root / "include" / "vmmipc.h").read_text()
 api = (root / "docs" / "api.md").read_text()
-declared = sorted(set(re.findall(r"VMMIPC_EXPORT[^;(]*?\b(vmmipc_[a-z0-9_]+)\s*\(", header)))
+declared = sorted(set(re.findall(r"VMMIPC_API[^;(]*?\b(vmmipc_[a-z0-9_]+)\s*\(", header)))
 documented = set(re.findall(r"^### (vmmipc_[a-z0-9_]+)\s*$", api, re.M))
 missing = [f for f in declared if f not in documented]
 stale = sorted(documented - set(declared))

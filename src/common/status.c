@@ -17,6 +17,9 @@ const char *vmmipc_strerror(vmmipc_result_t r) {
     case VMMIPC_ERR_TIMEOUT: return "a peer did not answer within the timeout";
     case VMMIPC_ERR_NOT_EXPORTABLE: return "memory imported from another process cannot be exported again";
     case VMMIPC_ERR_NO_MEMORY: return "out of host memory";
+    case VMMIPC_ERR_BUSY: return "in use: an exposed buffer, open windows or a concurrent call";
+    case VMMIPC_ERR_RESOURCE: return "a limit was reached (fds, address space or a cache bound)";
+    case VMMIPC_ERR_ABORTED: return "the communicator was aborted";
   }
   return "unknown vmmipc result code";
 }
