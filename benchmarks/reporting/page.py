@@ -153,20 +153,8 @@ def users_page(runs, out, tables):
                   ms(D.median(torch, "rendezvous", "torch_symm_mem", s, 1, "rendezvous"))] for s in sizes])
         p.plots(runs, "setup", ["setup_allgather_map.png"], "Plot")
 
-    run = newest(runs, "scale")
-    if run:
-        p.add("## Many ranks", "")
-        p.para(f"`allgather_map` cost per mapping (one peer chunk mapped by one rank), ms, from run {run.label()}.")
-        by = {}
-        for d in run.files["scale"]:
-            for meth in ("vmmipc", "vmmipc_again"):
-                x = None if "skipped" in d else D.per_mapping(d, meth)
-                by.setdefault(d.get("ranks"), {})[(D.gpus_wanted(d), meth)] = ms(x[0], 4) if x else None
-        p.table(["Ranks", "one GPU: first mapping", "one GPU: mapped again", "two GPUs: first mapping",
-                 "two GPUs: mapped again"],
-                [[n] + [v.get((g, m)) for g in (1, 2) for m in ("vmmipc", "vmmipc_again")] for n, v in sorted(by.items())])
-        p.plots(runs, "scale", ["setup_scale.png"], "Plot")
-
+    if newest(runs, "scale"):
+        p.para("How the cost per mapping grows with 2 to 32 ranks: the scale tables of the full page.")
     run = newest(runs, "sync")
     if run:
         sy = run.files["sync"]
