@@ -92,6 +92,11 @@ def chosen_goals(runs):
 
 # ---- the users' page ---------------------------------------------------------------------------------------------
 
+HEADLINE = ("bw.ce_read_vs_raw", "bw.line_rate", "bw.vs_nccl_uni", "setup.1g_vs_floor", "setup.1g_vs_torch",
+            "i11.first_2m_vs_ipc", "i11.again", "sync:stream barrier vs cuStreamSynchronize + MPI_Barrier [queued, "
+            "primary]", "sync:stream barrier vs NCCL send/recv of 8 bytes (one way) [queued, primary]")
+
+
 def best_ce(bw, d, size):
     vals = [s[size] for s in (D.series(bw, f"vmmipc.ce.{op}.{d}") for op in ("read", "write")) if s and size in s]
     return max(vals) if vals else None
@@ -114,12 +119,17 @@ def users_page(runs, out, tables):
            f"[{os.path.basename(tables)}]({full}); how they are taken and what each column means: "
            f"[benchmarks/README.md]({p.link(os.path.join(D_ROOT, 'benchmarks', 'README.md'))}).")
     p.add("## Headline ratios", "")
-    rows = [(r, g) for (r, g), _ in chosen_goals(runs) if g["verdict"] not in ("n/a", "info")]
-    p.para(f"The goals with a verdict, each from the newest run that measured it (runs: "
-           f"{', '.join(r.label() for r in runs if any(x is r for x, _ in rows))}). A FAIL is a target not met yet.")
+    chosen = chosen_goals(runs)
+    rows = [(r, g) for (r, g), _ in chosen if g["id"] in HEADLINE and g["verdict"] not in ("n/a", "info")]
+    verdicts = [g["verdict"].split()[0] for (_, g), _ in chosen if g["verdict"] not in ("n/a", "info")]
+    p.para(f"Each ratio from the newest run that measured it, next to its goal; of all {len(verdicts)} goals with "
+           f"a verdict, {verdicts.count('PASS')} pass and {verdicts.count('FAIL')} fail (every goal: "
+           f"[{os.path.basename(tables)}]({full}#goals)).")
     one = len({r.name for r, _ in rows}) == 1  # the run column only when the rows come from several
-    p.table(["Goal", "Measured", "Target", "Verdict"] + ([] if one else ["Run"]),
+    p.table(["Ratio", "Measured", "Goal", "Verdict"] + ([] if one else ["Run"]),
             [[g["goal"], g["measured"], g["target"], g["verdict"]] + ([] if one else [f"`{r.name}`"]) for r, g in rows])
+    if one and rows:
+        p.para(f"All from run {rows[0][0].label()}.")
 
     run = newest(runs, "bw")
     if run:
