@@ -17,7 +17,7 @@
 # ranks all on one GPU, or spread over two; a launch that could not run
 # leaves a JSON with "skipped" and the reason), setup_probes_*.json/.log
 # (issue 11's design probes; SETUP_PROBES=0 skips them), nvidia-smi.log, summary.md
-# (goals, from summarize.py), plots/*.png (when matplotlib imports) and
+# (goals, from report.py summary), plots/*.png (when matplotlib imports) and
 # status.txt. A missing vmmipc_sync is a skip. With one GPU the NP ranks
 # share it, the run says so, and the two-GPU rows are left empty with that
 # reason. Each step has a time limit and the whole run a deadline
@@ -264,9 +264,9 @@ for f in "$OUT/bw.json" "$OUT/setup.json" ${TORCH_JSON[@]+"${TORCH_JSON[@]}"} "$
   [ -s "$f" ] && JSONS+=("$f")
 done
 if [ "${#JSONS[@]}" -gt 0 ]; then
-  "$PYTHON" "$HERE/summarize.py" "${JSONS[@]}" > "$OUT/summary.md" 2>> "$OUT/status.txt" || FAILED=1
+  "$PYTHON" "$HERE/report.py" summary "${JSONS[@]}" > "$OUT/summary.md" 2>> "$OUT/status.txt" || FAILED=1
   RESERVE=0
-  step "plot" 30 "$OUT/plot.log" "$PYTHON" "$HERE/plot.py" "${JSONS[@]}" --out "$OUT/plots"
+  step "plot" 30 "$OUT/plot.log" "$PYTHON" "$HERE/report.py" plot "${JSONS[@]}" --out "$OUT/plots"
   cat "$OUT/summary.md"
 fi
 log_status "total: $(( $(date +%s) - START ))s; $([ "$FAILED" = 0 ] && echo ok || echo 'some steps failed')"

@@ -24,6 +24,7 @@ fail() {
 "$root/scripts/deps.sh" demo
 . "$root/scripts/env.sh"
 . "$root/scripts/mpi.sh"
+. "$root/scripts/describe.sh"
 vmmipc_mpi_find
 vmmipc_mpi_check_build "$build"
 mkdir -p "$build/demo-logs"
@@ -44,8 +45,8 @@ if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMMIPC_BUI
     ${mpi_args[@]+"${mpi_args[@]}"} > "$logs/configure.log" 2>&1; then
   fail "configure (cmake -S $root -B $build)" "$logs/configure.log"
 fi
-mpi=$(sed -n 's/^-- vmmipc: MPI \([a-z]*\).*launcher \([^ ]*\).*/\1, launcher \2/p' "$logs/configure.log" | tail -1)
-say "configured $build (MPI: ${mpi:-see $logs/configure.log})"
+say "configured $build"
+say "MPI: $(vmmipc_describe_mpi)"
 if ! cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target "${targets[@]}" > "$logs/build.log" 2>&1; then
   fail "build" "$logs/build.log"
 fi
@@ -68,6 +69,8 @@ else
   max=${MAX_SIZE:-8M}
 fi
 
+if [ "${gpus:-0}" -gt 0 ]; then say "driver: $(vmmipc_describe_driver real)"
+else say "driver: $(vmmipc_describe_driver standin "$VMMIPC_CUDA_DRIVER")"; fi
 if ! "$run" "$np" "$build/examples/allgather_demo" > "$logs/example.log" 2>&1; then
   fail "the allgather_map example" "$logs/example.log"
 fi

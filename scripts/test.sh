@@ -15,6 +15,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/deps.sh" test
 . "$root/scripts/env.sh"
 . "$root/scripts/mpi.sh"
+. "$root/scripts/describe.sh"
 vmmipc_mpi_find
 build=${BUILD_DIR:-$root/build}
 vmmipc_mpi_check_build "$build"
@@ -29,4 +30,15 @@ cmake --build "$build" -j "$jobs"
 # limit of non-root users (1024); the hard limit is theirs to take.
 ulimit -Sn "$(ulimit -Hn)" 2>/dev/null || true
 cd "$build"
-ctest --output-on-failure --timeout 300 "$@"
+if [ "${VMMIPC_TEST_DRIVER:-standin}" = standin ]; then
+  driver=$(vmmipc_describe_driver standin "$build/mpi_tests/standin/libvmmipc_standin.so")
+else
+  driver=$(vmmipc_describe_driver real)
+fi
+mpi=$(vmmipc_describe_mpi)
+echo "test: driver: $driver"
+echo "test: MPI: $mpi"
+rc=0
+ctest --output-on-failure --timeout 300 "$@" || rc=$?
+echo "test: ran on $driver, with $mpi; ctest exit status $rc"
+exit "$rc"

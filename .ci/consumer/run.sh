@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs a build (with its stand-in component) to one prefix, moves the
 # installed tree elsewhere, and builds this consumer against the moved tree
-# four ways: CMake with vmmipc::vmmipc and vmmipc::vmmipc_static, pkg-config
-# with vmmipc and vmmipc-static. Runs each with 2 ranks under the build's
+# six ways: CMake with vmmipc::vmmipc and vmmipc::vmmipc_static, in a C
+# project and in a C++-only one, and pkg-config with vmmipc and vmmipc-static. Runs each with 2 ranks under the build's
 # launcher on the installed stand-in, and checks that each links one MPI and
 # the library it asked for.
 #   .ci/consumer/run.sh BUILD_DIR WORK_DIR
@@ -51,10 +51,13 @@ check() { # NAME EXE STATIC(0|1)
   fi
 }
 
-for kind in shared static; do
-  static=0
-  [ "$kind" = static ] && static=1
-  cmake -S "$here" -B "$work/cmake-$kind" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="$cc" \
+cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
+# A C project, and a C++-only one (cxx/: no C language enabled).
+for kind in shared static cxx-shared cxx-static; do
+  static=0 src=$here compiler=(-DCMAKE_C_COMPILER="$cc")
+  case $kind in *static) static=1 ;; esac
+  case $kind in cxx-*) src=$here/cxx compiler=(-DCMAKE_CXX_COMPILER="$cxx") ;; esac
+  cmake -S "$src" -B "$work/cmake-$kind" -DCMAKE_PREFIX_PATH="$prefix" "${compiler[@]}" \
     -DCONSUMER_STATIC=$static > "$work/cmake-$kind.log" 2>&1 || { cat "$work/cmake-$kind.log" >&2; exit 1; }
   cmake --build "$work/cmake-$kind" > "$work/cmake-$kind-build.log" 2>&1 ||
     { cat "$work/cmake-$kind-build.log" >&2; exit 1; }
