@@ -18,10 +18,14 @@ vmmipc_mpi_test(test_driver_contract NP 2 SOURCES test_driver_contract.cc)
 vmmipc_mpi_test(test_driver_contract NP 2 OWN_GPU)
 vmmipc_mpi_test(test_faults NP 2 3 4 SOURCES test_faults.cc TIMEOUT 240)
 vmmipc_mpi_test(test_sync NP 1 2 3 4 SOURCES test_sync.cc TIMEOUT 300)
-# Host sync runs on kernels by default (VMMIPC_SYNC=auto); each path is run.
+# Host sync runs on kernels by default (VMMIPC_SYNC=auto; memory operations
+# where node ranks share a GPU, as 3 and 4 ranks on the stand-in's 2 do);
+# each path is also forced.
 vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_SYNC=memops SUFFIX .memops TIMEOUT 300)
+vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_SYNC=kernel SUFFIX .kernel TIMEOUT 300)
 vmmipc_mpi_test(test_device NP 1 2 3 SOURCES test_device.cc)
 vmmipc_mpi_test(test_device NP 2 ENV VMMIPC_SYNC=memops SUFFIX .memops)
+vmmipc_mpi_test(test_device NP 2 3 ENV VMMIPC_SYNC=kernel SUFFIX .kernel)
 if(VMMIPC_TEST_DRIVER STREQUAL "standin")
   vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_STANDIN_CAPS=nomemops VMMIPC_SYNC=memops SUFFIX .nomemops)
   vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_STANDIN_CAPS=nokernels SUFFIX .nokernels)

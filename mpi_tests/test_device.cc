@@ -26,12 +26,14 @@ std::string Env(const char *k) {
   const char *v = std::getenv(k);
   return v ? v : "";
 }
-// The path the host sync calls of this run take (the stand-in runs kernels
-// unless VMMIPC_STANDIN_CAPS has nokernels).
-bool KernelPath() {
+// The path the host sync calls of this run take: kernels where they load
+// (the stand-in emulates them unless VMMIPC_STANDIN_CAPS has nokernels),
+// except that auto takes memory operations where node ranks share a GPU.
+bool KernelPath(bool gpu_shared) {
   std::string mode = Env("VMMIPC_SYNC");
   if (mode == "memops") return false;
-  return Env("VMMIPC_STANDIN_CAPS").find("nokernels") == std::string::npos;
+  if (Env("VMMIPC_STANDIN_CAPS").find("nokernels") != std::string::npos) return false;
+  return mode == "kernel" || !gpu_shared;
 }
 
 // The stand-in's live modules and mapped host allocations; false on a GPU.
@@ -51,7 +53,8 @@ bool Has(const std::string &needle) { return std::string(vmmipc_last_error()).fi
 class Device : public ::testing::Test {
  protected:
   void Make(int timeout_ms) {
-    ASSERT_GE(vt::UseRankDevice(), 0);
+    int dev = vt::UseRankDevice();
+    ASSERT_GE(dev, 0);
     Get("cuStreamCreate", &streamCreate);
     Get("cuStreamDestroy", &streamDestroy);
     Get("cuStreamSynchronize", &streamSync);
@@ -66,6 +69,14 @@ class Device : public ::testing::Test {
     ranks_.resize(n_);
     int mine = vt::Rank();
     MPI_Allgather(&mine, 1, MPI_INT, ranks_.data(), 1, MPI_INT, node);
+    // Whether two node ranks share a GPU (then auto takes memory operations).
+    vmmipc_uuid_t u;
+    ASSERT_VMM_OK(vmmipc_device_uuid(dev, &u));
+    std::vector<vmmipc_uuid_t> all(n_);
+    MPI_Allgather(&u, sizeof u, MPI_BYTE, all.data(), sizeof u, MPI_BYTE, node);
+    for (int a = 0; a < n_; a++)
+      for (int b = a + 1; b < n_; b++) shared_ = shared_ || std::memcmp(&all[a], &all[b], sizeof u) == 0;
+    kernel_ = KernelPath(shared_);
     ASSERT_EQ(streamCreate(&s_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   }
   void SetUp() override { Make(30000); }
@@ -91,6 +102,7 @@ class Device : public ::testing::Test {
   vmmipc_comm_t c_ = nullptr;
   CUstream s_ = nullptr;
   int n_ = 0, me_ = 0;
+  bool shared_ = false, kernel_ = false;
   std::vector<int> ranks_;
 };
 
@@ -166,7 +178,10 @@ TEST_F(Device, ArraysMatchTheWindowAndGoWithIt) {
 // the ones the host calls use.
 TEST_F(Device, HostSyncTakesThePathAndCountsIt) {
   if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
-  if (Env("VMMIPC_SYNC") == "kernel" && !KernelPath()) GTEST_SKIP() << "no path to take";
+  if (Env("VMMIPC_SYNC") == "kernel" && !kernel_) GTEST_SKIP() << "no path to take";
+  if (vt::UsingStandin() && Env("VMMIPC_SYNC").empty() && Env("VMMIPC_STANDIN_CAPS").empty()) {
+    EXPECT_EQ(kernel_, !shared_) << "auto: kernels unless node ranks share a GPU";
+  }
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
   int right = ranks_[(me_ + 1) % n_], left = ranks_[(me_ + n_ - 1) % n_];
@@ -188,8 +203,8 @@ TEST_F(Device, HostSyncTakesThePathAndCountsIt) {
   vmmipc_win_device_status_t st = Status(w);
   EXPECT_EQ(st.state, VMMIPC_DEV_OK);
   const uint64_t calls = 3 * iters;
-  EXPECT_EQ(st.kernel_calls, KernelPath() ? calls : 0);
-  EXPECT_EQ(st.memops_calls, KernelPath() ? 0 : calls);
+  EXPECT_EQ(st.kernel_calls, kernel_ ? calls : 0);
+  EXPECT_EQ(st.memops_calls, kernel_ ? 0 : calls);
   MPI_Barrier(MPI_COMM_WORLD);
   ASSERT_VMM_OK(vmmipc_win_free(w));
 }
@@ -205,7 +220,7 @@ class DeviceTimeout : public Device {
 // for, and once read the window works again.
 TEST_F(DeviceTimeout, AnUnsatisfiedKernelWaitIsRecordedAndReported) {
   if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
-  if (!KernelPath()) GTEST_SKIP() << "memory-operation waits have no deadline";
+  if (!kernel_) GTEST_SKIP() << "memory-operation waits have no deadline";
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
   int peer = ranks_[1];
@@ -235,7 +250,7 @@ TEST_F(DeviceTimeout, AnUnsatisfiedKernelWaitIsRecordedAndReported) {
 // barrier record naming a rank that did not arrive.
 TEST_F(DeviceTimeout, ABarrierWithoutAPeerIsRecorded) {
   if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
-  if (!KernelPath()) GTEST_SKIP() << "memory-operation waits have no deadline";
+  if (!kernel_) GTEST_SKIP() << "memory-operation waits have no deadline";
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
   const int absent = n_ - 1;
@@ -261,7 +276,7 @@ TEST_F(DeviceTimeout, ABarrierWithoutAPeerIsRecorded) {
 // says so (VMMIPC_ERR_PEER), and the record shows the value.
 TEST_F(DeviceTimeout, AFailureValueReleasesTheWait) {
   if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
-  if (!KernelPath()) GTEST_SKIP() << "runs on the kernel path";
+  if (!kernel_) GTEST_SKIP() << "runs on the kernel path";
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
   const uint64_t failed = VMMIPC_DEV_FAILED_BIT | 7;

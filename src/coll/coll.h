@@ -40,6 +40,7 @@ struct vmmipc_win {
   uint64_t barriers;     /* barriers entered so far (__atomic builtins) */
   int memops;            /* 0: not checked yet, 1: supported, -1: not supported */
   struct vmmipc__windev *dev; /* the device API's arrays, made on first use (sync/device.c) */
+  int sync_auto;         /* VMMIPC_SYNC=auto's choice: 0 not made, 1 memops, 2 kernels (__atomic builtins) */
   uint64_t sync_kernel;  /* host sync calls that ran as kernels (__atomic builtins) */
   uint64_t sync_memops;  /* ... as stream memory operations */
 };
