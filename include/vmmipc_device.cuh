@@ -138,7 +138,8 @@ __device__ __forceinline__ void vmmipc_dev_signal(const vmmipc_win_device_t *w, 
 /* Waits until rank's slot in the caller's pad is at least value; acquire
  * at system scope. One thread calls it (others of the block wait at a
  * __syncthreads() after). Returns VMMIPC_DEV_OK, VMMIPC_DEV_TIMEOUT after
- * timeout_ns (0: the comm's timeout), or VMMIPC_DEV_FAILED. */
+ * timeout_ns (0: the comm's timeout), or VMMIPC_DEV_FAILED (a failure
+ * value; also, unrecorded, for a rank out of range or of another node). */
 __device__ __forceinline__ int vmmipc_dev_wait(const vmmipc_win_device_t *w, int rank, uint64_t value,
                                                       uint64_t timeout_ns) {
   if (rank < 0 || rank >= w->nranks) return VMMIPC_DEV_FAILED;
