@@ -4,7 +4,8 @@
 # relocatable: the CMake package and the .pc files find the prefix from
 # their own location.
 include(CMakePackageConfigHelpers)
-install(FILES ${PROJECT_SOURCE_DIR}/include/vmmipc.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/include/vmmipc.h ${PROJECT_SOURCE_DIR}/include/vmmipc_win_device.h
+              ${PROJECT_SOURCE_DIR}/include/vmmipc_device.cuh DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS vmmipc vmmipc_static EXPORT vmmipcTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

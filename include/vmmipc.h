@@ -39,6 +39,8 @@
 #include <stdint.h>
 #include <mpi.h>
 
+#include "vmmipc_win_device.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -439,15 +441,33 @@ VMMIPC_API vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t heap);
 
 /* ---- device API (include/vmmipc_device.cuh, docs/device-api.md) ------------ */
 
-/* A window as kernels see it: a plain struct, taken by value. The arrays
- * live in device memory owned by the window and are freed with it. */
-typedef struct vmmipc_win_device {
-  int rank;                       /* the caller's rank in the window's comm */
-  int nranks;                     /* the comm's size */
-  /* device-API branch: device arrays of peer addresses, sizes and signal slots */
-} vmmipc_win_device_t;
-/* Local. */
+/* vmmipc_win_device_t (rank, nranks, device arrays of the peers' addresses,
+ * sizes and signal slots) is in vmmipc_win_device.h, which needs no MPI. */
+/* Local: fills *out for kernels (vmmipc_device.cuh). The arrays are made on
+ * the window's first call (device memory on the current device, owned by
+ * the window, freed by vmmipc_win_free) and stay valid until then. */
 VMMIPC_API vmmipc_result_t vmmipc_win_device(vmmipc_win_t win, vmmipc_win_device_t *out);
+
+/* What device waits on a window recorded, and which path its host sync
+ * calls took. Set struct_size (VMMIPC_WIN_DEVICE_STATUS_INIT); only that
+ * many bytes are written. */
+typedef struct vmmipc_win_device_status {
+  size_t struct_size;
+  int state;                /* VMMIPC_DEV_OK: nothing recorded; VMMIPC_DEV_TIMEOUT or VMMIPC_DEV_FAILED */
+  int rank;                 /* the rank whose signal the wait was for */
+  int barrier;              /* 1: the wait was part of a barrier (device or host-API) */
+  uint64_t value;           /* the value it waited for */
+  uint64_t seen;            /* what the slot held when it gave up */
+  uint64_t kernel_calls;    /* host sync calls on this window that ran as kernels (VMMIPC_SYNC) */
+  uint64_t memops_calls;    /* host sync calls on this window that ran as stream memory operations */
+} vmmipc_win_device_status_t;
+#define VMMIPC_WIN_DEVICE_STATUS_INIT { sizeof(vmmipc_win_device_status_t), 0, 0, 0, 0, 0, 0, 0 }
+/* Local: the record of the first device wait on win that timed out or saw
+ * a failure value (kernels of vmmipc_device.cuh and the host-sync kernels),
+ * then clears it. While a record is set, vmmipc_win_signal, wait, barrier
+ * and wait_host on win return VMMIPC_ERR_TIMEOUT (or VMMIPC_ERR_PEER for a
+ * failure) naming the rank. */
+VMMIPC_API vmmipc_result_t vmmipc_win_device_status(vmmipc_win_t win, vmmipc_win_device_status_t *status);
 
 #ifdef __cplusplus
 }

@@ -66,6 +66,7 @@ static CUresult sti_read_caps(void) {
   sti.cap_vmm = 1;
   sti.cap_fd = 1;
   sti.cap_memops = 1;
+  sti.cap_kernels = 1;
   sti.cap_rdma = 1;
   if (!env) return CUDA_SUCCESS;
   const char *p = env;
@@ -77,10 +78,12 @@ static CUresult sti_read_caps(void) {
       sti.cap_fd = 0;
     else if (len == 8 && strncmp(p, "nomemops", 8) == 0)
       sti.cap_memops = 0;
+    else if (len == 9 && strncmp(p, "nokernels", 9) == 0)
+      sti.cap_kernels = 0;
     else if (len == 6 && strncmp(p, "nordma", 6) == 0)
       sti.cap_rdma = 0;
     else if (len != 0)
-      return sti_bad_env("VMMIPC_STANDIN_CAPS", env, "known capabilities are novmm, nofd, nordma and nomemops");
+      return sti_bad_env("VMMIPC_STANDIN_CAPS", env, "known capabilities are novmm, nofd, nordma, nomemops and nokernels");
     p += len;
     if (*p == ',') p++;
   }

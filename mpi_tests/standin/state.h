@@ -77,6 +77,7 @@ typedef struct sti_state {
   int vis[STI_MAX_DEVICES];    /* vis[ordinal] = physical index */
   int cap_vmm, cap_fd, cap_rdma; /* VMMIPC_STANDIN_CAPS */
   int cap_memops;              /* 64-bit stream memory operations (VMMIPC_STANDIN_CAPS nomemops) */
+  int cap_kernels;             /* cuModuleLoadData of the library's kernels (VMMIPC_STANDIN_CAPS nokernels) */
   struct CUctx_st ctx[STI_MAX_DEVICES]; /* primary contexts by physical index */
   sti_alloc *allocs;
   sti_resv *resvs;

@@ -19,12 +19,13 @@ extern "C" {
  * with the comm's first window and mapped by every node peer. Each window
  * takes one slice of it on every rank (the same index everywhere, since
  * windows come and go collectively): per_win 64-bit slots, node_size for
- * signals (slot q: written by node rank q) then node_size for barriers. */
+ * signals (slot q: written by node rank q), node_size for host-API barriers,
+ * then node_size for device barriers (vmmipc_dev_barrier). */
 struct vmmipc__pool {
   vmmipc_buf_t local;    /* this rank's pool */
   vmmipc_buf_t *peer;    /* [node_size]: the peers' pools mapped here (NULL for self) */
   CUdeviceptr *base;     /* [node_size]: where each rank's pool is seen here */
-  int per_win;           /* slots per window: 2 * node_size */
+  int per_win;           /* slots per window: 3 * node_size */
   int slices;            /* windows the pool holds */
   unsigned char *used;   /* [slices] */
   CUstream stream;       /* private, non-blocking: zeroing slices and host waits */
@@ -38,7 +39,15 @@ struct vmmipc_win {
   int slice;             /* its slice of the comm's signal pool; -1: none (a node of one) */
   uint64_t barriers;     /* barriers entered so far (__atomic builtins) */
   int memops;            /* 0: not checked yet, 1: supported, -1: not supported */
+  struct vmmipc__windev *dev; /* the device API's arrays, made on first use (sync/device.c) */
+  int sync_auto;         /* VMMIPC_SYNC=auto's choice: 0 not made, 1 memops, 2 kernels (__atomic builtins) */
+  uint64_t sync_kernel;  /* host sync calls that ran as kernels (__atomic builtins) */
+  uint64_t sync_memops;  /* ... as stream memory operations */
 };
+
+/* Frees what the device API made for a window (sync/device.c); every
+ * window's free path calls it. */
+void vmmipc__windev_free(struct vmmipc_win *w);
 
 /* Makes the comm's signal pool (a collective of its own: one exchange, one
  * agreement) unless it exists. Every rank calls it with its first window. */

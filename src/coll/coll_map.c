@@ -21,6 +21,7 @@ static vmmipc_result_t import_peer(void *arg, int p, vmmipc_desc_t d) {
 
 static void win_drop(struct vmmipc_win *w, int n) {
   if (!w) return;
+  vmmipc__windev_free(w);
   for (int i = 0; w->peers && i < n; i++) vmmipc_buf_free(w->peers[i]);
   free(w->peers);
   free(w);

@@ -59,7 +59,7 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
     props.export_cache = 0; /* exported once: a cached fd would only sit open */
     local = vmmipc_alloc_ex(1, &props, &p->local);
     if (!local) {
-      p->per_win = 2 * n;
+      p->per_win = 3 * n;
       p->slices = (int)(p->local->mapped / 8 / (size_t)p->per_win);
       p->used = calloc((size_t)p->slices, 1);
       if (!p->used) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: signal pool", op);

@@ -48,7 +48,16 @@ extern "C" {
   X(cuStreamBatchMemOp) \
   X(cuMemRetainAllocationHandle)            \
   X(cuMemGetAddressRange)                   \
-  X(cuPointerGetAttribute)
+  X(cuPointerGetAttribute)                  \
+  X(cuModuleLoadData)                       \
+  X(cuModuleUnload)                         \
+  X(cuModuleGetFunction)                    \
+  X(cuLaunchKernel)                         \
+  X(cuMemAlloc)                             \
+  X(cuMemFree)                              \
+  X(cuMemHostAlloc)                         \
+  X(cuMemFreeHost)                          \
+  X(cuMemHostGetDevicePointer)
 
 /* __typeof__ of the prototype in cuda.h; macros such as cuDeviceGetUuid ->
  * cuDeviceGetUuid_v2 expand consistently in the field name and its type. */

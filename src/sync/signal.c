@@ -1,5 +1,6 @@
 /* Stream-ordered synchronisation on windows: signal, wait, barrier, and the
- * host wait, with the driver's stream memory operations (no kernels). The
+ * host wait, with the driver's stream memory operations, or with kernels
+ * where sync/path.c picks them (sync/kernels.c). The
  * slots live in the comm's signal pool (coll/pool.c); docs/sync.md states
  * what becomes visible to whom, and when.
  *
@@ -15,6 +16,7 @@
 
 #include "coll/coll.h"
 #include "driver/device.h"
+#include "sync/sync.h"
 #include "vmm/vmm.h"
 
 /* cuStreamBatchMemOp takes at most this many operations per call. */
@@ -71,12 +73,14 @@ static vmmipc_result_t sync_args(vmmipc_win_t w, const char *op) {
 }
 
 /* The checks every per-rank call makes: the window, the rank (its node rank
- * in *p), and the device's stream memory operations. */
+ * in *p), the path (*kernel: kernels, sync/path.c), and for stream memory
+ * operations the device's support. */
 static vmmipc_result_t sync_begin(vmmipc_win_t w, int rank, const char *op, int *p, const vmmipc__cu_t **cu,
-                                  unsigned *wait_flags) {
+                                  unsigned *wait_flags, int *kernel) {
   vmmipc_result_t r = sync_args(w, op);
   if (!r) r = sync_peer(w, rank, op, p);
-  if (!r) r = sync_ready(w, op, cu, wait_flags);
+  if (!r) r = vmmipc__sync_path(w, op, kernel);
+  if (!r && !*kernel) r = sync_ready(w, op, cu, wait_flags);
   return r;
 }
 
@@ -84,9 +88,10 @@ vmmipc_result_t vmmipc_win_signal(vmmipc_win_t w, int rank, uint64_t value, void
   const char *op = "vmmipc_win_signal";
   const vmmipc__cu_t *cu;
   unsigned wf;
-  int p = 0;
-  vmmipc_result_t r = sync_begin(w, rank, op, &p, &cu, &wf);
+  int p = 0, kernel = 0;
+  vmmipc_result_t r = sync_begin(w, rank, op, &p, &cu, &wf, &kernel);
   if (r || w->slice < 0) return r; /* a node of one: nobody to tell */
+  if (kernel) return vmmipc__kern_signal(w, rank, value, stream, op);
   /* The caller's slot in rank's part: the default flags fence earlier work first. */
   CUresult rc = cu->cuStreamWriteValue64((CUstream)stream, slot_addr(w, p, w->comm->node_rank), value,
                                          CU_STREAM_WRITE_VALUE_DEFAULT);
@@ -98,9 +103,10 @@ vmmipc_result_t vmmipc_win_wait(vmmipc_win_t w, int rank, uint64_t value, void *
   const char *op = "vmmipc_win_wait";
   const vmmipc__cu_t *cu;
   unsigned wf;
-  int p = 0;
-  vmmipc_result_t r = sync_begin(w, rank, op, &p, &cu, &wf);
+  int p = 0, kernel = 0;
+  vmmipc_result_t r = sync_begin(w, rank, op, &p, &cu, &wf, &kernel);
   if (r || w->slice < 0) return r;
+  if (kernel) return vmmipc__kern_wait(w, rank, value, stream, op);
   CUresult rc = cu->cuStreamWaitValue64((CUstream)stream, slot_addr(w, w->comm->node_rank, p), value, wf);
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamWaitValue64 for rank %d", op, rank);
   return VMMIPC_SUCCESS;
@@ -112,14 +118,17 @@ vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t w, void *stream) {
   if (r) return r;
   const vmmipc__cu_t *cu;
   unsigned wf;
-  if ((r = sync_ready(w, op, &cu, &wf))) return r;
+  int kernel = 0;
+  if ((r = vmmipc__sync_path(w, op, &kernel))) return r;
+  if (!kernel && (r = sync_ready(w, op, &cu, &wf))) return r;
   vmmipc_comm_t c = w->comm;
   int n = c->node_size, me = c->node_rank;
   if (w->slice < 0 || n <= 1) return VMMIPC_SUCCESS;
   /* Barrier k: write k into this rank's barrier slot of every peer, then
    * wait until every peer's slot here reaches k. Counters only grow, so the
-   * barrier repeats without resets. */
+   * barrier repeats without resets; both paths count and use the same slots. */
   uint64_t k = __atomic_add_fetch(&w->barriers, 1, __ATOMIC_RELAXED);
+  if (kernel) return vmmipc__kern_barrier(w, k, stream, op);
   CUstreamBatchMemOpParams ops[SYNC_BATCH_MAX];
   int m = 0;
   for (int pass = 0; pass < 2; pass++)
@@ -166,7 +175,7 @@ vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, i
   const char *op = "vmmipc_win_wait_host";
   vmmipc_result_t r = sync_args(w, op);
   int p = 0;
-  if (r || (r = sync_peer(w, rank, op, &p))) return r;
+  if (r || (r = sync_peer(w, rank, op, &p)) || (r = vmmipc__windev_check(w, op))) return r;
   const vmmipc__cu_t *cu;
   if ((r = vmmipc__cu_load(&cu))) return r;
   if (w->slice < 0) return VMMIPC_SUCCESS;

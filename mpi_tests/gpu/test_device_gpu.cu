@@ -1,0 +1,201 @@
+// The device API on a GPU (ctest label "gpu", real driver only): kernels
+// that signal, wait and pass barriers on an allgather_map window, checked
+// on data and on result codes. Needs two or more ranks on one node; on one
+// GPU the ranks' kernels time-slice, so timeouts are generous.
+//   ring      each kernel writes a block into its right neighbour's slice
+//             and signals; the neighbour waits and checks every word
+//   barriers  VMMIPC_GPU_BARRIERS (default 10000) device barriers, none times out
+//   timeout   a wait nobody satisfies times out; the host sees the record
+//   mixed     a host signal satisfies a device wait; a device signal
+//             satisfies a host wait (stream and host)
+// Prints one line per check; exits non-zero if any failed on any rank.
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "vmmipc.h"
+#include "vmmipc_device.cuh"
+
+static int rank_ = 0, failures_ = 0;
+
+#define CHECK(cond, ...)                                                          \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      std::fprintf(stderr, "rank %d: %s:%d: %s: ", rank_, __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                          \
+      std::fprintf(stderr, "\n");                                                 \
+      failures_++;                                                                \
+    }                                                                             \
+  } while (0)
+#define VMM(call) CHECK((call) == VMMIPC_SUCCESS, "%s", vmmipc_last_error())
+#define CUDA(call)                                                         \
+  do {                                                                     \
+    cudaError_t e_ = (call);                                               \
+    CHECK(e_ == cudaSuccess, "%s", cudaGetErrorString(e_));                \
+    if (e_ != cudaSuccess) MPI_Abort(MPI_COMM_WORLD, 1);                   \
+  } while (0)
+
+static const uint64_t kTimeout = 60ull * 1000000000ull; // 60 s: ranks time-slice on one GPU
+
+__device__ uint64_t word(int it, int from, int i) {
+  return (uint64_t)it << 40 ^ (uint64_t)from << 32 ^ (uint64_t)i * 0x9e3779b9u;
+}
+
+// One iteration of the ring, one block: wait for the right neighbour's
+// ack of the last block, write the block, signal; wait for the left's
+// block, check it, ack it. Data is signalled as 2 it - 1 and acks as 2 it,
+// so that with two ranks (left == right, one slot) values still only grow.
+__global__ void ring_step(vmmipc_win_device_t w, int left, int right, int it, int words, int *res) {
+  __shared__ int ok;
+  if (threadIdx.x == 0) ok = it == 1 ? VMMIPC_DEV_OK : vmmipc_dev_wait(&w, right, 2 * (uint64_t)it - 2, kTimeout);
+  __syncthreads();
+  if (ok != VMMIPC_DEV_OK) {
+    if (threadIdx.x == 0) res[0] = 100 + ok;
+    return;
+  }
+  uint64_t *dst = static_cast<uint64_t *>(vmmipc_dev_ptr(&w, right));
+  for (int i = threadIdx.x; i < words; i += blockDim.x) dst[i] = word(it, w.rank, i);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    vmmipc_dev_signal(&w, right, 2 * (uint64_t)it - 1);
+    ok = vmmipc_dev_wait(&w, left, 2 * (uint64_t)it - 1, kTimeout);
+  }
+  __syncthreads();
+  if (ok != VMMIPC_DEV_OK) {
+    if (threadIdx.x == 0) res[0] = 200 + ok;
+    return;
+  }
+  const uint64_t *mine = static_cast<const uint64_t *>(vmmipc_dev_ptr(&w, w.rank));
+  int bad = 0;
+  for (int i = threadIdx.x; i < words; i += blockDim.x) bad += mine[i] != word(it, left, i);
+  if (bad) atomicAdd(&res[1], bad);
+  __syncthreads();
+  if (threadIdx.x == 0) vmmipc_dev_signal(&w, left, 2 * (uint64_t)it); // ack: the block may be overwritten
+}
+
+__global__ void barriers(vmmipc_win_device_t w, int count, int *res) {
+  for (int i = 0; i < count; i++) {
+    int r = vmmipc_dev_barrier(&w, kTimeout);
+    if (r != VMMIPC_DEV_OK) {
+      if (threadIdx.x == 0) {
+        res[0] = r;
+        res[1] = i;
+      }
+      return;
+    }
+  }
+}
+
+__global__ void wait_one(vmmipc_win_device_t w, int rank, uint64_t value, uint64_t timeout_ns, int *res) {
+  res[0] = vmmipc_dev_wait(&w, rank, value, timeout_ns);
+}
+
+__global__ void signal_one(vmmipc_win_device_t w, int rank, uint64_t value) { vmmipc_dev_signal(&w, rank, value); }
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int rank = rank_;
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  int lsize = 0, ndev = 0;
+  MPI_Comm_size(local, &lsize);
+  if (lsize != size || size < 2) {
+    if (rank == 0) std::fprintf(stderr, "test_device_gpu: needs two or more ranks, all on one node\n");
+    MPI_Finalize();
+    return 77;
+  }
+  CUDA(cudaGetDeviceCount(&ndev));
+  CUDA(cudaSetDevice(rank % ndev));
+  CUDA(cudaFree(nullptr));
+  const char *nb = std::getenv("VMMIPC_GPU_BARRIERS");
+  const int nbarriers = nb && *nb ? std::atoi(nb) : 10000;
+
+  vmmipc_comm_t comm;
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = 60000;
+  VMM(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &comm));
+  const int words = 64 * 1024; // 512 KiB per block
+  vmmipc_buf_t buf;
+  VMM(vmmipc_alloc(words * sizeof(uint64_t), &buf));
+  vmmipc_win_t win;
+  VMM(vmmipc_allgather_map(comm, buf, nullptr, &win));
+  vmmipc_win_device_t dw;
+  VMM(vmmipc_win_device(win, &dw));
+  int *res = nullptr;
+  CUDA(cudaMallocManaged(&res, 4 * sizeof(int)));
+  const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+
+  // ring, 200 iterations
+  std::memset(res, 0, 4 * sizeof(int));
+  const int iters = 200;
+  for (int it = 1; it <= iters; it++) ring_step<<<1, 512>>>(dw, left, right, it, words, res);
+  CUDA(cudaDeviceSynchronize());
+  CHECK(res[0] == 0 && res[1] == 0, "ring: code %d, %d words wrong", res[0], res[1]);
+  if (rank == 0) std::printf("ring: %d iterations of %d words checked\n", iters, words);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // barriers
+  std::memset(res, 0, 4 * sizeof(int));
+  barriers<<<1, 128>>>(dw, nbarriers, res);
+  CUDA(cudaDeviceSynchronize());
+  CHECK(res[0] == 0, "barriers: code %d at barrier %d", res[0], res[1]);
+  if (rank == 0) std::printf("barriers: %d device barriers\n", nbarriers);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // timeout: rank 0 waits for a value rank 1 never signals
+  if (rank == 0) {
+    res[0] = -1;
+    wait_one<<<1, 1>>>(dw, 1, 1ull << 40, 50ull * 1000000ull, res);
+    CUDA(cudaDeviceSynchronize());
+    CHECK(res[0] == VMMIPC_DEV_TIMEOUT, "timeout: the wait returned %d", res[0]);
+    CHECK(vmmipc_win_signal(win, 1, 1, nullptr) == VMMIPC_ERR_TIMEOUT, "the next host call succeeded");
+    CHECK(std::string(vmmipc_last_error()).find("rank 1") != std::string::npos, "%s", vmmipc_last_error());
+    vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
+    VMM(vmmipc_win_device_status(win, &st));
+    CHECK(st.state == VMMIPC_DEV_TIMEOUT && st.rank == 1 && st.value == 1ull << 40 && st.barrier == 0,
+          "record: state %d rank %d value %llu", st.state, st.rank, (unsigned long long)st.value);
+    std::printf("timeout: recorded and reported (%s)\n", vmmipc_last_error());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // mixed: host signal -> device wait (rank 0 waits for rank 1), device
+  // signal -> host waits (rank 1 waits for rank 0)
+  const uint64_t hv = 1000, dv = 2000;
+  if (rank == 1) VMM(vmmipc_win_signal(win, 0, hv, nullptr));
+  if (rank == 0) {
+    res[0] = -1;
+    wait_one<<<1, 1>>>(dw, 1, hv, kTimeout, res);
+    CUDA(cudaDeviceSynchronize());
+    CHECK(res[0] == VMMIPC_DEV_OK, "mixed: the device wait for a host signal returned %d", res[0]);
+    signal_one<<<1, 1>>>(dw, 1, dv);
+    CUDA(cudaDeviceSynchronize());
+  }
+  if (rank == 1) {
+    VMM(vmmipc_win_wait_host(win, 0, dv, 60000));
+    VMM(vmmipc_win_wait(win, 0, dv, nullptr));
+    CUDA(cudaDeviceSynchronize());
+    vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
+    VMM(vmmipc_win_device_status(win, &st));
+    CHECK(st.state == VMMIPC_DEV_OK, "mixed: a record %d", st.state);
+    std::printf("mixed: host->device and device->host signals (host sync path: %s)\n",
+                st.kernel_calls ? "kernels" : "memops");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  CUDA(cudaFree(res));
+  VMM(vmmipc_win_free(win));
+  VMM(vmmipc_buf_free(buf));
+  VMM(vmmipc_comm_destroy(comm));
+  int all = 0;
+  MPI_Allreduce(&failures_, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) std::printf("test_device_gpu: %s\n", all ? "FAILED" : "ok");
+  MPI_Finalize();
+  return all ? 1 : 0;
+}

@@ -1,0 +1,218 @@
+/* Modules and kernel launches, for the library's host-sync kernels only
+ * (src/sync/kern/sync.cu): cuModuleLoadData accepts an image that names
+ * them, cuModuleGetFunction knows their names, and cuLaunchKernel runs the
+ * equivalent on the calling thread, as every stand-in stream operation is
+ * synchronous. A wait gives up at its deadline and records itself in the
+ * window's device record, as the kernel does. Mapped host memory
+ * (cuMemHostAlloc) is plain memory whose device address is its own.
+ * VMMIPC_STANDIN_CAPS=nokernels makes cuModuleLoadData fail as a device
+ * without a usable binary would. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "state.h"
+#include "stream_event.h"
+#include "vmmipc_win_device.h"
+
+typedef enum { STI_K_SIGNAL, STI_K_WAIT, STI_K_BARRIER } sti_kind;
+
+struct CUmod_st {
+  struct CUmod_st *next;
+};
+
+struct CUfunc_st {
+  const char *name;
+  sti_kind kind;
+};
+
+static struct CUfunc_st sti_funcs[] = {
+    {"vmmipc_k_signal", STI_K_SIGNAL}, {"vmmipc_k_wait", STI_K_WAIT}, {"vmmipc_k_barrier", STI_K_BARRIER}};
+
+static struct CUmod_st *sti_mods;
+static long sti_host_allocs, sti_launches;
+
+/* Live modules and mapped host allocations, and launches so far. */
+STI_EXPORT void vmmipc_standin_kernel_counts(long *modules, long *host_allocs, long *launches) {
+  pthread_mutex_lock(&sti.mu);
+  long m = 0;
+  for (struct CUmod_st *x = sti_mods; x; x = x->next) m++;
+  if (modules) *modules = m;
+  if (host_allocs) *host_allocs = sti_host_allocs;
+  if (launches) *launches = sti_launches;
+  pthread_mutex_unlock(&sti.mu);
+}
+
+CUresult cuModuleLoadData(CUmodule *module, const void *image) {
+  if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = sti_enter_ctx();
+  if (rc) return rc;
+  struct CUmod_st *m = NULL;
+  if (!sti.cap_kernels)
+    rc = CUDA_ERROR_NO_BINARY_FOR_GPU;
+  else if (!strstr((const char *)image, ".entry vmmipc_k_wait"))
+    rc = CUDA_ERROR_INVALID_IMAGE; /* only the library's own kernels are emulated */
+  else if (!(m = calloc(1, sizeof *m)))
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  if (m) {
+    m->next = sti_mods;
+    sti_mods = m;
+    *module = m;
+  }
+  sti_leave();
+  return rc;
+}
+
+CUresult cuModuleUnload(CUmodule hmod) {
+  CUresult rc = sti_enter();
+  if (rc) return rc;
+  struct CUmod_st **pp = &sti_mods;
+  while (*pp && *pp != hmod) pp = &(*pp)->next;
+  if (hmod && *pp) {
+    *pp = hmod->next;
+    free(hmod);
+  } else {
+    rc = CUDA_ERROR_INVALID_HANDLE;
+  }
+  sti_leave();
+  return rc;
+}
+
+CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
+  if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = sti_enter();
+  if (rc) return rc;
+  struct CUmod_st *x = sti_mods;
+  while (x && x != hmod) x = x->next;
+  rc = x ? CUDA_ERROR_NOT_FOUND : CUDA_ERROR_INVALID_HANDLE;
+  for (size_t i = 0; x && i < sizeof sti_funcs / sizeof *sti_funcs; i++)
+    if (strcmp(sti_funcs[i].name, name) == 0) {
+      *hfunc = &sti_funcs[i];
+      rc = CUDA_SUCCESS;
+    }
+  sti_leave();
+  return rc;
+}
+
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
+  if (!pp || !bytesize) return CUDA_ERROR_INVALID_VALUE;
+  const unsigned known = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+  if (flags & ~known) return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = sti_enter_ctx();
+  if (rc) return rc;
+  *pp = calloc(1, bytesize);
+  if (*pp)
+    sti_host_allocs++;
+  else
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  sti_leave();
+  return rc;
+}
+
+CUresult cuMemFreeHost(void *p) {
+  CUresult rc = sti_enter();
+  if (rc) return rc;
+  if (p) {
+    free(p);
+    sti_host_allocs--;
+  }
+  sti_leave();
+  return rc;
+}
+
+CUresult cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int flags) {
+  if (!pdptr || !p || flags) return CUDA_ERROR_INVALID_VALUE;
+  *pdptr = (CUdeviceptr)(uintptr_t)p;
+  return CUDA_SUCCESS;
+}
+
+static uint64_t sti_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* As vmmipc__dev_record: the first to give up claims the record. */
+static void sti_record(const vmmipc_win_device_t *w, int state, int barrier, int rank, uint64_t value,
+                       uint64_t seen) {
+  unsigned long long zero = 0;
+  if (!w->claim || !w->record) return;
+  if (!__atomic_compare_exchange_n(w->claim, &zero, 1ull, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return;
+  w->record->value = value;
+  w->record->seen = seen;
+  __atomic_store_n(&w->record->head,
+                   (unsigned long long)state | (unsigned long long)(barrier ? 1 : 0) << 8 |
+                       (unsigned long long)(uint32_t)rank << 32,
+                   __ATOMIC_SEQ_CST);
+}
+
+/* As vmmipc__dev_wait_slot, polling with a growing pause. */
+static int sti_wait_slot(const vmmipc_win_device_t *w, const uint64_t *slot, uint64_t value, uint64_t deadline,
+                         int rank, int barrier) {
+  long pause_ns = 1000;
+  for (;;) {
+    uint64_t v = __atomic_load_n(slot, __ATOMIC_SEQ_CST);
+    if (v & VMMIPC_DEV_FAILED_BIT) {
+      sti_record(w, VMMIPC_DEV_FAILED, barrier, rank, value, v);
+      return VMMIPC_DEV_FAILED;
+    }
+    if ((int64_t)(v - value) >= 0) return VMMIPC_DEV_OK;
+    if (sti_now_ns() >= deadline) {
+      sti_record(w, VMMIPC_DEV_TIMEOUT, barrier, rank, value, v);
+      return VMMIPC_DEV_TIMEOUT;
+    }
+    struct timespec ts = {0, pause_ns};
+    nanosleep(&ts, NULL);
+    if (pause_ns < 1000000) pause_ns *= 2;
+  }
+}
+
+static uint64_t sti_deadline(const vmmipc_win_device_t *w, uint64_t timeout_ns) {
+  return sti_now_ns() + (timeout_ns ? timeout_ns : w->timeout_ns);
+}
+
+static void sti_run(sti_kind kind, void **p) {
+  const vmmipc_win_device_t *w = p[0];
+  if (kind == STI_K_SIGNAL) {
+    int rank = *(const int *)p[1];
+    uint64_t value = *(const uint64_t *)p[2];
+    if (rank >= 0 && rank < w->nranks && w->signal_out[rank])
+      __atomic_store_n(w->signal_out[rank], value, __ATOMIC_SEQ_CST);
+  } else if (kind == STI_K_WAIT) {
+    int rank = *(const int *)p[1];
+    uint64_t value = *(const uint64_t *)p[2], timeout = *(const uint64_t *)p[3];
+    if (rank >= 0 && rank < w->nranks && w->signal_in[rank])
+      (void)sti_wait_slot(w, w->signal_in[rank], value, sti_deadline(w, timeout), rank, 0);
+  } else {
+    uint64_t *const *out = *(uint64_t *const *const *)p[1];
+    const uint64_t *in = *(const uint64_t *const *)p[2];
+    uint64_t k = *(const uint64_t *)p[3], timeout = *(const uint64_t *)p[4];
+    for (int q = 0; q < w->node_size; q++)
+      if (q != w->node_rank && out[q]) __atomic_store_n(out[q], k, __ATOMIC_SEQ_CST);
+    uint64_t deadline = sti_deadline(w, timeout);
+    for (int q = 0; q < w->node_size; q++)
+      if (q != w->node_rank && sti_wait_slot(w, &in[q], k, deadline, w->node_ranks[q], 1)) break;
+  }
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                        unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **params,
+                        void **extra) {
+  CUresult rc = sti_enter_ctx();
+  if (rc) return rc;
+  int known = 0;
+  for (size_t i = 0; i < sizeof sti_funcs / sizeof *sti_funcs; i++) known |= f == &sti_funcs[i];
+  if (!known)
+    rc = CUDA_ERROR_INVALID_HANDLE;
+  else if (!sti_stream_valid(s))
+    rc = CUDA_ERROR_INVALID_HANDLE;
+  else if (!params || extra || !gx || !gy || !gz || !bx || !by || !bz || (size_t)bx * by * bz > 1024 ||
+           shared > 48 * 1024)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  else
+    sti_launches++;
+  sti_leave();
+  /* Outside the lock, as a stream wait is: peers' threads signal meanwhile. */
+  if (!rc) sti_run(f->kind, params);
+  return rc;
+}

@@ -1,0 +1,317 @@
+// The device API's host side (issue 23): what vmmipc_win_device hands to
+// kernels (against vmmipc_win_query, read back from device memory), host
+// sync through the library's kernels (emulated by the stand-in; real on a
+// GPU), the paths VMMIPC_SYNC picks, a device wait that times out and the
+// record the host sees, and the release of waits by a failure value.
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness/bufs.h"
+
+namespace {
+
+template <typename F>
+void Get(const char *name, F *fn) {
+  void *p = nullptr;
+  ASSERT_VMM_OK(vmmipc_driver_proc(name, 0, &p));
+  *fn = reinterpret_cast<F>(p);
+}
+
+std::string Env(const char *k) {
+  const char *v = std::getenv(k);
+  return v ? v : "";
+}
+// The path the host sync calls of this run take: kernels where they load
+// (the stand-in emulates them unless VMMIPC_STANDIN_CAPS has nokernels),
+// except that auto takes memory operations where node ranks share a GPU.
+bool KernelPath(bool gpu_shared) {
+  std::string mode = Env("VMMIPC_SYNC");
+  if (mode == "memops") return false;
+  if (Env("VMMIPC_STANDIN_CAPS").find("nokernels") != std::string::npos) return false;
+  return mode == "kernel" || !gpu_shared;
+}
+
+// The stand-in's live modules and mapped host allocations; false on a GPU.
+bool KernelCounts(long *modules, long *host_allocs, long *launches) {
+  if (!vt::UsingStandin()) return false;
+  void *lib = dlopen(Env("VMMIPC_CUDA_DRIVER").c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) return false;
+  auto fn = reinterpret_cast<void (*)(long *, long *, long *)>(dlsym(lib, "vmmipc_standin_kernel_counts"));
+  dlclose(lib);
+  if (!fn) return false;
+  fn(modules, host_allocs, launches);
+  return true;
+}
+
+bool Has(const std::string &needle) { return std::string(vmmipc_last_error()).find(needle) != std::string::npos; }
+
+class Device : public ::testing::Test {
+ protected:
+  void Make(int timeout_ms) {
+    int dev = vt::UseRankDevice();
+    ASSERT_GE(dev, 0);
+    Get("cuStreamCreate", &streamCreate);
+    Get("cuStreamDestroy", &streamDestroy);
+    Get("cuStreamSynchronize", &streamSync);
+    Get("cuMemcpyDtoH", &dtoh);
+    vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+    cfg.timeout_ms = timeout_ms;
+    ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c_));
+    MPI_Comm node;
+    vmmipc_comm_node_comm(c_, &node);
+    MPI_Comm_size(node, &n_);
+    MPI_Comm_rank(node, &me_);
+    ranks_.resize(n_);
+    int mine = vt::Rank();
+    MPI_Allgather(&mine, 1, MPI_INT, ranks_.data(), 1, MPI_INT, node);
+    // Whether two node ranks share a GPU (then auto takes memory operations).
+    vmmipc_uuid_t u;
+    ASSERT_VMM_OK(vmmipc_device_uuid(dev, &u));
+    std::vector<vmmipc_uuid_t> all(n_);
+    MPI_Allgather(&u, sizeof u, MPI_BYTE, all.data(), sizeof u, MPI_BYTE, node);
+    for (int a = 0; a < n_; a++)
+      for (int b = a + 1; b < n_; b++) shared_ = shared_ || std::memcmp(&all[a], &all[b], sizeof u) == 0;
+    kernel_ = KernelPath(shared_);
+    ASSERT_EQ(streamCreate(&s_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  }
+  void SetUp() override { Make(30000); }
+  void TearDown() override {
+    if (s_) streamDestroy(s_);
+    if (c_) EXPECT_VMM_OK(vmmipc_comm_destroy(c_));
+  }
+  template <typename T>
+  std::vector<T> Read(const T *dev, size_t n) {
+    std::vector<T> v(n);
+    EXPECT_EQ(dtoh(v.data(), reinterpret_cast<CUdeviceptr>(dev), n * sizeof(T)), CUDA_SUCCESS);
+    return v;
+  }
+  vmmipc_win_device_status_t Status(vmmipc_win_t w) {
+    vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
+    EXPECT_VMM_OK(vmmipc_win_device_status(w, &st));
+    return st;
+  }
+  CUresult (*streamCreate)(CUstream *, unsigned) = nullptr;
+  CUresult (*streamDestroy)(CUstream) = nullptr;
+  CUresult (*streamSync)(CUstream) = nullptr;
+  CUresult (*dtoh)(void *, CUdeviceptr, size_t) = nullptr;
+  vmmipc_comm_t c_ = nullptr;
+  CUstream s_ = nullptr;
+  int n_ = 0, me_ = 0;
+  bool shared_ = false, kernel_ = false;
+  std::vector<int> ranks_;
+};
+
+// Ranks, sizes and pointers as vmmipc_win_query gives them, read back from
+// the device arrays; slots of on-node ranks only; freed with the window.
+TEST_F(Device, ArraysMatchTheWindowAndGoWithIt) {
+  long mods0 = 0, host0 = 0, l0 = 0;
+  bool counted = KernelCounts(&mods0, &host0, &l0);
+  // Sizes differ by rank, and the last rank gives no buffer.
+  vmmipc_buf_t b = nullptr;
+  if (vt::Rank() != vt::Size() - 1 || vt::Size() == 1) b = vt::PatternBuf(1, 3, 4096 * (vt::Rank() + 1));
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, nullptr, &w));
+  vmmipc_win_device_t d;
+  std::memset(&d, 0, sizeof d);
+  ASSERT_VMM_OK(vmmipc_win_device(w, &d));
+  EXPECT_EQ(d.rank, vt::Rank());
+  EXPECT_EQ(d.nranks, vt::Size());
+  EXPECT_EQ(d.node_rank, me_);
+  EXPECT_EQ(d.node_size, n_);
+  EXPECT_EQ(d.timeout_ns, 30000ull * 1000000ull);
+  const int N = d.nranks;
+  auto ptrs = Read(d.ptrs, N);
+  auto sizes = Read(d.sizes, N);
+  auto out = Read(d.signal_out, N);
+  auto in = Read(d.signal_in, N);
+  auto node_ranks = Read(d.node_ranks, n_);
+  for (int r = 0; r < N; r++) {
+    void *p = nullptr;
+    size_t size = 0;
+    ASSERT_VMM_OK(vmmipc_win_query(w, r, &p, &size));
+    EXPECT_EQ(ptrs[r], p) << "rank " << r;
+    EXPECT_EQ(sizes[r], size) << "rank " << r;
+    int same = 0;
+    vmmipc_comm_same_node(c_, r, &same);
+    EXPECT_EQ(out[r] != nullptr, same && n_ > 1) << "rank " << r;
+    EXPECT_EQ(in[r] != nullptr, same && n_ > 1) << "rank " << r;
+  }
+  for (int q = 0; q < n_; q++) EXPECT_EQ(node_ranks[q], ranks_[q]);
+  EXPECT_EQ(d.barrier_in != nullptr, n_ > 1);
+  // Every slot is distinct, and the arrays are made once.
+  for (int r = 0; r < N; r++)
+    for (int s = r + 1; s < N; s++) {
+      if (out[r]) {
+        EXPECT_NE(out[r], out[s]);
+      }
+    }
+  vmmipc_win_device_t again;
+  ASSERT_VMM_OK(vmmipc_win_device(w, &again));
+  EXPECT_EQ(std::memcmp(&again, &d, sizeof d), 0);
+  vmmipc_win_device_status_t st = Status(w);
+  EXPECT_EQ(st.state, VMMIPC_DEV_OK);
+  long mods = 0, host = 0, l = 0;
+  if (counted) {
+    KernelCounts(&mods, &host, &l);
+    EXPECT_EQ(host, host0 + 1); // the record
+  }
+  EXPECT_EQ(vmmipc_win_device(nullptr, &d), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(vmmipc_win_device(w, nullptr), VMMIPC_ERR_INVALID_ARG);
+  vmmipc_win_device_status_t bad = VMMIPC_WIN_DEVICE_STATUS_INIT;
+  bad.struct_size = 1;
+  EXPECT_EQ(vmmipc_win_device_status(w, &bad), VMMIPC_ERR_INVALID_ARG);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+  vmmipc_buf_free(b);
+  if (counted) {
+    KernelCounts(&mods, &host, &l);
+    EXPECT_EQ(host, host0);
+  }
+}
+
+// Signal, wait and barrier in a ring, on whichever path this run takes;
+// the window's stats say which one ran, and the device struct's slots are
+// the ones the host calls use.
+TEST_F(Device, HostSyncTakesThePathAndCountsIt) {
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  if (Env("VMMIPC_SYNC") == "kernel" && !kernel_) GTEST_SKIP() << "no path to take";
+  if (vt::UsingStandin() && Env("VMMIPC_SYNC").empty() && Env("VMMIPC_STANDIN_CAPS").empty()) {
+    EXPECT_EQ(kernel_, !shared_) << "auto: kernels unless node ranks share a GPU";
+  }
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  int right = ranks_[(me_ + 1) % n_], left = ranks_[(me_ + n_ - 1) % n_];
+  const int iters = 20;
+  for (int it = 1; it <= iters; it++) {
+    ASSERT_VMM_OK(vmmipc_win_signal(w, right, it, s_));
+    ASSERT_VMM_OK(vmmipc_win_wait(w, left, it, s_));
+    ASSERT_VMM_OK(vmmipc_win_barrier(w, s_));
+    ASSERT_EQ(streamSync(s_), CUDA_SUCCESS);
+    ASSERT_VMM_OK(vmmipc_win_wait_host(w, left, it, 30000));
+  }
+  // The slot vmmipc_win_signal wrote is the one the device struct names.
+  vmmipc_win_device_t d;
+  ASSERT_VMM_OK(vmmipc_win_device(w, &d));
+  auto in = Read(d.signal_in, d.nranks);
+  uint64_t v = 0;
+  ASSERT_EQ(dtoh(&v, reinterpret_cast<CUdeviceptr>(in[left]), 8), CUDA_SUCCESS);
+  EXPECT_EQ(v, static_cast<uint64_t>(iters));
+  vmmipc_win_device_status_t st = Status(w);
+  EXPECT_EQ(st.state, VMMIPC_DEV_OK);
+  const uint64_t calls = 3 * iters;
+  EXPECT_EQ(st.kernel_calls, kernel_ ? calls : 0);
+  EXPECT_EQ(st.memops_calls, kernel_ ? 0 : calls);
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+}
+
+class DeviceTimeout : public Device {
+ protected:
+  void SetUp() override { Make(300); }
+};
+
+// Rank 0 waits (on its stream, through the wait kernel) for a signal that
+// never comes: the kernel gives up at the comm's timeout and records it;
+// the next host call fails naming the rank, the record says what it waited
+// for, and once read the window works again.
+TEST_F(DeviceTimeout, AnUnsatisfiedKernelWaitIsRecordedAndReported) {
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  if (!kernel_) GTEST_SKIP() << "memory-operation waits have no deadline";
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  int peer = ranks_[1];
+  if (me_ == 0) {
+    ASSERT_VMM_OK(vmmipc_win_wait(w, peer, 5, s_));
+    ASSERT_EQ(streamSync(s_), CUDA_SUCCESS); // the kernel ends at its deadline
+    EXPECT_EQ(vmmipc_win_signal(w, peer, 1, s_), VMMIPC_ERR_TIMEOUT);
+    EXPECT_TRUE(Has("timed out waiting for rank " + std::to_string(peer))) << vmmipc_last_error();
+    EXPECT_EQ(vmmipc_win_wait_host(w, peer, 0, 10), VMMIPC_ERR_TIMEOUT); // sticky until read
+    vmmipc_win_device_status_t st = Status(w);
+    EXPECT_EQ(st.state, VMMIPC_DEV_TIMEOUT);
+    EXPECT_EQ(st.rank, peer);
+    EXPECT_EQ(st.barrier, 0);
+    EXPECT_EQ(st.value, 5u);
+    EXPECT_EQ(st.seen, 0u);
+    EXPECT_EQ(Status(w).state, VMMIPC_DEV_OK); // read and cleared
+    ASSERT_VMM_OK(vmmipc_win_signal(w, peer, 1, s_));
+    ASSERT_EQ(streamSync(s_), CUDA_SUCCESS);
+  } else if (me_ == 1) {
+    ASSERT_VMM_OK(vmmipc_win_wait_host(w, ranks_[0], 1, 30000));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+}
+
+// A barrier that one rank never enters times out on the others with a
+// barrier record naming a rank that did not arrive.
+TEST_F(DeviceTimeout, ABarrierWithoutAPeerIsRecorded) {
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  if (!kernel_) GTEST_SKIP() << "memory-operation waits have no deadline";
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  const int absent = n_ - 1;
+  if (me_ != absent) {
+    ASSERT_VMM_OK(vmmipc_win_barrier(w, s_));
+    ASSERT_EQ(streamSync(s_), CUDA_SUCCESS);
+    EXPECT_EQ(vmmipc_win_barrier(w, s_), VMMIPC_ERR_TIMEOUT);
+    EXPECT_TRUE(Has("device barrier")) << vmmipc_last_error();
+    vmmipc_win_device_status_t st = Status(w);
+    EXPECT_EQ(st.state, VMMIPC_DEV_TIMEOUT);
+    EXPECT_EQ(st.barrier, 1);
+    EXPECT_EQ(st.value, 1u);
+    int known = 0;
+    for (int q = 0; q < n_; q++) known |= st.rank == ranks_[q] && q != me_;
+    EXPECT_TRUE(known) << st.rank;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+}
+
+// A slot holding a failure value (top bit set, as the comm writes on a
+// failure it detects) releases the wait kernel at once; the next host call
+// says so (VMMIPC_ERR_PEER), and the record shows the value.
+TEST_F(DeviceTimeout, AFailureValueReleasesTheWait) {
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  if (!kernel_) GTEST_SKIP() << "runs on the kernel path";
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  const uint64_t failed = VMMIPC_DEV_FAILED_BIT | 7;
+  if (me_ == 1) {
+    ASSERT_VMM_OK(vmmipc_win_signal(w, ranks_[0], failed, s_));
+    ASSERT_EQ(streamSync(s_), CUDA_SUCCESS);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me_ == 0) {
+    ASSERT_VMM_OK(vmmipc_win_wait(w, ranks_[1], 3, s_));
+    ASSERT_EQ(streamSync(s_), CUDA_SUCCESS);
+    EXPECT_EQ(vmmipc_win_wait(w, ranks_[1], 3, s_), VMMIPC_ERR_PEER);
+    EXPECT_TRUE(Has("failure value")) << vmmipc_last_error();
+    vmmipc_win_device_status_t st = Status(w);
+    EXPECT_EQ(st.state, VMMIPC_DEV_FAILED);
+    EXPECT_EQ(st.rank, ranks_[1]);
+    EXPECT_EQ(st.value, 3u);
+    EXPECT_EQ(st.seen, failed);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+}
+
+// VMMIPC_SYNC=kernel where the kernels cannot load fails the call, naming
+// the way out; VMMIPC_SYNC with an unknown value is refused.
+TEST_F(Device, ForcedKernelsThatCannotLoadFail) {
+  if (Env("VMMIPC_SYNC") != "kernel" || Env("VMMIPC_STANDIN_CAPS").find("nokernels") == std::string::npos)
+    GTEST_SKIP() << "runs with VMMIPC_SYNC=kernel and VMMIPC_STANDIN_CAPS=nokernels";
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  if (n_ > 1) {
+    EXPECT_EQ(vmmipc_win_signal(w, ranks_[(me_ + 1) % n_], 1, s_), VMMIPC_ERR_CUDA);
+    EXPECT_TRUE(Has("VMMIPC_SYNC=memops")) << vmmipc_last_error();
+  }
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+}
+
+}  // namespace
