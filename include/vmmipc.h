@@ -421,8 +421,14 @@ typedef struct vmmipc_heap_stats {
   int live_windows;               /* heap windows not freed yet */
   uint64_t growth_steps;          /* growth steps taken (given-back steps not subtracted) */
   double grow_s;                  /* time spent growing, seconds */
+  uint64_t carved;                /* bytes the live slices occupy in every segment: each slice is as large
+                                     as the largest rank's request, aligned; equal on every rank */
+  uint64_t carved_high_water;     /* the most carved has been: mapped stays within it rounded up to
+                                     one growth step, unless the free list is fragmented */
+  uint64_t trimmed_steps;         /* growth steps given back by vmmipc_heap_trim */
+  uint64_t reserve, grow;         /* the geometry every rank settled on (bytes per segment, per step) */
 } vmmipc_heap_stats_t;
-#define VMMIPC_HEAP_STATS_INIT { sizeof(vmmipc_heap_stats_t), 0, 0, 0, 0, 0, 0, 0.0 }
+#define VMMIPC_HEAP_STATS_INIT { sizeof(vmmipc_heap_stats_t), 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0, 0 }
 
 /* Collective over the comm. config NULL: defaults. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t comm, const vmmipc_heap_config_t *config,
