@@ -1,7 +1,8 @@
 /* The heap's free list: blocks sorted by offset, coalesced on every give,
- * first fit. Deterministic and free of failures (room is made before a
+ * best fit. Deterministic and free of failures (room is made before a
  * call's exchange, vmmipc__heap_room), so that every rank, given the same
  * inputs, carves the same slice. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,14 +28,20 @@ vmmipc_result_t vmmipc__heap_room(struct vmmipc_heap *h) {
   return VMMIPC_SUCCESS;
 }
 
+/* Best fit (the smallest block that holds it, the lowest on ties): it keeps
+ * large blocks whole for large slices, which first fit splits up. */
 int64_t vmmipc__heap_find(const struct vmmipc_heap *h, size_t len, size_t align) {
+  int64_t best = -1;
+  size_t best_len = SIZE_MAX;
   for (int i = 0; i < h->num_free; i++) {
     size_t start = align_up(h->free[i].off, align);
     if (start >= h->free[i].off && start - h->free[i].off <= h->free[i].len &&
-        len <= h->free[i].len - (start - h->free[i].off))
-      return (int64_t)start;
+        len <= h->free[i].len - (start - h->free[i].off) && h->free[i].len < best_len) {
+      best = (int64_t)start;
+      best_len = h->free[i].len;
+    }
   }
-  return -1;
+  return best;
 }
 
 size_t vmmipc__heap_shortfall(const struct vmmipc_heap *h, size_t len, size_t align) {
