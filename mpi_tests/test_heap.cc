@@ -349,7 +349,7 @@ TEST_F(Heap, ReserveExhaustedNamesTheRank) {
 // the heap and the comm are still freed locally.
 TEST_F(Heap, ARankThatNeverComesIsNamed) {
   if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
-  const int timeout_ms = 1000;
+  const int timeout_ms = 2000; // short, yet with room for a loaded CI machine
   for (int silent : {vt::Size() - 1, 0}) {
     int fds = vt::FdCount();
     vmmipc_comm_t c = Create(timeout_ms);
@@ -379,6 +379,34 @@ TEST_F(Heap, ARankThatNeverComesIsNamed) {
     EXPECT_EQ(vt::FdCount(), fds);
     MPI_Barrier(MPI_COMM_WORLD);
   }
+}
+
+// A rank that comes after the others gave up: its gather completes, but it
+// fails like the others (TIMEOUT naming it), never SUCCESS alone.
+TEST_F(Heap, ALateRankFailsLikeTheOthers) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int timeout_ms = 2000; // short, yet with room for a loaded CI machine
+  int late = vt::Size() - 1;
+  vmmipc_comm_t c = Create(timeout_ms);
+  ASSERT_NE(c, nullptr);
+  vmmipc_heap_t h = MakeHeap(c, kGran, 8 * kGran);
+  ASSERT_NE(h, nullptr);
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, 4096, &w)); // grown once: the late call needs no growth
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+  if (vt::Rank() == late) vmmipc__test_late(timeout_ms); // the injected fault: 1.5 x the timeout late
+  vmmipc_result_t r = vmmipc_heap_alloc(h, 4096, &w);
+  EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << vmmipc_last_error();
+  EXPECT_EQ(w, nullptr);
+  std::string want = vt::Rank() == late ? "rank(s) " + std::to_string(late) + " came"
+                                        : "rank(s) " + std::to_string(late) + " did not answer";
+  EXPECT_TRUE(Has(vmmipc_last_error(), want)) << vmmipc_last_error();
+  vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
+  ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
+  EXPECT_EQ(st.broken, 1);
+  ASSERT_VMM_OK(vmmipc_heap_destroy(h));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // Destroying a heap with open windows, or a comm with a live heap, is

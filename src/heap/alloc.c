@@ -12,7 +12,7 @@
 #include "common/le.h"
 #include "heap/heap.h"
 
-#define ALLOC_MSG 24 /* code, 0, size, digest */
+#define ALLOC_MSG (VMMIPC__HEAP_REC_HEAD + 16) /* header, size, digest */
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -56,7 +56,7 @@ static void slice_shape(const struct vmmipc_heap *h, const unsigned char *all, i
   size_t s = 0;
   *largest = 0;
   for (int q = 0; q < size; q++) {
-    size_t sq = align_up((size_t)vmmipc__get64(all + (size_t)q * ALLOC_MSG + 8), VMMIPC__HEAP_ALIGN);
+    size_t sq = align_up((size_t)vmmipc__get64(all + (size_t)q * ALLOC_MSG + 16), VMMIPC__HEAP_ALIGN);
     if (sq > s) {
       s = sq;
       *largest = q;
@@ -69,7 +69,7 @@ static void slice_shape(const struct vmmipc_heap *h, const unsigned char *all, i
 static vmmipc_result_t check_step(struct vmmipc_heap *h, const unsigned char *all, const char *op) {
   struct vmmipc_comm *c = h->c;
   for (int q = 0; q < c->size; q++)
-    if (vmmipc__get64(all + (size_t)q * ALLOC_MSG + 16) != h->digest) {
+    if (vmmipc__get64(all + (size_t)q * ALLOC_MSG + 24) != h->digest) {
       h->broken = 1;
       return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                            "%s: the heap of rank %d has not seen the same calls as the heap of rank %d; hint: every "
@@ -132,10 +132,10 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
     vmmipc__leave(c);
     return local;
   }
+  memset(bufs, 0, ALLOC_MSG);
   vmmipc__put32(bufs, (uint32_t)local);
-  vmmipc__put32(bufs + 4, 0);
-  vmmipc__put64(bufs + 8, size);
-  vmmipc__put64(bufs + 16, h->digest);
+  vmmipc__put64(bufs + 16, size);
+  vmmipc__put64(bufs + 24, h->digest);
   unsigned char *held = bufs;
   r = vmmipc__heap_allgather(c, &held, ALLOC_MSG, op);
   if (!held) h->xbuf = NULL; /* MPI keeps it */
@@ -146,7 +146,7 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
   int largest = 0;
   if (!r) {
     slice_shape(h, all, c->size, &span, &align, &largest);
-    if (span) r = carve(h, span, align, largest, (size_t)vmmipc__get64(all + (size_t)largest * ALLOC_MSG + 8), &off, op);
+    if (span) r = carve(h, span, align, largest, (size_t)vmmipc__get64(all + (size_t)largest * ALLOC_MSG + 16), &off, op);
   }
   if (r) {
     if (w) vmmipc__pool_give(c, w->slice);
@@ -157,7 +157,7 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
   }
   for (int q = 0; q < n; q++) {
     struct vmmipc_buf *b = q == me ? w->own : w->peers[q];
-    b->size = (size_t)vmmipc__get64(all + (size_t)c->rank_of[q] * ALLOC_MSG + 8);
+    b->size = (size_t)vmmipc__get64(all + (size_t)c->rank_of[q] * ALLOC_MSG + 16);
     b->base = b->size ? vmmipc__heap_seg(h, q) + off : 0;
     b->mapped = b->size;
   }

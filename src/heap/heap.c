@@ -10,8 +10,8 @@
 #include "driver/device.h"
 #include "heap/heap.h"
 
-#define CREATE_MSG 32      /* code, 0, reserve, grow, granularity */
-#define HEAP_XBUF_PER_RANK 32 /* the largest message of a heap call */
+#define CREATE_MSG (VMMIPC__HEAP_REC_HEAD + 24) /* header, reserve, grow, granularity */
+#define HEAP_XBUF_PER_RANK CREATE_MSG /* the largest record of a heap call */
 /* Defaults (docs/heap.md): a step of 1/512 of the device's memory, within
  * [granularity, 512 MiB], and a segment as large as the device. */
 #define DEFAULT_GROW_DIVISOR 512
@@ -60,7 +60,7 @@ static void settle(struct vmmipc_heap *h, const unsigned char *all, int size) {
   size_t reserve = SIZE_MAX, grow = 0, gran = 0;
   for (int q = 0; q < size; q++) {
     const unsigned char *m = all + (size_t)q * CREATE_MSG;
-    size_t rq = (size_t)vmmipc__get64(m + 8), gq = (size_t)vmmipc__get64(m + 16), nq = (size_t)vmmipc__get64(m + 24);
+    size_t rq = (size_t)vmmipc__get64(m + 16), gq = (size_t)vmmipc__get64(m + 24), nq = (size_t)vmmipc__get64(m + 32);
     if (rq < reserve) reserve = rq;
     if (gq > grow) grow = gq;
     if (nq > gran) gran = nq;
@@ -110,9 +110,9 @@ vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *
   }
   memset(bufs, 0, CREATE_MSG);
   vmmipc__put32(bufs, (uint32_t)local);
-  vmmipc__put64(bufs + 8, reserve);
-  vmmipc__put64(bufs + 16, grow);
-  vmmipc__put64(bufs + 24, h ? h->gran : 0);
+  vmmipc__put64(bufs + 16, reserve);
+  vmmipc__put64(bufs + 24, grow);
+  vmmipc__put64(bufs + 32, h ? h->gran : 0);
   unsigned char *held = bufs;
   r = vmmipc__heap_allgather(c, &held, CREATE_MSG, op);
   if (!held) { /* MPI keeps it */

@@ -88,11 +88,16 @@ static inline CUdeviceptr vmmipc__heap_seg(const struct vmmipc_heap *h, int q) {
 }
 
 /* ---- xfer.c: the bounded allgather of a call's inputs ---- */
+/* Every record starts with this header: the result so far (4 bytes), 4
+ * zero bytes, the arrival time (8 bytes, filled by the allgather). */
+#define VMMIPC__HEAP_REC_HEAD 16
 /* MPI_Iallgather of `len` bytes per rank over the comm, bounded by the
  * timeout. A timeout goes on into the comm's agreement, so that the ranks
  * that did not come are named; the comm is then broken. `bufs` holds
  * (size + 1) * len bytes: this rank's input first. On a timeout MPI may
- * still own it: *bufs is handed over and set to NULL. */
+ * still own it: *bufs is handed over and set to NULL. A rank that came
+ * after another may have given up fails the call alike on every rank that
+ * completes it (TIMEOUT naming the late ranks; the comm is broken). */
 vmmipc_result_t vmmipc__heap_allgather(struct vmmipc_comm *c, unsigned char **bufs, size_t len, const char *op);
 /* The outcome of an allgather whose first 4 bytes per rank are a result
  * code: the lowest failing rank's code, with a message naming it. */
