@@ -409,6 +409,26 @@ TEST_F(Heap, ALateRankFailsLikeTheOthers) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// Heaps out of step (rank 0 frees another window than the others): the
+// next alloc finds it on every rank, and only destroy works after.
+TEST_F(Heap, HeapsOutOfStepAreFound) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  vmmipc_heap_t h = MakeHeap(c_, kGran, 8 * kGran);
+  ASSERT_NE(h, nullptr);
+  vmmipc_win_t a = nullptr, b = nullptr, x = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, 1000, &a));
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, 1000, &b));
+  ASSERT_VMM_OK(vmmipc_win_free(vt::Rank() == 0 ? a : b)); // agreed, yet not the same window
+  vmmipc_result_t r = vmmipc_heap_alloc(h, 1000, &x);
+  EXPECT_EQ(r, VMMIPC_ERR_INVALID_ARG) << vmmipc_last_error();
+  EXPECT_TRUE(vt::SameEverywhere(r));
+  EXPECT_TRUE(Has(vmmipc_last_error(), "has not seen the same calls")) << vmmipc_last_error();
+  EXPECT_EQ(x, nullptr);
+  EXPECT_EQ(vmmipc_heap_alloc(h, 1000, &x), VMMIPC_ERR_INVALID_ARG) << "a heap out of step stays refused";
+  ASSERT_VMM_OK(vmmipc_win_free(vt::Rank() == 0 ? b : a));
+  ASSERT_VMM_OK(vmmipc_heap_destroy(h));
+}
+
 // Destroying a heap with open windows, or a comm with a live heap, is
 // refused on every rank with VMMIPC_ERR_BUSY; both stay usable.
 TEST_F(Heap, RefusesDestroyWhileInUse) {

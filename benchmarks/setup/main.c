@@ -30,7 +30,7 @@ typedef struct setup_opts {
   int colls[SC_N]; /* SC_NULL stays 0: floor.c walks all SC_N */
   int lib, floor, ipc, first, again;
   int probe_joint, probe_threads, ipc_fresh; /* --probes */
-  int heap, heap_only;                       /* --heap, --heap-only */
+  int heap, heap_only, heap_windows;         /* --heap, --heap-only, --heap-windows */
   const char *json, *csv, *tag;
 } setup_opts_t;
 
@@ -63,6 +63,7 @@ static void setup_usage(FILE *f) {
           "                    MPI floor, a fresh allgather_map and legacy IPC; a mixed workload of\n"
           "                    1000 windows; one growth step against the raw driver\n"
           "  --heap-only       only the heap's measurements\n"
+          "  --heap-windows N  windows of the heap's mixed workload (default 1000)\n"
           "  --json FILE, --csv FILE, --quiet\n");
 }
 
@@ -107,6 +108,7 @@ static void setup_parse(int argc, char **argv, setup_opts_t *o) {
   o->lib = o->floor = o->ipc = 1;
   o->first = o->again = 1;
   o->tag = "main";
+  o->heap_windows = 1000;
   for (int k = 0; k < SC_NMAP; k++) o->colls[k] = 1;
   o->colls[SC_NULL] = 0;
   for (int i = 1; i < argc; i++) {
@@ -160,6 +162,8 @@ static void setup_parse(int argc, char **argv, setup_opts_t *o) {
       o->json = v;
     else if ((v = bench_opt(argc, argv, &i, "csv")))
       o->csv = v;
+    else if ((v = bench_opt(argc, argv, &i, "heap-windows")))
+      bad = bench_parse_int(v, &o->heap_windows) || o->heap_windows < 1;
     else if (strcmp(argv[i], "--heap") == 0)
       o->heap = 1;
     else if (strcmp(argv[i], "--heap-only") == 0)
@@ -354,7 +358,7 @@ int main(int argc, char **argv) {
     if (o.ipc_fresh && chunks == 1 && o.colls[SC_ALLGATHER]) setup_run_ipc(&c, chunk, 1);
   }
 
-  if (o.heap) setup_run_heap(&c, o.reps);
+  if (o.heap) setup_run_heap(&c, o.reps, o.heap_windows);
   int out_rc = 0;
   if (node.rank == 0 && !o.heap_only) {
     setup_goals(&c);
