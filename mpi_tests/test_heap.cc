@@ -367,8 +367,9 @@ TEST_F(Heap, ARankThatNeverComesIsNamed) {
       std::string want = silent == 0 ? "rank 0, which collects it, did not answer"
                                      : "rank(s) " + std::to_string(silent) + " did not answer";
       EXPECT_TRUE(Has(vmmipc_last_error(), want)) << vmmipc_last_error();
-      // Once in the allgather, once in the agreement that names the rank.
-      EXPECT_LT(s, 2 * timeout_ms / 1000.0 + 1.0) << "waited beyond the bound";
+      // Once in the allgather, once in the agreement that names the rank;
+      // the slack is for a loaded machine: this checks that it ends, not how fast.
+      EXPECT_LT(s, 3 * timeout_ms / 1000.0 + 2.0) << "waited beyond the bound";
     }
     vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
     ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
