@@ -447,7 +447,7 @@ void setup_run_heap(setup_ctx_t *c, int reps, int windows) {
   heap_row_t grow_r = {"heap growth step 64 MiB (alloc)", 0, 0, 0, 0, ""};
   heap_row_t raw_r = {"raw-driver floor 64 MiB", 0, 0, 0, 0, ""};
   bench_progress(c->node, "heap: one growth step of 64 MiB against the raw driver");
-  run_growth(c, step, reps < 10 ? reps : 10, &grow_r, &raw_r);
+  run_growth(c, step, reps < 30 ? reps : 30, &grow_r, &raw_r);
   if (c->node->rank != 0) return;
   printf("\nsymmetric heap (issue 22), %d ranks, %d GPU(s)\n", n, c->gpus);
   print_row(&floor_r);
