@@ -457,7 +457,7 @@ VMMIPC_API vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t comm, const vmmipc_h
  * allowed: win_query gives NULL, 0 for that rank, as for ranks of other
  * nodes). The slice offset is the same in every segment. Alignment: 256
  * bytes at least; slices of one granule or more start on a granule. Costs
- * one bounded allgather of 24 bytes per rank; only when no free block
+ * one bounded allgather of 32 bytes per rank; only when no free block
  * holds the slice does the heap grow (every segment by whole steps: a
  * driver export per rank and one agreement). All-or-nothing: a rank that
  * cannot grow (out of memory, fd limit, reserve exhausted) fails the call
