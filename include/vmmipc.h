@@ -456,7 +456,8 @@ VMMIPC_API vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t comm, const vmmipc_h
 /* Collective: a window of `size` bytes on this rank (sizes may differ, 0
  * allowed: win_query gives NULL, 0 for that rank, as for ranks of other
  * nodes). The slice offset is the same in every segment. Alignment: 256
- * bytes at least; slices of one granule or more start on a granule. Costs
+ * bytes at least; slices of one granule or more start on a granule and
+ * take whole granules. Costs
  * one bounded allgather of 32 bytes per rank; only when no free block
  * holds the slice does the heap grow (every segment by whole steps: a
  * driver export per rank and one agreement). All-or-nothing: a rank that
