@@ -12,7 +12,7 @@
 #
 # Writes under OUTDIR: sync.json/.csv/.log and torch_barrier.json/.log
 # (window synchronisation, run first: short), bw.json/.csv/.log,
-# setup.json/.csv/.log, torch.json/.log (when torch imports),
+# setup.json/.csv/.log, heap.log (the symmetric heap's table), torch.json/.log (when torch imports),
 # setup_scale_{1,2}gpu_np<N>.json/.log (the scale step: vmmipc_setup with N
 # ranks all on one GPU, or spread over two; a launch that could not run
 # leaves a JSON with "skipped" and the reason), setup_probes_*.json/.log
@@ -179,6 +179,10 @@ step "vmmipc_bw" 90 "$OUT/bw.log" \
 step "vmmipc_setup" 150 "$OUT/setup.log" \
   "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$SETUP" "${SETUP_ARGS[@]}" --time-limit 130 \
   --json "$OUT/setup.json" --csv "$OUT/setup.csv"
+
+# The symmetric heap (issue 22): its own table in the log (docs/heap.md).
+step "vmmipc_setup_heap" 120 "$OUT/heap.log" \
+  "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$SETUP" --heap-only --reps 50
 
 TORCH_JSON=()
 if "$PYTHON" -c 'import torch, torch.distributed._symmetric_memory; assert torch.cuda.is_available()' 2>/dev/null; then

@@ -153,7 +153,8 @@ typedef struct vmmipc_comm *vmmipc_comm_t;
 VMMIPC_API vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *config,
                                                  vmmipc_comm_t *out);
 /* Collective. Refused on every rank (the comm stays usable) while windows
- * of it are open; on a broken comm, frees it locally without waiting. */
+ * of it are open, or heaps (VMMIPC_ERR_BUSY); on a broken comm, frees it
+ * locally without waiting. */
 VMMIPC_API vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t comm);
 /* Local: the ranks of the caller's node, as an MPI communicator owned by the
  * comm (do not free it). */
@@ -366,7 +367,8 @@ VMMIPC_API vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t comm, vmmipc_buf_t
 VMMIPC_API vmmipc_result_t vmmipc_win_query(vmmipc_win_t win, int rank, void **ptr, size_t *size);
 /* Collective: unmaps the peers here, then agrees, so that after it returns
  * nobody maps this rank's buffer through the window. Work enqueued on the
- * window must be complete first. On a broken comm it frees locally. */
+ * window must be complete first. A heap window's slice goes back to its
+ * heap after the agreement. On a broken comm it frees locally. */
 VMMIPC_API vmmipc_result_t vmmipc_win_free(vmmipc_win_t win);
 /* The root's buf mapped by every other rank of its node. *out: the mapping
  * (vmmipc_buf_free; it may outlive the comm), NULL at the root and off its
@@ -403,13 +405,27 @@ VMMIPC_API vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t win, int rank, uint
 /* ---- symmetric heap (docs/heap.md) ---------------------------------------- */
 /* Address space is reserved once per node rank, physical memory is added in
  * growth steps that every node rank maps, and windows are carved from it
- * without driver calls: a heap window costs one small collective. */
+ * without driver calls: a heap window costs one small collective.
+ *
+ * Lockstep: every rank's heap holds the same state, since every change is
+ * a collective call that sees every rank's input; ranks that call
+ * heap_alloc, win_free of heap windows or heap_trim in different orders are
+ * detected at the next heap_alloc (VMMIPC_ERR_INVALID_ARG).
+ * Threads: as for the comm the heap was made on. create, alloc, trim,
+ * destroy and win_free of heap windows are collective calls on that comm:
+ * they must not overlap other calls on it (refused otherwise). stats is
+ * local and reads counters only collective calls change. */
 
 typedef struct vmmipc_heap *vmmipc_heap_t;
 typedef struct vmmipc_heap_config {
   size_t struct_size;             /* sizeof(vmmipc_heap_config_t) */
-  size_t reserve;                 /* address space per rank's segment; 0: the default (docs/heap.md) */
-  size_t grow;                    /* physical memory added per growth step; 0: the default */
+  size_t reserve;                 /* address space per rank's segment, rounded up to whole steps; 0: the
+                                     device's memory (a segment can never hold more, and address space
+                                     costs no memory) */
+  size_t grow;                    /* physical memory added per growth step, rounded up to the granularity;
+                                     0: 1/512 of the device's memory within [granularity, 512 MiB] (one
+                                     step costs about one driver export, so steps hold many windows,
+                                     while at most one step, 0.2% of the device, sits mapped unused) */
   const vmmipc_access_t *access;  /* how peers' segments are mapped here; NULL: read-write, current device */
 } vmmipc_heap_config_t;
 #define VMMIPC_HEAP_CONFIG_INIT { sizeof(vmmipc_heap_config_t), 0, 0, NULL }
@@ -418,25 +434,45 @@ typedef struct vmmipc_heap_stats {
   size_t struct_size;             /* sizeof(vmmipc_heap_stats_t); only that many bytes are written */
   uint64_t reserved;              /* address space reserved here, all segments */
   uint64_t mapped;                /* physical memory of this rank's own segment */
-  uint64_t in_use;                /* bytes of this rank's live slices */
+  uint64_t in_use;                /* bytes of this rank's live slices, as requested */
   uint64_t high_water;            /* the most in_use has been */
   int live_windows;               /* heap windows not freed yet */
   uint64_t growth_steps;          /* growth steps taken (given-back steps not subtracted) */
   double grow_s;                  /* time spent growing, seconds */
+  uint64_t carved;                /* bytes the live slices occupy in every segment: each slice is as large
+                                     as the largest rank's request, aligned; equal on every rank */
+  uint64_t carved_high_water;     /* the most carved has been: mapped stays within it rounded up to
+                                     one growth step, unless the free list is fragmented */
+  uint64_t trimmed_steps;         /* growth steps given back by vmmipc_heap_trim */
+  uint64_t reserve, grow;         /* the geometry every rank settled on (bytes per segment, per step) */
 } vmmipc_heap_stats_t;
-#define VMMIPC_HEAP_STATS_INIT { sizeof(vmmipc_heap_stats_t), 0, 0, 0, 0, 0, 0, 0.0 }
+#define VMMIPC_HEAP_STATS_INIT { sizeof(vmmipc_heap_stats_t), 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0, 0 }
 
-/* Collective over the comm. config NULL: defaults. */
+/* Collective over the comm: one allgather and one agreement; reserves the
+ * node's segments (no physical memory yet). Every rank uses the same
+ * geometry: the largest granularity and grow, the smallest reserve. The
+ * comm cannot be destroyed while the heap lives (VMMIPC_ERR_BUSY). config
+ * NULL: defaults. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t comm, const vmmipc_heap_config_t *config,
                                               vmmipc_heap_t *out);
 /* Collective: a window of `size` bytes on this rank (sizes may differ, 0
- * allowed); the slice offset is the same on every rank. */
+ * allowed: win_query gives NULL, 0 for that rank, as for ranks of other
+ * nodes). The slice offset is the same in every segment. Alignment: 256
+ * bytes at least; slices of one granule or more start on a granule and
+ * take whole granules. Costs
+ * one bounded allgather of 32 bytes per rank; only when no free block
+ * holds the slice does the heap grow (every segment by whole steps: a
+ * driver export per rank and one agreement). All-or-nothing: a rank that
+ * cannot grow (out of memory, fd limit, reserve exhausted) fails the call
+ * on every rank, naming it, and the heap keeps what it had. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t heap, size_t size, vmmipc_win_t *out);
 /* Local. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_stats(vmmipc_heap_t heap, vmmipc_heap_stats_t *stats);
-/* Collective: gives back growth steps that no live slice uses. */
+/* Collective: gives back the growth steps at the top of the heap that no
+ * live slice uses (memory is never given back otherwise). */
 VMMIPC_API vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t heap);
-/* Collective. Refused (VMMIPC_ERR_BUSY) while heap windows are open. */
+/* Collective. Refused on every rank (VMMIPC_ERR_BUSY, naming how many) while
+ * heap windows are open; on a broken comm, local. NULL: nothing. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t heap);
 
 /* ---- device API (include/vmmipc_device.cuh, docs/device-api.md) ------------ */

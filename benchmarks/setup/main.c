@@ -30,6 +30,7 @@ typedef struct setup_opts {
   int colls[SC_N]; /* SC_NULL stays 0: floor.c walks all SC_N */
   int lib, floor, ipc, first, again;
   int probe_joint, probe_threads, ipc_fresh; /* --probes */
+  int heap, heap_only, heap_windows;         /* --heap, --heap-only, --heap-windows */
   const char *json, *csv, *tag;
 } setup_opts_t;
 
@@ -58,6 +59,11 @@ static void setup_usage(FILE *f) {
           "  --time-limit S    measure no new size x chunks once the run is S seconds old (default 0: none)\n"
           "  --tag NAME        stored in the JSON (run-gpu.sh: main, scale)\n"
           "  --root R          root of bcast_map and scatter_map (default 0)\n"
+          "  --heap            also measure the symmetric heap (issue 22): 2 MiB windows against the\n"
+          "                    MPI floor, a fresh allgather_map and legacy IPC; a mixed workload of\n"
+          "                    1000 windows; one growth step against the raw driver\n"
+          "  --heap-only       only the heap's measurements\n"
+          "  --heap-windows N  windows of the heap's mixed workload (default 1000)\n"
           "  --json FILE, --csv FILE, --quiet\n");
 }
 
@@ -102,6 +108,7 @@ static void setup_parse(int argc, char **argv, setup_opts_t *o) {
   o->lib = o->floor = o->ipc = 1;
   o->first = o->again = 1;
   o->tag = "main";
+  o->heap_windows = 1000;
   for (int k = 0; k < SC_NMAP; k++) o->colls[k] = 1;
   o->colls[SC_NULL] = 0;
   for (int i = 1; i < argc; i++) {
@@ -155,6 +162,12 @@ static void setup_parse(int argc, char **argv, setup_opts_t *o) {
       o->json = v;
     else if ((v = bench_opt(argc, argv, &i, "csv")))
       o->csv = v;
+    else if ((v = bench_opt(argc, argv, &i, "heap-windows")))
+      bad = bench_parse_int(v, &o->heap_windows) || o->heap_windows < 1;
+    else if (strcmp(argv[i], "--heap") == 0)
+      o->heap = 1;
+    else if (strcmp(argv[i], "--heap-only") == 0)
+      o->heap = o->heap_only = 1;
     else if (!bench_common_flag(argv[i], &o->quiet, setup_usage))
       bench_opt_fail("vmmipc_setup", argv[i], 1, setup_usage);
     if (bad) bench_opt_fail("vmmipc_setup", argv[i], 0, setup_usage);
@@ -316,7 +329,8 @@ int main(int argc, char **argv) {
 
   /* The comm's first window (it makes the signal pool) and one agreement,
    * each on its own, before anything else is timed. */
-  if (c.mode_first || c.mode_again) {
+  if (o.heap_only) combos = 0;
+  if (!o.heap_only && (c.mode_first || c.mode_again)) {
     bench_progress(&node, "the comm's first window; a collective that moves nothing");
     setup_run_first_window(&c);
     setup_run_null(&c);
@@ -344,8 +358,9 @@ int main(int argc, char **argv) {
     if (o.ipc_fresh && chunks == 1 && o.colls[SC_ALLGATHER]) setup_run_ipc(&c, chunk, 1);
   }
 
+  if (o.heap) setup_run_heap(&c, o.reps, o.heap_windows);
   int out_rc = 0;
-  if (node.rank == 0) {
+  if (node.rank == 0 && !o.heap_only) {
     setup_goals(&c);
     setup_report_table(&c);
     if (o.json && setup_report_json(&c, o.json, argc, argv) != 0) out_rc = 1;

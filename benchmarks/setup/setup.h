@@ -138,6 +138,10 @@ void setup_run_floor_probe(setup_ctx_t *c, const char *method, size_t chunk, int
  * and freed outside the clock ("legacy_ipc_fresh", a first mapping). */
 void setup_run_ipc(setup_ctx_t *c, size_t size, int fresh);
 
+/* The symmetric heap's rows, its workload and its ratios, printed at rank
+ * 0 (heap.c; --heap, --heap-only, --heap-windows). Collective. */
+void setup_run_heap(setup_ctx_t *c, int reps, int windows);
+
 /* Issue 11's goals from the results (report.c), rank 0. */
 void setup_goals(setup_ctx_t *c);
 /* Output (report.c), rank 0. */

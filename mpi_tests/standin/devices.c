@@ -166,6 +166,18 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
   return rc;
 }
 
+CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev) {
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = sti_enter();
+  if (rc) return rc;
+  if (sti_valid_ordinal(dev))
+    *bytes = STI_TOTAL_MEM;
+  else
+    rc = CUDA_ERROR_INVALID_DEVICE;
+  sti_leave();
+  return rc;
+}
+
 CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
   if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   CUresult rc = sti_enter();

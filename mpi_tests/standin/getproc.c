@@ -42,6 +42,7 @@ static const sti_entry sti_entries[] = {
     /* library: VMMIPC__CU_FUNCS in src/driver/cu.h */
     E(cuInit, 2000), E(cuDriverGetVersion, 2020), E(cuGetErrorName, 6000), E(cuGetErrorString, 6000),
     E(cuDeviceGetCount, 2000), E(cuDeviceGet, 2000), E(cuDeviceGetUuid, 9020), E(cuDeviceGetAttribute, 2000),
+    E(cuDeviceTotalMem, 3020),
     E(cuDevicePrimaryCtxRetain, 7000), E(cuCtxSetCurrent, 4000), E(cuCtxGetCurrent, 4000),
     E(cuMemGetAllocationGranularity, 10020), E(cuMemCreate, 10020), E(cuMemRelease, 10020),
     E(cuMemAddressReserve, 10020), E(cuMemAddressFree, 10020), E(cuMemMap, 10020), E(cuMemUnmap, 10020),

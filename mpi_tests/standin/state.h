@@ -19,6 +19,9 @@
 #define STI_MAX_DEVICES 8
 #define STI_DEFAULT_DEVICES 2
 #define STI_DRIVER_VERSION 13000
+/* Device memory the stand-in reports (cuDeviceTotalMem): sizes the heap's
+ * defaults; memfds are allocated lazily, so it costs nothing until touched. */
+#define STI_TOTAL_MEM ((size_t)16 << 30)
 /* memfd name prefix; /proc/self/fd/N then reads "/memfd:<prefix><uuid hex>". */
 #define STI_MEMFD_PREFIX "vmmipc-standin:"
 

@@ -27,7 +27,7 @@ struct vmmipc__pool {
   CUdeviceptr *base;     /* [node_size]: where each rank's pool is seen here */
   int per_win;           /* slots per window: 3 * node_size */
   int slices;            /* windows the pool holds */
-  unsigned char *used;   /* [slices] */
+  unsigned char *used;   /* [slices]: 0 free, 1 taken, 2 free and already zeroed here */
   CUstream stream;       /* private, non-blocking: zeroing slices and host waits */
   pthread_mutex_t mu;    /* serialises the private stream */
 };
@@ -43,6 +43,11 @@ struct vmmipc_win {
   int sync_auto;         /* VMMIPC_SYNC=auto's choice: 0 not made, 1 memops, 2 kernels (__atomic builtins) */
   uint64_t sync_kernel;  /* host sync calls that ran as kernels (__atomic builtins) */
   uint64_t sync_memops;  /* ... as stream memory operations */
+  /* A heap window (src/heap): own and peers are views into the heap's
+   * segments, owned by the window; vmmipc_win_free hands it to free_hook. */
+  struct vmmipc_heap *heap;
+  size_t heap_off, heap_span; /* the slice: offset in every segment, bytes carved */
+  vmmipc_result_t (*free_hook)(struct vmmipc_win *w);
 };
 
 /* Frees what the device API made for a window (sync/device.c); every
@@ -55,6 +60,11 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op);
 /* Takes the lowest free slice and zeroes this rank's part of it. */
 vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char *op);
 void vmmipc__pool_give(struct vmmipc_comm *c, int slice);
+/* Gives the slice back zeroed (this rank's part), so that the next window
+ * to take it needs no driver call. Only once no peer can still write to
+ * it: after the agreement of the window's free. Falls back to
+ * vmmipc__pool_give if zeroing fails. */
+void vmmipc__pool_give_zeroed(struct vmmipc_comm *c, int slice);
 void vmmipc__pool_destroy(struct vmmipc__pool *p, int node_size);
 
 /* Called for each descriptor as it arrives (d is NULL for "none"); takes

@@ -101,6 +101,7 @@ vmmipc_result_t vmmipc_win_query(vmmipc_win_t w, int rank, void **ptr, size_t *s
 vmmipc_result_t vmmipc_win_free(vmmipc_win_t w) {
   const char *op = "vmmipc_win_free";
   if (!w) return VMMIPC_SUCCESS; /* like free(NULL) */
+  if (w->free_hook) return w->free_hook(w); /* a heap window: the slice goes back to its heap */
   vmmipc_comm_t c = w->comm;
   int broken = c->broken;
   vmmipc_result_t r = broken ? VMMIPC_SUCCESS : vmmipc__enter(c, op, 1);

@@ -1,6 +1,7 @@
 /* The signal pool of a comm (coll.h): made once, with the first window, so
  * that a window costs no extra export, import or mapping; each window takes
  * a slice. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,8 @@ typedef struct {
   struct vmmipc_comm *c;
   struct vmmipc__pool *p;
 } pool_ctx_t;
+
+static vmmipc_result_t pool_zero(struct vmmipc__pool *p, int me, int k, const char *op);
 
 static vmmipc_result_t import_pool(void *arg, int q, vmmipc_desc_t d) {
   pool_ctx_t *m = arg;
@@ -102,7 +105,7 @@ vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char 
   *slice = -1;
   if (c->node_size <= 1) return VMMIPC_SUCCESS;
   int k = 0;
-  while (k < p->slices && p->used[k]) k++;
+  while (k < p->slices && p->used[k] == 1) k++;
   if (k == p->slices)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                          "%s: %d windows are open on this comm, as many as its signal pool holds; hint: free windows "
@@ -111,11 +114,24 @@ vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char 
   /* Zero this rank's part before the window exists anywhere: no peer
    * writes into it before the agreement. Synchronous on the private stream
    * (a pageable copy alone may return before the data lands). */
+  if (p->used[k] == 2) { /* zeroed when it was given back */
+    p->used[k] = 1;
+    *slice = k;
+    return VMMIPC_SUCCESS;
+  }
+  vmmipc_result_t r = pool_zero(p, c->node_rank, k, op);
+  if (r) return r;
+  p->used[k] = 1;
+  *slice = k;
+  return VMMIPC_SUCCESS;
+}
+
+static vmmipc_result_t pool_zero(struct vmmipc__pool *p, int me, int k, const char *op) {
   static const uint64_t zeros[128];
   const vmmipc__cu_t *cu;
   vmmipc_result_t r = vmmipc__cu_load(&cu);
   if (r) return r;
-  CUdeviceptr at = p->base[c->node_rank] + (CUdeviceptr)k * (CUdeviceptr)p->per_win * 8;
+  CUdeviceptr at = p->base[me] + (CUdeviceptr)k * (CUdeviceptr)p->per_win * 8;
   size_t left = (size_t)p->per_win * 8;
   pthread_mutex_lock(&p->mu);
   CUresult rc = CUDA_SUCCESS;
@@ -126,11 +142,18 @@ vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char 
   if (!rc) rc = cu->cuStreamSynchronize(p->stream);
   pthread_mutex_unlock(&p->mu);
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: zeroing the window's signal slots", op);
-  p->used[k] = 1;
-  *slice = k;
   return VMMIPC_SUCCESS;
 }
 
 void vmmipc__pool_give(struct vmmipc_comm *c, int slice) {
   if (c->pool && slice >= 0 && slice < c->pool->slices) c->pool->used[slice] = 0;
+}
+
+void vmmipc__pool_give_zeroed(struct vmmipc_comm *c, int slice) {
+  struct vmmipc__pool *p = c->pool;
+  if (!p || slice < 0 || slice >= p->slices) return;
+  char keep[VMMIPC__ERRMSG_MAX]; /* a failure here only costs the next take a zeroing */
+  snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+  p->used[slice] = pool_zero(p, c->node_rank, slice, "vmmipc_win_free") ? 0 : 2;
+  vmmipc__error_set_raw(keep);
 }

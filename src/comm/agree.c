@@ -59,7 +59,7 @@ static int pack_verdict(unsigned char *v, const char *op, const unsigned char *o
   if (pick >= 0) {
     const unsigned char *o = outcomes + (size_t)pick * OUTCOME_MAX;
     code = vmmipc__get32(o);
-    if (code > VMMIPC_ERR_NO_MEMORY) code = VMMIPC_ERR_PEER;
+    if (code > VMMIPC_ERR_ABORTED) code = VMMIPC_ERR_PEER; /* a code this build does not know */
     int w = snprintf(text, cap, "%s failed on rank %d (%s): %.*s", op, pick, vmmipc_strerror((vmmipc_result_t)code),
                      AGREE_TEXT_MAX - 1, (const char *)o + OUTCOME_HEAD);
     len = w > 0 ? ((size_t)w < cap ? (size_t)w : cap - 1) : 0;
@@ -101,7 +101,7 @@ static vmmipc_result_t apply_verdict(struct vmmipc_comm *c, const unsigned char 
   snprintf(text, sizeof text, "%.*s", VMMIPC__ERRMSG_MAX - 1, (const char *)v + VERDICT_HEAD);
   vmmipc__error_set_raw(text);
   if (broken) vmmipc__break(c);
-  if (code > VMMIPC_ERR_NO_MEMORY) code = VMMIPC_ERR_PEER;
+  if (code > VMMIPC_ERR_ABORTED) code = VMMIPC_ERR_PEER; /* a code this build does not know */
   return (vmmipc_result_t)code;
 }
 

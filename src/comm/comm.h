@@ -36,6 +36,7 @@ struct vmmipc_comm {
   int broken;              /* a bounded wait on MPI expired: every call fails */
   char broken_msg[VMMIPC__ERRMSG_MAX];
   int open_windows;
+  int open_heaps;          /* heaps made on this comm not destroyed yet: comm_destroy is refused */
   struct vmmipc__mapcache *cache; /* NULL: no mapping cache */
   struct vmmipc__pool *pool;      /* signal pads of this comm's windows, made with the first window */
   void (*pool_free)(struct vmmipc__pool *, int node_size); /* set by whoever made the pool (coll) */

@@ -389,6 +389,11 @@ vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
     int idle = 0;
     if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
       return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: another thread is inside a call on this comm", op);
+    if (c->open_heaps) {
+      __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+      return vmmipc__error(VMMIPC_ERR_BUSY, "%s: %d heap(s) of this comm are live; hint: vmmipc_heap_destroy them first",
+                           op, c->open_heaps);
+    }
     if (c->open_windows) {
       __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
       return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
@@ -402,7 +407,10 @@ vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   vmmipc_result_t r = vmmipc__enter(c, op, 1);
   if (r) return r;
   vmmipc_result_t local = VMMIPC_SUCCESS;
-  if (c->open_windows)
+  if (c->open_heaps)
+    local = vmmipc__error(VMMIPC_ERR_BUSY, "%s: %d heap(s) of this comm are live; hint: vmmipc_heap_destroy them first",
+                          op, c->open_heaps);
+  else if (c->open_windows)
     local = vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                           "%s: %d window(s) of this comm are open; hint: vmmipc_win_free them first", op,
                           c->open_windows);

@@ -13,7 +13,9 @@ extern "C" {
  * step NULL or nth <= 0 disarms. Steps: "alloc", "reserve", "export",
  * "import", "map", "access", "unmap" (reported after a real unmap), "record", "transfer", "args", "late" (this rank
  * sleeps inside the next exchange), "agree" (this rank skips the next
- * agreement, as a rank that never enters it). */
+ * agreement, or the next heap call's allgather, as a rank that never enters
+ * it), "heap_oom" (the next heap growth step is out of device memory),
+ * "heap_fds" (the next heap growth step's export hits the fd limit). */
 void vmmipc__test_fail_at(const char *step, int nth);
 /* Whether this occurrence of `step` must fail (counts occurrences). */
 int vmmipc__test_should_fail(const char *step);

@@ -22,6 +22,7 @@ extern "C" {
   X(cuDeviceGet)                             \
   X(cuDeviceGetUuid)                         \
   X(cuDeviceGetAttribute)                    \
+  X(cuDeviceTotalMem)                        \
   X(cuDevicePrimaryCtxRetain)                \
   X(cuCtxSetCurrent)                         \
   X(cuCtxGetCurrent)                         \

@@ -1,0 +1,252 @@
+/* vmmipc_heap_alloc, the free of a heap window, and vmmipc_heap_trim.
+ *
+ * An alloc is one bounded allgather of (result so far, size, digest): every
+ * rank then knows every rank's size and outcome, and carves the same slice
+ * from the same free list, so no second round is needed unless the heap
+ * must grow (segment.c, which agrees). The digest catches ranks whose
+ * heaps went out of step (a window freed on one rank only). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/le.h"
+#include "heap/heap.h"
+
+#define ALLOC_MSG (VMMIPC__HEAP_REC_HEAD + 16) /* header, size, digest */
+
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static vmmipc_result_t heap_win_free(struct vmmipc_win *w);
+
+/* A view: base and size only; it owns nothing (vmmipc_buf_free frees the record). */
+static void drop_window(struct vmmipc_win *w, int n) {
+  if (!w) return;
+  vmmipc__windev_free(w); /* the device API's arrays, if a kernel asked for them */
+  for (int q = 0; w->peers && q < n; q++) vmmipc_buf_free(w->peers[q]);
+  vmmipc_buf_free(w->own);
+  free(w->peers);
+  free(w);
+}
+
+static vmmipc_result_t new_window(int n, int me, struct vmmipc_win **out) {
+  struct vmmipc_win *w = calloc(1, sizeof *w);
+  vmmipc_result_t r = VMMIPC_SUCCESS;
+  if (!w || !(w->peers = calloc((size_t)n, sizeof *w->peers))) r = VMMIPC_ERR_NO_MEMORY;
+  for (int q = 0; !r && q < n; q++) {
+    struct vmmipc_buf *b = NULL;
+    if ((r = vmmipc__buf_new(0, &b))) break;
+    b->imported = 1; /* never exportable: the heap owns the memory */
+    if (q == me)
+      w->own = b;
+    else
+      w->peers[q] = b;
+  }
+  if (w) w->slice = -1;
+  if (r) {
+    drop_window(w, n);
+    return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "vmmipc_heap_alloc: the window's tables");
+  }
+  *out = w;
+  return VMMIPC_SUCCESS;
+}
+
+/* The slice every rank carves: the largest request, at the alignment
+ * documented in vmmipc.h. *largest: the rank that asked for most. */
+static void slice_shape(const struct vmmipc_heap *h, const unsigned char *all, int size, size_t *span, size_t *align,
+                        int *largest) {
+  size_t s = 0;
+  *largest = 0;
+  for (int q = 0; q < size; q++) {
+    size_t sq = align_up((size_t)vmmipc__get64(all + (size_t)q * ALLOC_MSG + 16), VMMIPC__HEAP_ALIGN);
+    if (sq > s) {
+      s = sq;
+      *largest = q;
+    }
+  }
+  /* Large slices take whole granules: no odd tail beside a granule-aligned
+   * block, which would leave holes that only small slices can use (the
+   * 1000-window benchmark maps 11% less this way). */
+  *span = s >= h->gran ? align_up(s, h->gran) : s;
+  *align = s >= h->gran ? h->gran : VMMIPC__HEAP_ALIGN;
+}
+
+static vmmipc_result_t check_step(struct vmmipc_heap *h, const unsigned char *all, const char *op) {
+  struct vmmipc_comm *c = h->c;
+  for (int q = 0; q < c->size; q++)
+    if (vmmipc__get64(all + (size_t)q * ALLOC_MSG + 24) != h->digest) {
+      h->broken = 1;
+      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                           "%s: the heap of rank %d has not seen the same calls as the heap of rank %d; hint: every "
+                           "rank must call vmmipc_heap_alloc, vmmipc_win_free of heap windows and vmmipc_heap_trim "
+                           "in the same order; only vmmipc_heap_destroy works on this heap now",
+                           op, q, c->rank);
+    }
+  return VMMIPC_SUCCESS;
+}
+
+/* Carves [*off, +span), growing the heap first if no free block holds it. */
+static vmmipc_result_t carve(struct vmmipc_heap *h, size_t span, size_t align, int largest, size_t want,
+                             size_t *off, const char *op) {
+  int64_t at = vmmipc__heap_find(h, span, align);
+  if (at < 0) {
+    size_t need = vmmipc__heap_shortfall(h, span, align);
+    if (need > h->reserve - h->mapped)
+      return vmmipc__error(VMMIPC_ERR_RESOURCE,
+                           "%s: a slice of %zu bytes (rank %d asked for %zu) needs %zu more bytes in every segment, "
+                           "beyond the heap's reserve of %zu bytes per rank (%zu mapped, %llu carved); hint: free "
+                           "windows, or create the heap with a larger reserve",
+                           op, span, largest, want, need, h->reserve, h->mapped, (unsigned long long)h->carved);
+    vmmipc_result_t r = vmmipc__heap_grow(h, need, op);
+    if (r) return r;
+    at = vmmipc__heap_find(h, span, align);
+    if (at < 0) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: no room after growing (a bug)", op);
+  }
+  *off = (size_t)at;
+  return vmmipc__heap_take(h, *off, span);
+}
+
+vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *out) {
+  const char *op = "vmmipc_heap_alloc";
+  if (!h) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: heap is NULL", op);
+  struct vmmipc_comm *c = h->c;
+  vmmipc_result_t r = vmmipc__enter(c, op, 1);
+  if (r) return r;
+  double t0 = vmmipc__now();
+  if (out) *out = NULL;
+  int n = c->node_size, me = c->node_rank;
+  vmmipc_result_t local = VMMIPC_SUCCESS;
+  struct vmmipc_win *w = NULL;
+  if (!out) local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: out is NULL", op);
+  else if (h->broken)
+    local = vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                          "%s: the ranks' heaps went out of step in an earlier call; only vmmipc_heap_destroy works on "
+                          "this heap",
+                          op);
+  else if (size > h->reserve)
+    local = vmmipc__error(VMMIPC_ERR_RESOURCE, "%s: %zu bytes exceed the heap's reserve of %zu bytes per rank", op,
+                          size, h->reserve);
+  if (!local && !h->xbuf) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's exchange buffer", op);
+  if (!local) local = new_window(n, me, &w);
+  if (!local) local = vmmipc__heap_room(h);
+  if (!local) local = vmmipc__pool_take(c, &w->slice, op); /* no driver call when the slice came back zeroed */
+  unsigned char tmp[2 * ALLOC_MSG];
+  unsigned char *bufs = h->xbuf ? h->xbuf : (c->size == 1 ? tmp : NULL);
+  if (!bufs) { /* the comm broke in an earlier call, which is refused above */
+    drop_window(w, n);
+    vmmipc__leave(c);
+    return local;
+  }
+  memset(bufs, 0, ALLOC_MSG);
+  vmmipc__put32(bufs, (uint32_t)local);
+  vmmipc__put64(bufs + 16, size);
+  vmmipc__put64(bufs + 24, h->digest);
+  unsigned char *held = bufs;
+  r = vmmipc__heap_allgather(c, &held, ALLOC_MSG, op);
+  if (!held) h->xbuf = NULL; /* MPI keeps it */
+  const unsigned char *all = bufs + ALLOC_MSG;
+  if (!r) r = vmmipc__heap_verdict(c, all, ALLOC_MSG, op);
+  if (!r) r = check_step(h, all, op);
+  size_t span = 0, align = 0, off = 0;
+  int largest = 0;
+  if (!r) {
+    slice_shape(h, all, c->size, &span, &align, &largest);
+    if (span) r = carve(h, span, align, largest, (size_t)vmmipc__get64(all + (size_t)largest * ALLOC_MSG + 16), &off, op);
+  }
+  if (r) {
+    if (w) vmmipc__pool_give(c, w->slice);
+    drop_window(w, n);
+    c->timing.total_s = vmmipc__now() - t0;
+    vmmipc__leave(c);
+    return r;
+  }
+  for (int q = 0; q < n; q++) {
+    struct vmmipc_buf *b = q == me ? w->own : w->peers[q];
+    b->size = (size_t)vmmipc__get64(all + (size_t)c->rank_of[q] * ALLOC_MSG + 16);
+    b->base = b->size ? vmmipc__heap_seg(h, q) + off : 0;
+    b->mapped = b->size;
+  }
+  w->comm = c;
+  w->heap = h;
+  w->heap_off = off;
+  w->heap_span = span;
+  w->free_hook = heap_win_free;
+  c->open_windows++;
+  h->live++;
+  h->in_use += size;
+  if (h->in_use > h->high_water) h->high_water = h->in_use;
+  h->carved += span;
+  if (h->carved > h->carved_high_water) h->carved_high_water = h->carved;
+  *out = w;
+  c->timing.total_s = vmmipc__now() - t0;
+  vmmipc__leave(c);
+  return VMMIPC_SUCCESS;
+}
+
+/* Agreed, so that the slice and its signal slots are reused only once no
+ * rank can still use them; refused everywhere if a rank cannot take it
+ * back. On a broken comm it frees locally. */
+static vmmipc_result_t heap_win_free(struct vmmipc_win *w) {
+  const char *op = "vmmipc_win_free";
+  struct vmmipc_comm *c = w->comm;
+  struct vmmipc_heap *h = w->heap;
+  int broken = c->broken;
+  vmmipc_result_t r = broken ? VMMIPC_SUCCESS : vmmipc__enter(c, op, 1);
+  if (r) return r;
+  double t0 = vmmipc__now();
+  if (!broken) {
+    r = vmmipc__agree(c, vmmipc__heap_room(h), 0, op);
+    if (r && !c->broken) { /* refused everywhere: the window stays open */
+      vmmipc__leave(c);
+      return r;
+    }
+  }
+  if (h->num_free + 1 <= h->cap_free) vmmipc__heap_give(h, w->heap_off, w->heap_span);
+  h->live--;
+  h->in_use -= w->own->size;
+  h->carved -= w->heap_span;
+  c->open_windows--;
+  if (!r && !broken)
+    vmmipc__pool_give_zeroed(c, w->slice);
+  else
+    vmmipc__pool_give(c, w->slice);
+  drop_window(w, c->node_size);
+  if (broken) return VMMIPC_SUCCESS;
+  c->timing.total_s = vmmipc__now() - t0;
+  vmmipc__leave(c);
+  return r;
+}
+
+vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t h) {
+  const char *op = "vmmipc_heap_trim";
+  if (!h) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: heap is NULL", op);
+  struct vmmipc_comm *c = h->c;
+  vmmipc_result_t r = vmmipc__enter(c, op, 1);
+  if (r) return r;
+  double t0 = vmmipc__now();
+  vmmipc_result_t local = VMMIPC_SUCCESS;
+  char msg[VMMIPC__ERRMSG_MAX] = "";
+  /* Steps from the top down, while the last free block covers the whole step:
+   * every rank releases the same ones. */
+  while (!h->broken && h->num_steps > 0 && h->num_free > 0) {
+    struct vmmipc__heap_step *s = &h->steps[h->num_steps - 1];
+    struct vmmipc__heap_free *last = &h->free[h->num_free - 1];
+    if (last->off + last->len != h->mapped || last->off > s->off) break;
+    size_t size = s->size;
+    vmmipc_result_t e = vmmipc__heap_step_release(h, s, op);
+    if (e && !local) {
+      local = e;
+      snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
+    }
+    h->num_steps--;
+    last->len -= size;
+    if (!last->len) h->num_free--;
+    h->mapped -= size;
+    h->trimmed_steps += size / h->grow;
+    vmmipc__heap_mix(h, 5, h->mapped, size);
+  }
+  if (local) vmmipc__error_set_raw(msg);
+  r = vmmipc__agree(c, local, 0, op); /* what failed where, told to all */
+  c->timing.total_s = vmmipc__now() - t0;
+  vmmipc__leave(c);
+  return r;
+}

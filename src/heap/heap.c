@@ -1,0 +1,216 @@
+/* vmmipc_heap_create and vmmipc_heap_destroy: the defaults, one allgather
+ * that settles the geometry (every rank must use the same), the address
+ * reservation of all the node's segments in one piece, and the agreement. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/le.h"
+#include "driver/device.h"
+#include "heap/heap.h"
+
+#define CREATE_MSG (VMMIPC__HEAP_REC_HEAD + 24) /* header, reserve, grow, granularity */
+#define HEAP_XBUF_PER_RANK CREATE_MSG /* the largest record of a heap call */
+/* Defaults (docs/heap.md): a step of 1/512 of the device's memory, within
+ * [granularity, 512 MiB], and a segment as large as the device. */
+#define DEFAULT_GROW_DIVISOR 512
+#define DEFAULT_GROW_MAX ((size_t)512 << 20)
+
+static size_t round_up(size_t v, size_t g) { return (v + g - 1) / g * g; }
+
+static vmmipc_result_t check_config(const vmmipc_heap_config_t *cfg, const char *op) {
+  if (!cfg) return VMMIPC_SUCCESS;
+  if (cfg->struct_size < offsetof(vmmipc_heap_config_t, access) + sizeof cfg->access || cfg->struct_size > 4096)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: config->struct_size is %zu; hint: initialise the config with VMMIPC_HEAP_CONFIG_INIT",
+                         op, cfg->struct_size);
+  if (cfg->reserve > ((size_t)1 << 46) || cfg->grow > ((size_t)1 << 46))
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: config reserve %zu or grow %zu is beyond 64 TiB", op,
+                         cfg->reserve, cfg->grow);
+  return VMMIPC_SUCCESS;
+}
+
+/* This rank's wishes: the device's granularity, and reserve and grow
+ * (the config's, else the defaults), as multiples of it. */
+static vmmipc_result_t local_geometry(struct vmmipc_heap *h, const vmmipc_heap_config_t *cfg, const char *op,
+                                      size_t *reserve, size_t *grow) {
+  const vmmipc__cu_t *cu;
+  vmmipc_result_t r = vmmipc__cu_load(&cu);
+  if (!r) r = vmmipc__current_device(cu, op, &h->device);
+  if (!r) r = vmmipc__device_granularities(cu, h->device, op, NULL, &h->gran);
+  if (r) return r;
+  size_t total = 0;
+  CUresult rc = cu->cuDeviceTotalMem(&total, h->device);
+  if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuDeviceTotalMem(device %d)", op, h->device);
+  size_t g = h->gran;
+  size_t dg = total / DEFAULT_GROW_DIVISOR;
+  if (dg > DEFAULT_GROW_MAX) dg = DEFAULT_GROW_MAX;
+  *grow = round_up(cfg && cfg->grow ? cfg->grow : (dg ? dg : g), g);
+  *reserve = round_up(cfg && cfg->reserve ? cfg->reserve : total, g);
+  h->own_access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  h->own_access[0].location.id = h->device;
+  h->own_access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return vmmipc__access_resolve(cu, cfg ? cfg->access : NULL, op, h->peer_access, &h->num_peer_access);
+}
+
+/* Every rank takes the same geometry: the largest granularity and step,
+ * the smallest reserve, rounded up to a whole number of steps. */
+static void settle(struct vmmipc_heap *h, const unsigned char *all, int size) {
+  size_t reserve = SIZE_MAX, grow = 0, gran = 0;
+  for (int q = 0; q < size; q++) {
+    const unsigned char *m = all + (size_t)q * CREATE_MSG;
+    size_t rq = (size_t)vmmipc__get64(m + 16), gq = (size_t)vmmipc__get64(m + 24), nq = (size_t)vmmipc__get64(m + 32);
+    if (rq < reserve) reserve = rq;
+    if (gq > grow) grow = gq;
+    if (nq > gran) gran = nq;
+  }
+  h->gran = gran;
+  h->grow = round_up(grow, gran);
+  h->reserve = reserve < h->grow ? h->grow : round_up(reserve, h->grow);
+}
+
+static void heap_free_record(struct vmmipc_heap *h) {
+  if (!h) return;
+  free(h->steps);
+  free(h->free);
+  free(h->xbuf);
+  free(h);
+}
+
+vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *cfg, vmmipc_heap_t *out) {
+  const char *op = "vmmipc_heap_create";
+  if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm is NULL", op);
+  vmmipc_result_t r = vmmipc__enter(c, op, 1);
+  if (r) return r;
+  double t0 = vmmipc__now();
+  if (out) *out = NULL;
+  /* Heap windows take slices of the comm's signal pool, as other windows. */
+  if (!c->pool) {
+    if ((r = vmmipc__pool_setup(c, op))) {
+      vmmipc__leave(c);
+      return r;
+    }
+    c->epoch++;
+  }
+  struct vmmipc_heap *h = calloc(1, sizeof *h);
+  if (h) h->xbuf = malloc((size_t)(c->size + 1) * HEAP_XBUF_PER_RANK);
+  vmmipc_result_t local = VMMIPC_SUCCESS;
+  if (!out) local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: out is NULL", op);
+  if (!local && (!h || !h->xbuf)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's record", op);
+  if (!local) local = check_config(cfg, op);
+  size_t reserve = 0, grow = 0;
+  if (!local) local = local_geometry(h, cfg, op, &reserve, &grow);
+  if (!local) local = vmmipc__heap_room(h);
+  unsigned char *bufs = h && h->xbuf ? h->xbuf : malloc((size_t)(c->size + 1) * CREATE_MSG);
+  if (!bufs) { /* cannot even take part: the peers' wait is bounded */
+    heap_free_record(h);
+    vmmipc__leave(c);
+    return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's record", op);
+  }
+  memset(bufs, 0, CREATE_MSG);
+  vmmipc__put32(bufs, (uint32_t)local);
+  vmmipc__put64(bufs + 16, reserve);
+  vmmipc__put64(bufs + 24, grow);
+  vmmipc__put64(bufs + 32, h ? h->gran : 0);
+  unsigned char *held = bufs;
+  r = vmmipc__heap_allgather(c, &held, CREATE_MSG, op);
+  if (!held) { /* MPI keeps it */
+    if (h && bufs == h->xbuf) h->xbuf = NULL;
+    bufs = NULL;
+  }
+  if (!r) r = vmmipc__heap_verdict(c, bufs + CREATE_MSG, CREATE_MSG, op);
+  if (!r) {
+    settle(h, bufs + CREATE_MSG, c->size);
+    local = VMMIPC_SUCCESS;
+    size_t n = (size_t)c->node_size;
+    if (h->reserve > SIZE_MAX / n)
+      local = vmmipc__error(VMMIPC_ERR_RESOURCE, "%s: %zu segments of %zu bytes overflow the address space", op, n,
+                            h->reserve);
+    const vmmipc__cu_t *cu = NULL;
+    if (!local) local = vmmipc__cu_load(&cu);
+    if (!local) {
+      local = vmmipc__reserve(cu, n * h->reserve, h->gran, 0, &h->base, op);
+      if (local) vmmipc__error_prefix("reserving %zu segment(s) of %zu bytes: ", n, h->reserve);
+      if (local == VMMIPC_ERR_CUDA || local == VMMIPC_ERR_NO_MEMORY) {
+        char keep[VMMIPC__ERRMSG_MAX];
+        snprintf(keep, sizeof keep, "%s; hint: give the heap a smaller reserve (vmmipc_heap_config_t.reserve)",
+                 vmmipc_last_error());
+        vmmipc__error_set_raw(keep);
+        local = VMMIPC_ERR_RESOURCE;
+      }
+    }
+    r = vmmipc__agree(c, local, 0, op);
+    if (r && h->base) cu->cuMemAddressFree(h->base, n * h->reserve);
+    if (r) h->base = 0;
+  }
+  if (bufs && (!h || bufs != h->xbuf)) free(bufs);
+  if (r) {
+    heap_free_record(h);
+  } else {
+    h->c = c;
+    vmmipc__heap_mix(h, 4, h->reserve, h->grow);
+    c->open_heaps++;
+    *out = h;
+  }
+  c->timing.total_s = vmmipc__now() - t0;
+  vmmipc__leave(c);
+  return r;
+}
+
+/* Gives back every step and the reservation; returns the first failure. */
+static vmmipc_result_t heap_teardown(struct vmmipc_heap *h, const char *op) {
+  vmmipc_result_t first = VMMIPC_SUCCESS;
+  char msg[VMMIPC__ERRMSG_MAX] = "";
+  for (int i = h->num_steps - 1; i >= 0; i--) {
+    vmmipc_result_t r = vmmipc__heap_step_release(h, &h->steps[i], op);
+    if (r && !first) {
+      first = r;
+      snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
+    }
+  }
+  const vmmipc__cu_t *cu = NULL;
+  if (h->base && vmmipc__cu_load(&cu) == VMMIPC_SUCCESS) {
+    CUresult rc = cu->cuMemAddressFree(h->base, (size_t)h->c->node_size * h->reserve);
+    if (rc && !first) {
+      first = vmmipc__cu_error(rc, NULL, "%s: cuMemAddressFree of the heap's segments", op);
+      snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
+    }
+  }
+  h->c->open_heaps--;
+  heap_free_record(h);
+  if (first) vmmipc__error_set_raw(msg);
+  return first;
+}
+
+static vmmipc_result_t refuse_live(struct vmmipc_heap *h, const char *op) {
+  return vmmipc__error(VMMIPC_ERR_BUSY, "%s: %d window(s) of this heap are open; hint: vmmipc_win_free them first", op,
+                       h->live);
+}
+
+vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
+  const char *op = "vmmipc_heap_destroy";
+  if (!h) return VMMIPC_SUCCESS; /* like free(NULL) */
+  struct vmmipc_comm *c = h->c;
+  if (c->broken) { /* nobody to agree with: locally */
+    if (h->live) return refuse_live(h, op);
+    return heap_teardown(h, op);
+  }
+  vmmipc_result_t r = vmmipc__enter(c, op, 1);
+  if (r) return r;
+  vmmipc_result_t local = h->live ? refuse_live(h, op) : VMMIPC_SUCCESS;
+  /* Agreed first: refused everywhere or destroyed everywhere. Peers keep
+   * their own handles, so the order of the unmaps does not matter. */
+  r = vmmipc__agree(c, local, 0, op);
+  if (r && !c->broken) {
+    vmmipc__leave(c);
+    return r;
+  }
+  if (h->live) { /* the comm broke in the agreement: the windows still need the heap */
+    vmmipc__leave(c);
+    return r;
+  }
+  vmmipc_result_t t = heap_teardown(h, op);
+  vmmipc__leave(c);
+  return r ? r : t;
+}

@@ -1,0 +1,91 @@
+/* The one round of a heap call: every rank's input (its result so far
+ * first) to every rank, with a bounded wait, so that each rank can decide
+ * alone and all decide alike. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/le.h"
+#include "common/testhooks.h"
+#include "heap/heap.h"
+
+/* A rank that came after another gave up (its wait is the timeout from its
+ * own arrival) completes the gather for the ranks still waiting, but not for
+ * those already gone: every rank that sees the gather decides alike from
+ * the arrival times whether anyone may have given up, with a margin for
+ * the message's flight and the clocks of other nodes. */
+static vmmipc_result_t too_late(struct vmmipc_comm *c, const unsigned char *all, size_t len, const char *op) {
+  int64_t first = INT64_MAX, last = 0;
+  for (int q = 0; q < c->size; q++) {
+    int64_t t = (int64_t)vmmipc__get64(all + (size_t)q * len + 8);
+    if (t < first) first = t;
+    if (t > last) last = t;
+  }
+  int64_t margin = c->timeout_ms / 10 < 1000 ? c->timeout_ms / 10 : 1000;
+  int64_t bound = first + ((int64_t)c->timeout_ms - margin) * 1000;
+  if (last <= bound) return VMMIPC_SUCCESS;
+  char late[256] = "";
+  size_t used = 0;
+  for (int q = 0; q < c->size && used + 16 < sizeof late; q++)
+    if ((int64_t)vmmipc__get64(all + (size_t)q * len + 8) > bound) {
+      int k = snprintf(late + used, sizeof late - used, "%s%d", used ? ", " : "", q);
+      if (k > 0) used += (size_t)k;
+    }
+  vmmipc__error(VMMIPC_ERR_TIMEOUT,
+                "%s: rank(s) %s came %lld ms after the first, too late for the timeout of %d ms (ranks may have "
+                "given up); the communicator is broken: every later call on it fails, and vmmipc_comm_destroy frees "
+                "it locally",
+                op, late, (long long)((last - first) / 1000), c->timeout_ms);
+  vmmipc__break(c);
+  return VMMIPC_ERR_TIMEOUT;
+}
+
+vmmipc_result_t vmmipc__heap_allgather(struct vmmipc_comm *c, unsigned char **bufs, size_t len, const char *op) {
+  unsigned char *mine = *bufs, *all = *bufs + len;
+  if (c->size == 1) {
+    memcpy(all, mine, len);
+    return VMMIPC_SUCCESS;
+  }
+  if (VMMIPC__INJECT("agree")) { /* a rank that never enters the call */
+    vmmipc__error(VMMIPC_ERR_TIMEOUT, "%s: injected: this rank skipped the call", op);
+    vmmipc__break(c);
+    return VMMIPC_ERR_TIMEOUT;
+  }
+  double t0 = vmmipc__now();
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts); /* one clock for the node; NTP-close across nodes */
+  vmmipc__put64(mine + 8, (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u);
+  MPI_Request req = MPI_REQUEST_NULL;
+  int mrc = MPI_Iallgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, c->dup, &req);
+  int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(&req, 1, vmmipc__now_ms() + c->timeout_ms, &mrc) : -1;
+  c->timing.agree_s += vmmipc__now() - t0;
+  if (w == 0) return too_late(c, all, len, op);
+  vmmipc_result_t r;
+  if (w < 0) {
+    r = vmmipc__mpi_error(mrc, "%s: MPI_Iallgather of the ranks' inputs", op);
+  } else {
+    vmmipc__mpi_abandon(&req, 1, 0, *bufs); /* MPI may still write there */
+    *bufs = NULL;
+    /* Which ranks are missing: the agreement names them (and breaks the comm). */
+    vmmipc__error(VMMIPC_ERR_TIMEOUT, "%s: not every rank came within %d ms", op, c->timeout_ms);
+    r = vmmipc__agree(c, VMMIPC_ERR_TIMEOUT, 0, op);
+  }
+  vmmipc__break(c);
+  return r ? r : VMMIPC_ERR_TIMEOUT;
+}
+
+vmmipc_result_t vmmipc__heap_verdict(struct vmmipc_comm *c, const unsigned char *all, size_t len, const char *op) {
+  for (int q = 0; q < c->size; q++) {
+    vmmipc_result_t code = (vmmipc_result_t)vmmipc__get32(all + (size_t)q * len);
+    if (!code) continue;
+    if (q == c->rank) {
+      vmmipc__error_prefix("%s failed on rank %d (%s): ", op, q, vmmipc_strerror(code));
+    } else {
+      vmmipc__error(code, "%s failed on rank %d (%s); that rank's vmmipc_last_error() says why", op, q,
+                    vmmipc_strerror(code));
+    }
+    return code;
+  }
+  return VMMIPC_SUCCESS;
+}
