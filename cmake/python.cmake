@@ -1,0 +1,62 @@
+# Finds what the Python module needs: a Python 3 interpreter with its
+# development files (Development.Module) and mpi4py (its C API headers).
+# VMMIPC_BUILD_PYTHON defaults to ON when they are found. Python3_EXECUTABLE
+# picks the interpreter; without it, an interpreter that lacks mpi4py (a
+# pyenv or venv one first on PATH) is passed over for the system's
+# /usr/bin/python3 when that one has it.
+# Sets VMMIPC_PYTHON_FOUND, VMMIPC_MPI4PY_INCLUDE_DIR and the install folder
+# VMMIPC_PYTHON_INSTALL_DIR (cache; relative to the prefix, or absolute).
+function(vmmipc_mpi4py_include python out)
+  execute_process(COMMAND ${python} -c "import mpi4py; print(mpi4py.get_include())"
+                  OUTPUT_VARIABLE inc ERROR_QUIET RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(rc EQUAL 0 AND EXISTS "${inc}/mpi4py/mpi4py.h")
+    set(${out} "${inc}" PARENT_SCOPE)
+  else()
+    set(${out} "" PARENT_SCOPE)
+  endif()
+endfunction()
+
+set(VMMIPC_PYTHON_FOUND OFF)
+if(NOT DEFINED VMMIPC_BUILD_PYTHON OR VMMIPC_BUILD_PYTHON)
+  set(_vmp_user_python "${Python3_EXECUTABLE}")
+  find_package(Python3 COMPONENTS Interpreter Development.Module QUIET)
+  set(_vmp_inc "")
+  if(Python3_FOUND)
+    vmmipc_mpi4py_include(${Python3_EXECUTABLE} _vmp_inc)
+  endif()
+  if(NOT _vmp_inc AND NOT _vmp_user_python AND EXISTS /usr/bin/python3
+     AND NOT Python3_EXECUTABLE STREQUAL "/usr/bin/python3")
+    vmmipc_mpi4py_include(/usr/bin/python3 _vmp_inc)
+    if(_vmp_inc)
+      message(STATUS "vmmipc: ${Python3_EXECUTABLE} has no mpi4py; using /usr/bin/python3 for the Python module")
+      set(Python3_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "Python interpreter" FORCE)
+      set(Python3_EXECUTABLE /usr/bin/python3)
+      unset(_Python3_EXECUTABLE CACHE)
+      unset(_Python3_INCLUDE_DIR CACHE)
+      unset(_Python3_INTERPRETER_PROPERTIES CACHE)
+      unset(_Python3_INTERPRETER_SIGNATURE CACHE)
+      unset(_Python3_DEVELOPMENT_MODULE_SIGNATURE CACHE)
+      find_package(Python3 COMPONENTS Interpreter Development.Module QUIET)
+    endif()
+  endif()
+  if(Python3_FOUND AND _vmp_inc)
+    set(VMMIPC_PYTHON_FOUND ON)
+    set(VMMIPC_MPI4PY_INCLUDE_DIR "${_vmp_inc}")
+    message(STATUS "vmmipc: Python module with ${Python3_EXECUTABLE} (${Python3_VERSION}), mpi4py in ${_vmp_inc}")
+  elseif(NOT Python3_FOUND)
+    set(_vmp_why "no Python 3 with development files (python3-dev); set Python3_EXECUTABLE")
+  else()
+    set(_vmp_why "${Python3_EXECUTABLE} has no mpi4py (python3-mpi4py); set Python3_EXECUTABLE")
+  endif()
+endif()
+option(VMMIPC_BUILD_PYTHON "Build the Python module (needs Python 3 development files and mpi4py)"
+       ${VMMIPC_PYTHON_FOUND})
+if(VMMIPC_BUILD_PYTHON AND NOT VMMIPC_PYTHON_FOUND)
+  message(FATAL_ERROR "vmmipc: VMMIPC_BUILD_PYTHON is ON but ${_vmp_why}")
+elseif(NOT VMMIPC_BUILD_PYTHON AND DEFINED _vmp_why)
+  message(STATUS "vmmipc: Python module not built: ${_vmp_why}")
+endif()
+if(VMMIPC_BUILD_PYTHON)
+  set(VMMIPC_PYTHON_INSTALL_DIR "lib/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/site-packages"
+      CACHE PATH "Where 'cmake --install' puts the Python package vmmipc (relative to the prefix, or absolute)")
+endif()
