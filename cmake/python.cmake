@@ -6,13 +6,30 @@
 # /usr/bin/python3 when that one has it.
 # Sets VMMIPC_PYTHON_FOUND, VMMIPC_MPI4PY_INCLUDE_DIR and the install folder
 # VMMIPC_PYTHON_INSTALL_DIR (cache; relative to the prefix, or absolute).
+# mpi4py's include folder, if `python` has an mpi4py built with the same MPI
+# as the library (an MPI_Comm of another MPI is another type); else "".
 function(vmmipc_mpi4py_include python out)
-  execute_process(COMMAND ${python} -c "import mpi4py; print(mpi4py.get_include())"
-                  OUTPUT_VARIABLE inc ERROR_QUIET RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
-  if(rc EQUAL 0 AND EXISTS "${inc}/mpi4py/mpi4py.h")
+  set(${out} "" PARENT_SCOPE)
+  execute_process(COMMAND ${python} -c "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(mpi4py.get_include()); print(MPI.get_vendor()[0])"
+                  OUTPUT_VARIABLE lines ERROR_QUIET RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    return()
+  endif()
+  string(REPLACE "\n" ";" lines "${lines}")
+  list(GET lines 0 inc)
+  list(GET lines -1 vendor)
+  set(flavor unknown)
+  if(vendor STREQUAL "Open MPI")
+    set(flavor openmpi)
+  elseif(vendor MATCHES "MPICH")
+    set(flavor mpich)
+  endif()
+  if(NOT VMMIPC_MPI_FLAVOR STREQUAL "unknown" AND NOT flavor STREQUAL VMMIPC_MPI_FLAVOR)
+    message(STATUS "vmmipc: ${python}'s mpi4py is built with ${vendor}, the library with ${VMMIPC_MPI_FLAVOR}")
+    return()
+  endif()
+  if(EXISTS "${inc}/mpi4py/mpi4py.h")
     set(${out} "${inc}" PARENT_SCOPE)
-  else()
-    set(${out} "" PARENT_SCOPE)
   endif()
 endfunction()
 
@@ -28,7 +45,7 @@ if(NOT DEFINED VMMIPC_BUILD_PYTHON OR VMMIPC_BUILD_PYTHON)
      AND NOT Python3_EXECUTABLE STREQUAL "/usr/bin/python3")
     vmmipc_mpi4py_include(/usr/bin/python3 _vmp_inc)
     if(_vmp_inc)
-      message(STATUS "vmmipc: ${Python3_EXECUTABLE} has no mpi4py; using /usr/bin/python3 for the Python module")
+      message(STATUS "vmmipc: ${Python3_EXECUTABLE} has no mpi4py for this MPI; using /usr/bin/python3 for the Python module")
       set(Python3_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "Python interpreter" FORCE)
       set(Python3_EXECUTABLE /usr/bin/python3)
       unset(_Python3_EXECUTABLE CACHE)
@@ -46,7 +63,7 @@ if(NOT DEFINED VMMIPC_BUILD_PYTHON OR VMMIPC_BUILD_PYTHON)
   elseif(NOT Python3_FOUND)
     set(_vmp_why "no Python 3 with development files (python3-dev); set Python3_EXECUTABLE")
   else()
-    set(_vmp_why "${Python3_EXECUTABLE} has no mpi4py (python3-mpi4py); set Python3_EXECUTABLE")
+    set(_vmp_why "${Python3_EXECUTABLE} has no mpi4py built with this MPI (python3-mpi4py); set Python3_EXECUTABLE")
   endif()
 endif()
 option(VMMIPC_BUILD_PYTHON "Build the Python module (needs Python 3 development files and mpi4py)"

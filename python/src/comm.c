@@ -38,6 +38,27 @@ void vmp_comm_release_local(VmpComm *c, const char *why) {
   vmp_link_del(&c->link);
 }
 
+/* A bad argument on this rank of a collective: the rank still joins the
+ * call, with a NULL out-parameter that the library refuses, so that the
+ * peers fail at once naming this rank instead of waiting out the timeout.
+ * The Python exception already set is then raised. kind: 0 allgather_map,
+ * 1 bcast_map, 2 scatter_map (each checks out first: coll/xchg.c). */
+PyObject *vmp_join_failed(VmpComm *c, int kind, int root) {
+  VMP_ERR_SAVE(saved);
+  vmmipc_comm_t h = c->h;
+  c->busy++;
+  Py_BEGIN_ALLOW_THREADS
+  switch (kind) {
+    case 0: vmmipc_allgather_map(h, NULL, NULL, NULL); break;
+    case 1: vmmipc_bcast_map(h, NULL, root, NULL, NULL); break;
+    default: vmmipc_scatter_map(h, NULL, root, NULL, NULL); break;
+  }
+  Py_END_ALLOW_THREADS
+  c->busy--;
+  VMP_ERR_RESTORE(saved);
+  return NULL;
+}
+
 static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"comm", "timeout_ms", NULL};
   PyObject *mc, *to = Py_None;
@@ -125,9 +146,9 @@ static PyObject *comm_allgather_map(VmpComm *self, PyObject *args, PyObject *kw)
   vmmipc_access_t acc;
   const vmmipc_access_t *pacc;
   int ro;
-  if (vmp_comm_check(self, "vmmipc.Comm.allgather_map") < 0 || vmp_buffer_or_none(bo, "buf", &buf) < 0 ||
-      vmp_access_arg(ao, &acc, &pacc, &ro) < 0)
-    return NULL;
+  if (vmp_comm_check(self, "vmmipc.Comm.allgather_map") < 0) return NULL;
+  if (vmp_buffer_or_none(bo, "buf", &buf) < 0 || vmp_access_arg(ao, &acc, &pacc, &ro) < 0)
+    return vmp_join_failed(self, 0, 0);
   vmmipc_win_t w = NULL;
   vmmipc_result_t r;
   vmmipc_comm_t h = self->h;
@@ -148,9 +169,10 @@ static PyObject *comm_bcast_map(VmpComm *self, PyObject *args, PyObject *kw) {
   vmmipc_access_t acc;
   const vmmipc_access_t *pacc;
   int ro, root;
-  if (vmp_comm_check(self, "vmmipc.Comm.bcast_map") < 0 || vmp_rank_arg(rooto, self->size, "root", &root) < 0 ||
-      vmp_buffer_or_none(bo, "buf", &buf) < 0 || vmp_access_arg(ao, &acc, &pacc, &ro) < 0)
+  if (vmp_comm_check(self, "vmmipc.Comm.bcast_map") < 0 || vmp_rank_arg(rooto, self->size, "root", &root) < 0)
     return NULL;
+  if (vmp_buffer_or_none(bo, "buf", &buf) < 0 || vmp_access_arg(ao, &acc, &pacc, &ro) < 0)
+    return vmp_join_failed(self, 1, root);
   vmmipc_buf_t out = NULL;
   vmmipc_result_t r;
   vmmipc_comm_t h = self->h;
@@ -171,30 +193,31 @@ static PyObject *comm_scatter_map(VmpComm *self, PyObject *args, PyObject *kw) {
   vmmipc_access_t acc;
   const vmmipc_access_t *pacc;
   int ro, root;
-  if (vmp_comm_check(self, "vmmipc.Comm.scatter_map") < 0 || vmp_rank_arg(rooto, self->size, "root", &root) < 0 ||
-      vmp_access_arg(ao, &acc, &pacc, &ro) < 0)
+  if (vmp_comm_check(self, "vmmipc.Comm.scatter_map") < 0 || vmp_rank_arg(rooto, self->size, "root", &root) < 0)
     return NULL;
+  if (vmp_access_arg(ao, &acc, &pacc, &ro) < 0) return vmp_join_failed(self, 2, root);
   vmmipc_buf_t *bufs = NULL;
   PyObject *seq = NULL;  /* holds the Buffers during the call */
   if (self->rank == root && bo != Py_None) {  /* read at the root only, as in C; None: refused collectively */
     seq = PySequence_Fast(bo, "bufs must be a sequence of Buffer or None (one per rank) at the root");
-    if (!seq) return NULL;
+    if (!seq) return vmp_join_failed(self, 2, root);
     if (PySequence_Fast_GET_SIZE(seq) != self->size) {
       PyErr_Format(PyExc_ValueError, "bufs has %zd entries; the comm has %d ranks", PySequence_Fast_GET_SIZE(seq),
                    self->size);
       Py_DECREF(seq);
-      return NULL;
+      return vmp_join_failed(self, 2, root);
     }
     bufs = PyMem_Calloc((size_t)self->size, sizeof *bufs);
     if (!bufs) {
       Py_DECREF(seq);
-      return PyErr_NoMemory();
+      PyErr_NoMemory();
+      return vmp_join_failed(self, 2, root);
     }
     for (int i = 0; i < self->size; i++) {
       if (vmp_buffer_or_none(PySequence_Fast_GET_ITEM(seq, i), "bufs[i]", &bufs[i]) < 0) {
         PyMem_Free(bufs);
         Py_DECREF(seq);
-        return NULL;
+        return vmp_join_failed(self, 2, root);
       }
     }
   }

@@ -124,8 +124,7 @@ void vmp_warn_resource(const char *fmt, ...) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   /* Called from deallocators: keep any pending exception. */
-  PyObject *et, *ev, *tb;
-  PyErr_Fetch(&et, &ev, &tb);
+  VMP_ERR_SAVE(saved);
   if (PyErr_WarnEx(PyExc_ResourceWarning, buf, 1) < 0) PyErr_WriteUnraisable(NULL);
-  PyErr_Restore(et, ev, tb);
+  VMP_ERR_RESTORE(saved);
 }

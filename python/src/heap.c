@@ -20,9 +20,9 @@ PyObject *vmp_comm_heap(VmpComm *c, PyObject *args, PyObject *kw) {
   vmmipc_access_t acc;
   int readonly;
   if (vmp_comm_check(c, "vmmipc.Comm.heap") < 0) return NULL;
-  if (ro != Py_None && vmp_size_arg(ro, "reserve", &cfg.reserve) < 0) return NULL;
-  if (go != Py_None && vmp_size_arg(go, "grow", &cfg.grow) < 0) return NULL;
-  if (vmp_access_arg(ao, &acc, &cfg.access, &readonly) < 0) return NULL;
+  if ((ro != Py_None && vmp_size_arg(ro, "reserve", &cfg.reserve) < 0) ||
+      (go != Py_None && vmp_size_arg(go, "grow", &cfg.grow) < 0) || vmp_access_arg(ao, &acc, &cfg.access, &readonly) < 0)
+    return NULL;  /* the heap's calls are not known to refuse a NULL out: no joining here */
   VmpHeap *hp = (VmpHeap *)VmpHeap_Type.tp_alloc(&VmpHeap_Type, 0);
   if (!hp) return NULL;
   vmmipc_heap_t h = NULL;
@@ -66,9 +66,9 @@ static PyObject *heap_alloc(VmpHeap *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"nbytes", NULL};
   PyObject *no;
   size_t n;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O:alloc", kwlist, &no) || vmp_heap_check(self, "vmmipc.Heap.alloc") < 0 ||
-      vmp_size_arg(no, "nbytes", &n) < 0)
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O:alloc", kwlist, &no) || vmp_heap_check(self, "vmmipc.Heap.alloc") < 0)
     return NULL;
+  if (vmp_size_arg(no, "nbytes", &n) < 0) return NULL;
   vmmipc_win_t w = NULL;
   vmmipc_result_t r;
   vmmipc_heap_t h = self->h;

@@ -17,6 +17,18 @@
 #include <stdint.h>
 #include <vmmipc.h>
 
+/* Keeps a pending exception across calls that may set or clear one
+ * (PyErr_Fetch is deprecated from 3.12, where -Werror would refuse it). */
+#if PY_VERSION_HEX >= 0x030C0000
+#define VMP_ERR_SAVE(s) PyObject *s = PyErr_GetRaisedException()
+#define VMP_ERR_RESTORE(s) PyErr_SetRaisedException(s)
+#else
+#define VMP_ERR_SAVE(s) \
+  PyObject *s##_t, *s##_v, *s##_tb; \
+  PyErr_Fetch(&s##_t, &s##_v, &s##_tb)
+#define VMP_ERR_RESTORE(s) PyErr_Restore(s##_t, s##_v, s##_tb)
+#endif
+
 /* Intrusive list of live objects holding collective resources. */
 typedef struct vmp_link {
   struct vmp_link *prev, *next;
@@ -102,6 +114,9 @@ int vmp_comm_init(PyObject *module);
 int vmp_comm_check(VmpComm *c, const char *op);   /* open and idle, else raises */
 /* Frees a comm locally when it cannot be closed collectively (GC, exit). */
 void vmp_comm_release_local(VmpComm *c, const char *why);
+/* A bad argument in a collective: joins it with a NULL out so that the
+ * peers fail at once naming this rank, then returns NULL with the error set. */
+PyObject *vmp_join_failed(VmpComm *c, int kind, int root);
 /* Aborts the comm once (local); 0 on success. */
 int vmp_comm_abort_once(VmpComm *c);
 

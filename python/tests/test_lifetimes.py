@@ -106,3 +106,32 @@ def test_interpreter_exit_with_open_objects(tmp_path):
     else:
         ok, detail = True, None
     assert all_true(ok), detail
+
+
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_no_fd_left_behind(comm):
+    # Mapping, exporting views and failing calls leave no fd open once closed.
+    def cycle():
+        buf = vmmipc.alloc(1 << 21)
+        with comm.allgather_map(buf) as win:
+            caps = [win.mapping(r).__dlpack__(max_version=(1, 0)) for r in range(SIZE)]
+            del caps
+            win.barrier()
+        m = comm.bcast_map(buf if RANK == 0 else None, 0)
+        if m is not None:
+            m.close()
+        with pytest.raises(TypeError):
+            comm.allgather_map(0)          # joins the call, which fails everywhere
+        buf.close()
+
+    cycle()                                 # first use: caches, signal pool
+    gc.collect()
+    before = open_fds()
+    for _ in range(3):
+        cycle()
+    gc.collect()
+    after = open_fds()
+    assert all_true(after <= before), (before, after)

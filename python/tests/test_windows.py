@@ -142,12 +142,17 @@ def test_scatter_map_with_empty_entries(comm):
 
 
 def test_scatter_map_bad_entries_at_root(comm):
+    # The root refuses its bad list; the peers fail with it, naming the root.
     if RANK == 0:
         with pytest.raises(TypeError):
             comm.scatter_map([b"x"] * SIZE, 0)
-    # (a local refusal at the root leaves the peers out of the call: every rank
-    # checks here; nothing collective was started)
-    WORLD.Barrier()
+        with pytest.raises(ValueError):
+            comm.scatter_map([None] * (SIZE + 1), 0)
+    else:
+        for _ in range(2):
+            with pytest.raises(vmmipc.Error) as e:
+                comm.scatter_map(None, 0)
+            assert e.value.code == vmmipc.Result.INVALID_ARG
 
 
 def test_window_keeps_comm_and_buffer_alive():
