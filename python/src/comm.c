@@ -42,7 +42,8 @@ void vmp_comm_release_local(VmpComm *c, const char *why) {
  * call, with a NULL out-parameter that the library refuses, so that the
  * peers fail at once naming this rank instead of waiting out the timeout.
  * The Python exception already set is then raised. kind: 0 allgather_map,
- * 1 bcast_map, 2 scatter_map (each checks out first: coll/xchg.c). */
+ * 1 bcast_map, 2 scatter_map, 3 heap_create (each refuses a NULL out on
+ * every rank, as the library's collectives do). */
 PyObject *vmp_join_failed(VmpComm *c, int kind, int root) {
   VMP_ERR_SAVE(saved);
   vmmipc_comm_t h = c->h;
@@ -51,7 +52,8 @@ PyObject *vmp_join_failed(VmpComm *c, int kind, int root) {
   switch (kind) {
     case 0: vmmipc_allgather_map(h, NULL, NULL, NULL); break;
     case 1: vmmipc_bcast_map(h, NULL, root, NULL, NULL); break;
-    default: vmmipc_scatter_map(h, NULL, root, NULL, NULL); break;
+    case 2: vmmipc_scatter_map(h, NULL, root, NULL, NULL); break;
+    default: vmmipc_heap_create(h, NULL, NULL); break;
   }
   Py_END_ALLOW_THREADS
   c->busy--;

@@ -22,7 +22,7 @@ PyObject *vmp_comm_heap(VmpComm *c, PyObject *args, PyObject *kw) {
   if (vmp_comm_check(c, "vmmipc.Comm.heap") < 0) return NULL;
   if ((ro != Py_None && vmp_size_arg(ro, "reserve", &cfg.reserve) < 0) ||
       (go != Py_None && vmp_size_arg(go, "grow", &cfg.grow) < 0) || vmp_access_arg(ao, &acc, &cfg.access, &readonly) < 0)
-    return NULL;  /* the heap's calls are not known to refuse a NULL out: no joining here */
+    return vmp_join_failed(c, 3, 0);
   VmpHeap *hp = (VmpHeap *)VmpHeap_Type.tp_alloc(&VmpHeap_Type, 0);
   if (!hp) return NULL;
   vmmipc_heap_t h = NULL;
@@ -68,7 +68,17 @@ static PyObject *heap_alloc(VmpHeap *self, PyObject *args, PyObject *kw) {
   size_t n;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "O:alloc", kwlist, &no) || vmp_heap_check(self, "vmmipc.Heap.alloc") < 0)
     return NULL;
-  if (vmp_size_arg(no, "nbytes", &n) < 0) return NULL;
+  if (vmp_size_arg(no, "nbytes", &n) < 0) {  /* join with a NULL out, as vmp_join_failed does */
+    VMP_ERR_SAVE(saved);
+    vmmipc_heap_t h = self->h;
+    self->busy++;
+    Py_BEGIN_ALLOW_THREADS
+    vmmipc_heap_alloc(h, 0, NULL);
+    Py_END_ALLOW_THREADS
+    self->busy--;
+    VMP_ERR_RESTORE(saved);
+    return NULL;
+  }
   vmmipc_win_t w = NULL;
   vmmipc_result_t r;
   vmmipc_heap_t h = self->h;
