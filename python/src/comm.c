@@ -33,7 +33,7 @@ void vmp_comm_release_local(VmpComm *c, const char *why) {
   if (!c->h) return;
   vmp_warn_resource("vmmipc.Comm %s while open: aborting it and freeing it locally (close it collectively, "
                     "or use 'with')", why);
-  if (mpi_usable() && vmp_comm_abort_once(c) == 0) vmmipc_comm_destroy(c->h);
+  if (mpi_usable() && vmp_comm_abort_once(c) == 0 && !c->busy) vmmipc_comm_destroy(c->h);  /* busy: see windows */
   c->h = NULL;
   vmp_link_del(&c->link);
 }

@@ -51,7 +51,7 @@ void vmp_heap_release_local(VmpHeap *hp, const char *why) {
                     "collectively, or use 'with')", why);
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin && hp->comm && vmp_comm_abort_once(hp->comm) == 0) vmmipc_heap_destroy(hp->h);  /* local once aborted */
+  if (!fin && hp->comm && vmp_comm_abort_once(hp->comm) == 0 && !hp->busy) vmmipc_heap_destroy(hp->h);  /* local once aborted */
   hp->h = NULL;
   vmp_link_del(&hp->link);
 }

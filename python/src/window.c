@@ -39,7 +39,9 @@ void vmp_window_release_local(VmpWindow *w, const char *why) {
                     "collectively, or use 'with')", why);
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin && w->comm && vmp_comm_abort_once(w->comm) == 0) vmmipc_win_free(w->h);  /* local once aborted */
+  /* Aborting wakes a call another thread is blocked in; while one is, the
+     window is left to the process exit rather than freed under it. */
+  if (!fin && w->comm && vmp_comm_abort_once(w->comm) == 0 && !w->busy) vmmipc_win_free(w->h);
   w->h = NULL;
   vmp_link_del(&w->link);
 }

@@ -87,8 +87,17 @@ buf = vmmipc.alloc(1 << 20)
 win = comm.allgather_map(buf)
 view = win.mapping(0)
 cap = view.__dlpack__()
-heap_or_none = None
-print("child: leaving with a comm, a window, a view and a capsule open", flush=True)
+import threading
+started = threading.Event()
+def blocked():
+    started.set()
+    try:
+        win.wait_host(0, 1, timeout_ms=60000)   # nobody signals: blocked at exit
+    except vmmipc.Error:
+        pass
+threading.Thread(target=blocked, daemon=True).start()
+started.wait()
+print("child: leaving with a comm, a window, a view, a capsule and a blocked thread", flush=True)
 """
 
 
