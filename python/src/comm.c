@@ -11,12 +11,18 @@ static int mpi_usable(void) {
   return init && !fin;
 }
 
+int vmp_mpi_check(const char *op) {
+  if (mpi_usable()) return 0;
+  vmp_raise_msg(VMMIPC_ERR_MPI, "%s: MPI is finalized (collective calls need it)", op);
+  return -1;
+}
+
 int vmp_comm_check(VmpComm *c, const char *op) {
   if (!c->h) {
     vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the comm is closed", op);
     return -1;
   }
-  return 0;
+  return vmp_mpi_check(op);
 }
 
 int vmp_comm_abort_once(VmpComm *c) {
@@ -107,6 +113,7 @@ static void comm_dealloc(VmpComm *self) {
 static PyObject *comm_close(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
   if (!self->h || vmp_finalized) Py_RETURN_NONE;
   if (self->busy) return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Comm.close: a call on the comm is in progress");
+  if (vmp_mpi_check("vmmipc.Comm.close") < 0) return NULL;
   vmmipc_result_t r;
   vmmipc_comm_t h = self->h;
   self->busy++;

@@ -66,7 +66,8 @@ static PyObject *heap_alloc(VmpHeap *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"nbytes", NULL};
   PyObject *no;
   size_t n;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O:alloc", kwlist, &no) || vmp_heap_check(self, "vmmipc.Heap.alloc") < 0)
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O:alloc", kwlist, &no) || vmp_heap_check(self, "vmmipc.Heap.alloc") < 0 ||
+      vmp_mpi_check("vmmipc.Heap.alloc") < 0)
     return NULL;
   if (vmp_size_arg(no, "nbytes", &n) < 0) {  /* join with a NULL out, as vmp_join_failed does */
     VMP_ERR_SAVE(saved);
@@ -96,6 +97,7 @@ static PyObject *heap_alloc(VmpHeap *self, PyObject *args, PyObject *kw) {
 static PyObject *heap_close(VmpHeap *self, PyObject *Py_UNUSED(ignored)) {
   if (!self->h || vmp_finalized) Py_RETURN_NONE;
   if (self->busy) return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Heap.close: a call on the heap is in progress");
+  if (vmp_mpi_check("vmmipc.Heap.close") < 0) return NULL;
   vmmipc_result_t r;
   vmmipc_heap_t h = self->h;
   self->busy++;

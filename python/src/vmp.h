@@ -111,7 +111,8 @@ int vmp_access_arg(PyObject *o, vmmipc_access_t *storage, const vmmipc_access_t 
 
 /* comm.c */
 int vmp_comm_init(PyObject *module);
-int vmp_comm_check(VmpComm *c, const char *op);   /* open and idle, else raises */
+int vmp_comm_check(VmpComm *c, const char *op);   /* open, and MPI not finalized, else raises */
+int vmp_mpi_check(const char *op);                 /* MPI initialized and not finalized, else raises */
 /* Frees a comm locally when it cannot be closed collectively (GC, exit). */
 void vmp_comm_release_local(VmpComm *c, const char *why);
 /* A bad argument in a collective: joins it with a NULL out so that the

@@ -55,7 +55,7 @@ static void window_dealloc(VmpWindow *self) {
 static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   if (!self->h || vmp_finalized) Py_RETURN_NONE;
   if (self->busy) return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Window.close: a call on the window is in progress");
-  if (vmp_ensure_context(self->device) < 0) return NULL;
+  if (vmp_mpi_check("vmmipc.Window.close") < 0 || vmp_ensure_context(self->device) < 0) return NULL;
   vmmipc_result_t r;
   vmmipc_win_t h = self->h;
   self->busy++;

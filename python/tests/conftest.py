@@ -21,7 +21,8 @@ RANK = WORLD.Get_rank()
 SIZE = WORLD.Get_size()
 TIMEOUT_MS = 30000          # the comm's bound on every wait for a peer
 WATCHDOG_S = 240            # a test that takes longer is stuck
-REAL_DRIVER = os.environ.get("VMMIPC_TEST_REAL_DRIVER") == "1"
+# Device pointers are host memory only on the stand-in.
+STANDIN = "standin" in os.environ.get("VMMIPC_CUDA_DRIVER", "")
 
 
 def _local_rank():

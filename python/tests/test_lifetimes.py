@@ -101,17 +101,43 @@ print("child: leaving with a comm, a window, a view, a capsule and a blocked thr
 """
 
 
+CHILD_FINALIZED = r"""
+from mpi4py import MPI
+import vmmipc
+vmmipc.set_device(0)
+comm = vmmipc.Comm(MPI.COMM_SELF, timeout_ms=5000)
+win = comm.allgather_map(vmmipc.alloc(1 << 21))
+MPI.Finalize()                      # by hand, with the window and comm open
+try:
+    win.close()
+except vmmipc.Error as e:
+    print("child: close after MPI_Finalize:", e.code.name, flush=True)
+"""
+
+
+def run_child(tmp_path, text, *flags):
+    """Runs text as a singleton MPI process (not part of this job); (ok, detail) on rank 0."""
+    script = tmp_path / "child.py"
+    script.write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_"))}
+    p = subprocess.run([sys.executable, *flags, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    return p, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+
+
+def test_close_after_mpi_finalize_is_refused(tmp_path):
+    ok, detail = True, None
+    if RANK == 0:
+        p, detail = run_child(tmp_path, CHILD_FINALIZED, "-W", "always::ResourceWarning")
+        ok = p.returncode == 0 and "close after MPI_Finalize: MPI" in p.stdout
+    assert all_true(ok), detail
+
+
 def test_interpreter_exit_with_open_objects(tmp_path):
     # A singleton MPI process (not part of this job) leaves everything open:
     # the exit handler releases it before mpi4py finalizes MPI, with warnings.
     if RANK == 0:
-        script = tmp_path / "child.py"
-        script.write_text(CHILD)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_"))}
-        p = subprocess.run([sys.executable, "-W", "always::ResourceWarning", str(script)], env=env,
-                           capture_output=True, text=True, timeout=120)
+        p, detail = run_child(tmp_path, CHILD, "-W", "always::ResourceWarning")
         ok = p.returncode == 0 and "still open at exit" in p.stderr and "child: leaving" in p.stdout
-        detail = (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
     else:
         ok, detail = True, None
     assert all_true(ok), detail
