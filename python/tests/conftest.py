@@ -3,7 +3,8 @@
 Every rank runs the same tests in the same order (mpiexec -n N python3 -m
 pytest). A rank that fails a check must not leave the others waiting: vmmipc
 waits are bounded by the comm's timeout, checks whose outcome may differ
-between ranks go through all_true() so that every rank fails together, and a
+between ranks go through all_true() so that every rank fails together, every
+test starts with an MPI barrier (ranks back in step after a failure), and a
 per-test watchdog ends a process that still hangs (mpiexec then ends the
 others).
 """
@@ -57,7 +58,10 @@ def pattern(rank, n):
 
 @pytest.fixture(autouse=True)
 def watchdog():
+    # Every test starts with all ranks in step, so a test that failed on some
+    # ranks costs at most its own timeouts, never the next test's.
     faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)
+    WORLD.Barrier()
     yield
     faulthandler.cancel_dump_traceback_later()
 
