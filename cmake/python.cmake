@@ -34,7 +34,11 @@ function(vmmipc_mpi4py_include python out)
 endfunction()
 
 set(VMMIPC_PYTHON_FOUND OFF)
-if(NOT DEFINED VMMIPC_BUILD_PYTHON OR VMMIPC_BUILD_PYTHON)
+if(VMMIPC_SANITIZE AND NOT DEFINED VMMIPC_BUILD_PYTHON)
+  # An instrumented extension cannot load into an interpreter that is not.
+  set(VMMIPC_BUILD_PYTHON OFF CACHE BOOL "Build the Python module (needs Python 3 development files and mpi4py)")
+  message(STATUS "vmmipc: Python module not built: a sanitizer build (VMMIPC_SANITIZE)")
+elseif(NOT DEFINED VMMIPC_BUILD_PYTHON OR VMMIPC_BUILD_PYTHON)
   set(_vmp_user_python "${Python3_EXECUTABLE}")
   find_package(Python3 COMPONENTS Interpreter Development.Module QUIET)
   set(_vmp_inc "")
