@@ -84,6 +84,12 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   int timeout;
   if (vmp_timeout_arg(to, "timeout_ms", &timeout) < 0) return NULL;
   if (!mpi_usable()) return vmp_raise_msg(VMMIPC_ERR_MPI, "vmmipc.Comm: MPI is not initialized or already finalized");
+  int inter = 0;
+  MPI_Comm_test_inter(*pc, &inter);
+  if (inter) {
+    PyErr_SetString(PyExc_ValueError, "vmmipc.Comm needs an intracommunicator, not an intercommunicator");
+    return NULL;
+  }
   VmpComm *self = (VmpComm *)type->tp_alloc(type, 0);
   if (!self) return NULL;
   MPI_Comm_rank(*pc, &self->rank);

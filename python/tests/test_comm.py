@@ -33,6 +33,13 @@ def test_bad_arguments():
         vmmipc.Comm(WORLD, timeout_ms=-5)
     with pytest.raises(TypeError):
         vmmipc.Comm(WORLD, timeout_ms="1")
+    if SIZE > 1:
+        local = WORLD.Split(RANK % 2, RANK)
+        inter = local.Create_intercomm(0, WORLD, 1 - RANK % 2, 7)   # evens and odds
+        with pytest.raises(ValueError):
+            vmmipc.Comm(inter)
+        inter.Free()
+        local.Free()
 
 
 def test_closed_comm_raises(comm):

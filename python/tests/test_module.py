@@ -63,3 +63,31 @@ def test_copy_helpers_bad_input():
     with pytest.raises(ValueError):
         vmmipc.copy_from_device(0, -1)
     WORLD.Barrier()
+
+
+def test_stubs_match_the_module():
+    # Every function, constant, class and member in the type stubs exists at run time.
+    import ast
+    import pathlib
+    tree = ast.parse((pathlib.Path(vmmipc.__file__).parent / "__init__.pyi").read_text())
+
+    def declared(node):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            return [node.name]
+        if isinstance(node, ast.AnnAssign):
+            return [node.target.id]
+        if isinstance(node, ast.Assign):
+            return [t.id for t in node.targets]
+        return []
+
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            continue                                  # type aliases of the stubs
+        for name in declared(node):
+            if name.startswith("_"):
+                continue                              # the stubs' own protocols
+            assert hasattr(vmmipc, name), name
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    for member in declared(item):
+                        assert hasattr(getattr(vmmipc, name), member), (name, member)
