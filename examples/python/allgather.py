@@ -1,0 +1,78 @@
+"""Every rank shares a buffer; every rank maps all of them.
+
+Each rank fills its own buffer with its rank number, reads every peer's
+buffer through torch.from_dlpack (or as bytes through driver copies when
+torch is not installed), writes into the next rank's buffer through the
+view, synchronises with win.barrier, and checks what the previous rank
+wrote into its own buffer.
+
+    mpiexec -n 2 python3 examples/python/allgather.py
+    (PYTHONPATH=<build>/python, or the install's site-packages; on a machine
+    without a GPU, VMMIPC_CUDA_DRIVER=<build>/mpi_tests/standin/libvmmipc_standin.so)
+"""
+import sys
+
+from mpi4py import MPI
+
+import vmmipc
+
+try:
+    import torch
+    if not torch.cuda.is_available():
+        torch = None
+except ImportError:
+    torch = None
+
+N = 1 << 20                      # float32 elements per rank (4 MiB)
+world = MPI.COMM_WORLD
+node = world.Split_type(MPI.COMM_TYPE_SHARED)
+local = node.Get_rank()
+vmmipc.set_device(local % vmmipc.device_count())
+if torch is not None:
+    torch.cuda.set_device(local % torch.cuda.device_count())   # the same primary context
+
+with vmmipc.Comm(world) as comm:
+    rank, size = comm.rank, comm.size
+    nxt, prev = (rank + 1) % size, (rank - 1) % size
+    buf = vmmipc.alloc(N * 4)
+    if torch is not None:
+        stream = torch.cuda.current_stream()
+        mine = torch.from_dlpack(buf.mapping(dtype=torch.float32, shape=N))
+        mine.fill_(float(rank))                        # a torch kernel on our own memory
+    else:
+        stream = 0
+        vmmipc.copy_to_device(buf.ptr, bytes([rank]) * (N * 4))
+
+    with comm.allgather_map(buf) as win:
+        win.barrier(stream=stream)                     # every rank's fill is done and visible
+        ok = True
+        for r in range(size):
+            if torch is not None:
+                peer = torch.from_dlpack(win.mapping(r, dtype=torch.float32))
+                ok &= bool(torch.all(peer == float(r)).item())
+            else:
+                p, n = win.query(r)
+                ok &= vmmipc.copy_from_device(p, n) == bytes([r]) * n
+        # Change the next rank's data through its mapping.
+        if torch is not None:
+            torch.from_dlpack(win.mapping(nxt, dtype=torch.float32))[:16] = 100.0 + rank
+        else:
+            vmmipc.copy_to_device(win.query(nxt)[0], bytes([100 + rank]) * 64)
+        win.barrier(stream=stream)                     # the writes are done and visible
+        if torch is not None:
+            ok &= bool(torch.all(mine[:16] == 100.0 + prev).item())
+            ok &= bool(torch.all(mine[16:] == float(rank)).item())
+            torch.cuda.synchronize()
+            del mine, peer
+        else:
+            ok &= vmmipc.copy_from_device(buf.ptr, 64) == bytes([100 + prev]) * 64
+        win.barrier(stream=stream)                     # nobody still reads before the close
+        if torch is not None:
+            torch.cuda.synchronize()
+    buf.close()
+    all_ok = world.allreduce(ok, op=MPI.LAND)
+    if rank == 0:
+        print(f"allgather.py: {size} ranks, {'torch' if torch is not None else 'bytes'}: "
+              f"{'ok' if all_ok else 'MISMATCH'}")
+    node.Free()
+sys.exit(0 if all_ok else 1)

@@ -1,0 +1,317 @@
+/* vmmipc.Buffer, vmmipc.alloc and vmmipc.wrap: device memory that windows
+ * and root collectives share. A wrapped object (DLPack or CUDA Array
+ * Interface producer) is kept alive by the Buffer. */
+#include "vmp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static VmpBuffer *buf_alloc_obj(void) { return (VmpBuffer *)VmpBuffer_Type.tp_alloc(&VmpBuffer_Type, 0); }
+
+static int buf_fill(VmpBuffer *b, vmmipc_buf_t h) {
+  void *p = NULL;
+  size_t n = 0;
+  vmmipc_result_t r = vmmipc_buf_ptr(h, &p, &n);
+  if (r != VMMIPC_SUCCESS) {
+    vmp_raise(r);
+    return -1;
+  }
+  b->h = h;
+  b->ptr = (uintptr_t)p;
+  b->size = n;
+  b->device = vmp_current_device();
+  return 0;
+}
+
+PyObject *vmp_buffer_new(vmmipc_buf_t h, int readonly) {
+  VmpBuffer *b = buf_alloc_obj();
+  if (!b || buf_fill(b, h) < 0) {
+    Py_XDECREF(b);
+    vmmipc_buf_free(h);
+    return NULL;
+  }
+  b->readonly = readonly;
+  return (PyObject *)b;
+}
+
+int vmp_buffer_or_none(PyObject *o, const char *what, vmmipc_buf_t *out) {
+  *out = NULL;
+  if (o == Py_None) return 0;
+  if (!PyObject_TypeCheck(o, &VmpBuffer_Type)) {
+    PyErr_Format(PyExc_TypeError, "%s must be a vmmipc.Buffer or None, not %.100s", what, Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  VmpBuffer *b = (VmpBuffer *)o;
+  if (!b->h) {
+    vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the buffer is closed", what);
+    return -1;
+  }
+  *out = b->h;
+  return 0;
+}
+
+static void buf_release_keep(VmpBuffer *b) {
+  if (b->dl_managed) {
+    if (!vmp_finalized) vmp_dlpack_release(b->dl_managed, b->dl_versioned);
+    b->dl_managed = NULL;
+  }
+  Py_CLEAR(b->keep);
+}
+
+static void buf_dealloc(VmpBuffer *self) {
+  if (self->h) vmmipc_buf_free(self->h);  /* local; an open window holds a reference, so none exposes it */
+  self->h = NULL;
+  buf_release_keep(self);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *buf_close(VmpBuffer *self, PyObject *Py_UNUSED(ignored)) {
+  if (!self->h) Py_RETURN_NONE;
+  vmmipc_result_t r;
+  vmmipc_buf_t h = self->h;
+  Py_BEGIN_ALLOW_THREADS
+  r = vmmipc_buf_free(h);
+  Py_END_ALLOW_THREADS
+  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  self->h = NULL;
+  buf_release_keep(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *buf_enter(PyObject *self, PyObject *Py_UNUSED(ignored)) {
+  Py_INCREF(self);
+  return self;
+}
+
+static PyObject *buf_exit(VmpBuffer *self, PyObject *Py_UNUSED(args)) {
+  PyObject *r = buf_close(self, NULL);
+  if (!r) return NULL;
+  Py_DECREF(r);
+  Py_RETURN_FALSE;
+}
+
+static PyObject *buf_mapping(VmpBuffer *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"dtype", "shape", NULL};
+  PyObject *dtype = Py_None, *shape = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:mapping", kwlist, &dtype, &shape)) return NULL;
+  if (!self->h) return vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "vmmipc.Buffer.mapping: the buffer is closed");
+  return vmp_view_new((PyObject *)self, self->ptr, self->size, self->readonly, self->device, dtype, shape);
+}
+
+static PyObject *buf_get_ptr(VmpBuffer *self, void *Py_UNUSED(c)) {
+  if (!self->h) return vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "vmmipc.Buffer.ptr: the buffer is closed");
+  return PyLong_FromSize_t(self->ptr);
+}
+static PyObject *buf_get_size(VmpBuffer *self, void *Py_UNUSED(c)) { return PyLong_FromSize_t(self->h ? self->size : 0); }
+static PyObject *buf_get_closed(VmpBuffer *self, void *Py_UNUSED(c)) { return PyBool_FromLong(!self->h); }
+static PyObject *buf_get_readonly(VmpBuffer *self, void *Py_UNUSED(c)) { return PyBool_FromLong(self->readonly); }
+
+static PyObject *buf_repr(VmpBuffer *self) {
+  if (!self->h) return PyUnicode_FromString("<vmmipc.Buffer closed>");
+  char text[96];
+  snprintf(text, sizeof text, "<vmmipc.Buffer ptr=0x%zx size=%zu%s>", (size_t)self->ptr, self->size,
+           self->readonly ? " read-only" : "");
+  return PyUnicode_FromString(text);
+}
+
+static PyMethodDef buf_methods[] = {
+    {"close", (PyCFunction)buf_close, METH_NOARGS,
+     "close()\n--\n\nLocal: frees the buffer (a wrapped buffer releases only its references). Refused (vmmipc.Error) "
+     "while an open window exposes it. A second close does nothing."},
+    {"mapping", (PyCFunction)(void (*)(void))buf_mapping, METH_VARARGS | METH_KEYWORDS,
+     "mapping(dtype=None, shape=None)\n--\n\nA view of the whole buffer for DLPack and the CUDA Array Interface "
+     "(uint8 bytes by default)."},
+    {"__enter__", buf_enter, METH_NOARGS, "Returns the buffer."},
+    {"__exit__", (PyCFunction)buf_exit, METH_VARARGS, "Closes the buffer."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef buf_getset[] = {
+    {"ptr", (getter)buf_get_ptr, NULL, "Device address (int).", NULL},
+    {"size", (getter)buf_get_size, NULL, "Size in bytes (0 once closed).", NULL},
+    {"closed", (getter)buf_get_closed, NULL, "Whether close() ran.", NULL},
+    {"readonly", (getter)buf_get_readonly, NULL, "Whether it is a read-only mapping.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject VmpBuffer_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "vmmipc.Buffer",
+    .tp_basicsize = sizeof(VmpBuffer),
+    .tp_dealloc = (destructor)buf_dealloc,
+    .tp_repr = (reprfunc)buf_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Device memory that vmmipc can share: made by vmmipc.alloc or vmmipc.wrap, or a peer's memory "
+              "mapped here by Comm.bcast_map or Comm.scatter_map. Not constructible directly.",
+    .tp_methods = buf_methods,
+    .tp_getset = buf_getset,
+};
+
+static PyObject *py_alloc(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"nbytes", NULL};
+  PyObject *no;
+  size_t n;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O:alloc", kwlist, &no) || vmp_size_arg(no, "nbytes", &n) < 0) return NULL;
+  vmmipc_buf_t h = NULL;
+  vmmipc_result_t r;
+  Py_BEGIN_ALLOW_THREADS
+  r = vmmipc_alloc(n, &h);
+  Py_END_ALLOW_THREADS
+  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  return vmp_buffer_new(h, 0);
+}
+
+/* CUDA Array Interface: data pointer and byte extent of a C-contiguous array. */
+static int cai_extent(PyObject *obj, uintptr_t *ptr, size_t *nbytes) {
+  PyObject *d = PyObject_GetAttrString(obj, "__cuda_array_interface__");
+  if (!d) return -1;
+  int rc = -1;
+  if (!PyDict_Check(d)) {
+    PyErr_SetString(PyExc_TypeError, "__cuda_array_interface__ is not a dict");
+    goto out;
+  }
+  PyObject *data = PyDict_GetItemString(d, "data"), *shape = PyDict_GetItemString(d, "shape");
+  PyObject *typestr = PyDict_GetItemString(d, "typestr"), *strides = PyDict_GetItemString(d, "strides");
+  if (!data || !PyTuple_Check(data) || PyTuple_GET_SIZE(data) < 1 || !shape || !PyTuple_Check(shape) || !typestr ||
+      !PyUnicode_Check(typestr)) {
+    PyErr_SetString(PyExc_ValueError, "__cuda_array_interface__ lacks data, shape or typestr");
+    goto out;
+  }
+  const char *ts = PyUnicode_AsUTF8(typestr);
+  if (!ts) goto out;
+  long item = ts[0] && ts[1] ? strtol(ts + 2, NULL, 10) : 0;
+  if (item <= 0) {
+    PyErr_Format(PyExc_ValueError, "__cuda_array_interface__ typestr %R has no item size", typestr);
+    goto out;
+  }
+  size_t count = 1;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+    size_t dim;
+    if (vmp_size_arg(PyTuple_GET_ITEM(shape, i), "__cuda_array_interface__ shape", &dim) < 0) goto out;
+    count *= dim;
+  }
+  size_t expect = (size_t)item;
+  if (strides && strides != Py_None) {  /* strided: only C-contiguous is one range */
+    if (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape)) {
+      PyErr_SetString(PyExc_ValueError, "__cuda_array_interface__ strides do not match the shape");
+      goto out;
+    }
+    for (Py_ssize_t i = PyTuple_GET_SIZE(shape) - 1; i >= 0; i--) {
+      size_t dim = PyLong_AsSize_t(PyTuple_GET_ITEM(shape, i)), st = PyLong_AsSize_t(PyTuple_GET_ITEM(strides, i));
+      if (PyErr_Occurred()) goto out;
+      if (dim > 1 && st != expect) {
+        PyErr_SetString(PyExc_ValueError, "vmmipc.wrap: the array is not C-contiguous");
+        goto out;
+      }
+      expect *= dim;
+    }
+  }
+  void *p = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
+  if (!p && PyErr_Occurred()) goto out;
+  *ptr = (uintptr_t)p;
+  *nbytes = count * (size_t)item;
+  rc = 0;
+out:
+  Py_DECREF(d);
+  return rc;
+}
+
+static PyObject *py_wrap(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"obj", "nbytes", NULL};
+  PyObject *obj, *no = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:wrap", kwlist, &obj, &no)) return NULL;
+  size_t given = 0, extent = 0;
+  int have_n = no != Py_None;
+  if (have_n && vmp_size_arg(no, "nbytes", &given) < 0) return NULL;
+  uintptr_t ptr = 0;
+  void *managed = NULL;
+  int versioned = 0;
+  PyObject *keep = NULL;
+  if (PyLong_Check(obj) && !PyBool_Check(obj)) {
+    if (!have_n) {
+      PyErr_SetString(PyExc_TypeError, "vmmipc.wrap(ptr, nbytes): an int pointer needs nbytes");
+      return NULL;
+    }
+    void *p = PyLong_AsVoidPtr(obj);
+    if (!p && PyErr_Occurred()) return NULL;
+    ptr = (uintptr_t)p;
+    extent = given;
+  } else if (PyObject_HasAttrString(obj, "__dlpack__")) {
+    if (PyObject_HasAttrString(obj, "__dlpack_device__")) {
+      PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+      if (!dev) return NULL;
+      long type = PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) == 2 ? PyLong_AsLong(PyTuple_GET_ITEM(dev, 0)) : -1;
+      Py_DECREF(dev);
+      if (type == -1 && PyErr_Occurred()) return NULL;
+      if (type != 2 /* kDLCUDA */) {
+        PyErr_Format(PyExc_ValueError, "vmmipc.wrap: the object is not CUDA device memory (DLPack device type %ld)",
+                     type);
+        return NULL;
+      }
+    }
+    PyObject *kwv = Py_BuildValue("{s:(ii)}", "max_version", 1, 0);
+    PyObject *meth = PyObject_GetAttrString(obj, "__dlpack__");
+    PyObject *empty = PyTuple_New(0);
+    PyObject *cap = meth && kwv && empty ? PyObject_Call(meth, empty, kwv) : NULL;
+    if (!cap && meth && empty && PyErr_ExceptionMatches(PyExc_TypeError)) {  /* a producer before DLPack 1.0 */
+      PyErr_Clear();
+      cap = PyObject_CallNoArgs(meth);
+    }
+    Py_XDECREF(kwv);
+    Py_XDECREF(meth);
+    Py_XDECREF(empty);
+    if (!cap) return NULL;
+    int dtype_, did;
+    int rc = vmp_dlpack_consume(cap, &ptr, &extent, &dtype_, &did, &managed, &versioned);
+    Py_DECREF(cap);
+    if (rc < 0) return NULL;
+    keep = obj;
+  } else if (PyObject_HasAttrString(obj, "__cuda_array_interface__")) {
+    if (cai_extent(obj, &ptr, &extent) < 0) return NULL;
+    keep = obj;
+  } else {
+    PyErr_Format(PyExc_TypeError,
+                 "vmmipc.wrap needs an int pointer and nbytes, or an object with __dlpack__ or "
+                 "__cuda_array_interface__, not %.100s",
+                 Py_TYPE(obj)->tp_name);
+    return NULL;
+  }
+  if (have_n && given > extent) {
+    if (managed) vmp_dlpack_release(managed, versioned);
+    PyErr_Format(PyExc_ValueError, "vmmipc.wrap: nbytes %zu is more than the object's %zu bytes", given, extent);
+    return NULL;
+  }
+  size_t n = have_n ? given : extent;
+  vmmipc_buf_t h = NULL;
+  vmmipc_result_t r;
+  Py_BEGIN_ALLOW_THREADS
+  r = vmmipc_buf_wrap((void *)ptr, n, &h);
+  Py_END_ALLOW_THREADS
+  if (r != VMMIPC_SUCCESS) {
+    if (managed) vmp_dlpack_release(managed, versioned);
+    return vmp_raise(r);
+  }
+  VmpBuffer *b = (VmpBuffer *)vmp_buffer_new(h, 0);
+  if (!b) {
+    if (managed) vmp_dlpack_release(managed, versioned);
+    return NULL;
+  }
+  b->dl_managed = managed;
+  b->dl_versioned = versioned;
+  Py_XINCREF(keep);
+  b->keep = keep;
+  return (PyObject *)b;
+}
+
+PyMethodDef vmp_buffer_functions[] = {
+    {"alloc", (PyCFunction)(void (*)(void))py_alloc, METH_VARARGS | METH_KEYWORDS,
+     "alloc(nbytes)\n--\n\nLocal: a VMM allocation of at least nbytes on the current device (rounded up to the "
+     "granularity; 0 gives an empty buffer). Returns a Buffer."},
+    {"wrap", (PyCFunction)(void (*)(void))py_wrap, METH_VARARGS | METH_KEYWORDS,
+     "wrap(obj, nbytes=None)\n--\n\nLocal: a Buffer over existing VMM memory (whole cuMemCreate mappings made with "
+     "POSIX-fd handles): an object with __dlpack__ or __cuda_array_interface__ (C-contiguous CUDA memory, kept "
+     "alive by the Buffer), or an int pointer with nbytes. Memory from cudaMalloc is refused (vmmipc.Error)."},
+    {NULL, NULL, 0, NULL}};
+
+int vmp_buffer_init(PyObject *module) {
+  if (PyType_Ready(&VmpBuffer_Type) < 0) return -1;
+  Py_INCREF(&VmpBuffer_Type);
+  return PyModule_AddObject(module, "Buffer", (PyObject *)&VmpBuffer_Type);
+}

@@ -1,0 +1,324 @@
+/* vmmipc.Comm: a vmmipc communicator made from an mpi4py communicator
+ * through mpi4py's C API (PyMPIComm_Get), and its collectives. */
+#include "vmp.h"
+
+#include <mpi4py/mpi4py.h>
+
+static int mpi_usable(void) {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+int vmp_mpi_check(const char *op) {
+  if (mpi_usable()) return 0;
+  vmp_raise_msg(VMMIPC_ERR_MPI, "%s: MPI is finalized (collective calls need it)", op);
+  return -1;
+}
+
+int vmp_comm_check(VmpComm *c, const char *op) {
+  if (!c->h) {
+    vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the comm is closed", op);
+    return -1;
+  }
+  return vmp_mpi_check(op);
+}
+
+int vmp_comm_abort_once(VmpComm *c) {
+  if (c->aborted) return 0;
+  if (!c->h || vmmipc_comm_abort(c->h) != VMMIPC_SUCCESS) return -1;
+  c->aborted = 1;
+  return 0;
+}
+
+/* A comm not closed collectively (GC, exit): abort it so that destroying it
+ * is local, then destroy. Without MPI or abort, the handle is left to the
+ * process exit rather than risk a collective that peers never join. */
+void vmp_comm_release_local(VmpComm *c, const char *why) {
+  if (!c->h) return;
+  vmp_warn_resource("vmmipc.Comm %s while open: aborting it and freeing it locally (close it collectively, "
+                    "or use 'with')", why);
+  if (mpi_usable() && vmp_comm_abort_once(c) == 0 && !c->busy) vmmipc_comm_destroy(c->h);  /* busy: see windows */
+  c->h = NULL;
+  vmp_link_del(&c->link);
+}
+
+/* A bad argument on this rank of a collective: the rank still joins the
+ * call, with a NULL out-parameter that the library refuses, so that the
+ * peers fail at once naming this rank instead of waiting out the timeout.
+ * The Python exception already set is then raised. kind: 0 allgather_map,
+ * 1 bcast_map, 2 scatter_map, 3 heap_create (each refuses a NULL out on
+ * every rank, as the library's collectives do). */
+PyObject *vmp_join_failed(VmpComm *c, int kind, int root) {
+  VMP_ERR_SAVE(saved);
+  vmmipc_comm_t h = c->h;
+  c->busy++;
+  Py_BEGIN_ALLOW_THREADS
+  switch (kind) {
+    case 0: vmmipc_allgather_map(h, NULL, NULL, NULL); break;
+    case 1: vmmipc_bcast_map(h, NULL, root, NULL, NULL); break;
+    case 2: vmmipc_scatter_map(h, NULL, root, NULL, NULL); break;
+    default: vmmipc_heap_create(h, NULL, NULL); break;
+  }
+  Py_END_ALLOW_THREADS
+  c->busy--;
+  VMP_ERR_RESTORE(saved);
+  return NULL;
+}
+
+static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"comm", "timeout_ms", NULL};
+  PyObject *mc, *to = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:Comm", kwlist, &mc, &to)) return NULL;
+  if (!PyObject_TypeCheck(mc, &PyMPIComm_Type)) {
+    PyErr_Format(PyExc_TypeError, "vmmipc.Comm needs an mpi4py.MPI.Comm, not %.100s", Py_TYPE(mc)->tp_name);
+    return NULL;
+  }
+  MPI_Comm *pc = PyMPIComm_Get(mc);
+  if (!pc) return NULL;
+  if (*pc == MPI_COMM_NULL) {
+    PyErr_SetString(PyExc_ValueError, "vmmipc.Comm: the mpi4py communicator is MPI.COMM_NULL");
+    return NULL;
+  }
+  int timeout;
+  if (vmp_timeout_arg(to, "timeout_ms", &timeout) < 0) return NULL;
+  if (!mpi_usable()) return vmp_raise_msg(VMMIPC_ERR_MPI, "vmmipc.Comm: MPI is not initialized or already finalized");
+  int inter = 0;
+  MPI_Comm_test_inter(*pc, &inter);
+  if (inter) {
+    PyErr_SetString(PyExc_ValueError, "vmmipc.Comm needs an intracommunicator, not an intercommunicator");
+    return NULL;
+  }
+  VmpComm *self = (VmpComm *)type->tp_alloc(type, 0);
+  if (!self) return NULL;
+  MPI_Comm_rank(*pc, &self->rank);
+  MPI_Comm_size(*pc, &self->size);
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = timeout;
+  vmmipc_comm_t h = NULL;
+  vmmipc_result_t r;
+  MPI_Comm mpic = *pc;
+  Py_BEGIN_ALLOW_THREADS
+  r = vmmipc_comm_create(mpic, &cfg, &h);
+  Py_END_ALLOW_THREADS
+  if (r != VMMIPC_SUCCESS) {
+    Py_DECREF(self);
+    return vmp_raise(r);
+  }
+  self->h = h;
+  vmp_link_add(&vmp_live_comms, &self->link);
+  return (PyObject *)self;
+}
+
+static void comm_dealloc(VmpComm *self) {
+  if (self->h && !vmp_finalized) vmp_comm_release_local(self, "garbage-collected");
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *comm_close(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
+  if (!self->h || vmp_finalized) Py_RETURN_NONE;
+  if (self->busy) return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Comm.close: a call on the comm is in progress");
+  if (vmp_mpi_check("vmmipc.Comm.close") < 0) return NULL;
+  vmmipc_result_t r;
+  vmmipc_comm_t h = self->h;
+  self->busy++;
+  Py_BEGIN_ALLOW_THREADS
+  r = vmmipc_comm_destroy(h);
+  Py_END_ALLOW_THREADS
+  self->busy--;
+  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  self->h = NULL;
+  vmp_link_del(&self->link);
+  Py_RETURN_NONE;
+}
+
+static PyObject *comm_enter(PyObject *self, PyObject *Py_UNUSED(ignored)) {
+  Py_INCREF(self);
+  return self;
+}
+
+static PyObject *comm_exit(VmpComm *self, PyObject *Py_UNUSED(args)) {
+  PyObject *r = comm_close(self, NULL);
+  if (!r) return NULL;
+  Py_DECREF(r);
+  Py_RETURN_FALSE;
+}
+
+static PyObject *comm_abort(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
+  if (vmp_comm_check(self, "vmmipc.Comm.abort") < 0) return NULL;
+  vmmipc_result_t r = vmmipc_comm_abort(self->h);  /* local, never blocks */
+  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  self->aborted = 1;
+  Py_RETURN_NONE;
+}
+
+static PyObject *comm_allgather_map(VmpComm *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"buf", "access", NULL};
+  PyObject *bo, *ao = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:allgather_map", kwlist, &bo, &ao)) return NULL;
+  vmmipc_buf_t buf;
+  vmmipc_access_t acc;
+  const vmmipc_access_t *pacc;
+  int ro;
+  if (vmp_comm_check(self, "vmmipc.Comm.allgather_map") < 0) return NULL;
+  if (vmp_buffer_or_none(bo, "buf", &buf) < 0 || vmp_access_arg(ao, &acc, &pacc, &ro) < 0)
+    return vmp_join_failed(self, 0, 0);
+  vmmipc_win_t w = NULL;
+  vmmipc_result_t r;
+  vmmipc_comm_t h = self->h;
+  self->busy++;
+  Py_BEGIN_ALLOW_THREADS
+  r = vmmipc_allgather_map(h, buf, pacc, &w);
+  Py_END_ALLOW_THREADS
+  self->busy--;
+  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  return vmp_window_new(w, self, buf ? bo : NULL, NULL, ro);
+}
+
+static PyObject *comm_bcast_map(VmpComm *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"buf", "root", "access", NULL};
+  PyObject *bo, *rooto, *ao = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:bcast_map", kwlist, &bo, &rooto, &ao)) return NULL;
+  vmmipc_buf_t buf;
+  vmmipc_access_t acc;
+  const vmmipc_access_t *pacc;
+  int ro, root;
+  if (vmp_comm_check(self, "vmmipc.Comm.bcast_map") < 0 || vmp_rank_arg(rooto, self->size, "root", &root) < 0)
+    return NULL;
+  if (vmp_buffer_or_none(bo, "buf", &buf) < 0 || vmp_access_arg(ao, &acc, &pacc, &ro) < 0)
+    return vmp_join_failed(self, 1, root);
+  vmmipc_buf_t out = NULL;
+  vmmipc_result_t r;
+  vmmipc_comm_t h = self->h;
+  self->busy++;
+  Py_BEGIN_ALLOW_THREADS
+  r = vmmipc_bcast_map(h, buf, root, pacc, &out);
+  Py_END_ALLOW_THREADS
+  self->busy--;
+  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  if (!out) Py_RETURN_NONE;
+  return vmp_buffer_new(out, ro);
+}
+
+static PyObject *comm_scatter_map(VmpComm *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"bufs", "root", "access", NULL};
+  PyObject *bo, *rooto, *ao = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:scatter_map", kwlist, &bo, &rooto, &ao)) return NULL;
+  vmmipc_access_t acc;
+  const vmmipc_access_t *pacc;
+  int ro, root;
+  if (vmp_comm_check(self, "vmmipc.Comm.scatter_map") < 0 || vmp_rank_arg(rooto, self->size, "root", &root) < 0)
+    return NULL;
+  if (vmp_access_arg(ao, &acc, &pacc, &ro) < 0) return vmp_join_failed(self, 2, root);
+  vmmipc_buf_t *bufs = NULL;
+  PyObject *seq = NULL;  /* holds the Buffers during the call */
+  if (self->rank == root && bo != Py_None) {  /* read at the root only, as in C; None: refused collectively */
+    seq = PySequence_Fast(bo, "bufs must be a sequence of Buffer or None (one per rank) at the root");
+    if (!seq) return vmp_join_failed(self, 2, root);
+    if (PySequence_Fast_GET_SIZE(seq) != self->size) {
+      PyErr_Format(PyExc_ValueError, "bufs has %zd entries; the comm has %d ranks", PySequence_Fast_GET_SIZE(seq),
+                   self->size);
+      Py_DECREF(seq);
+      return vmp_join_failed(self, 2, root);
+    }
+    bufs = PyMem_Calloc((size_t)self->size, sizeof *bufs);
+    if (!bufs) {
+      Py_DECREF(seq);
+      PyErr_NoMemory();
+      return vmp_join_failed(self, 2, root);
+    }
+    for (int i = 0; i < self->size; i++) {
+      if (vmp_buffer_or_none(PySequence_Fast_GET_ITEM(seq, i), "bufs[i]", &bufs[i]) < 0) {
+        PyMem_Free(bufs);
+        Py_DECREF(seq);
+        return vmp_join_failed(self, 2, root);
+      }
+    }
+  }
+  vmmipc_buf_t out = NULL;
+  vmmipc_result_t r;
+  vmmipc_comm_t h = self->h;
+  self->busy++;
+  Py_BEGIN_ALLOW_THREADS
+  r = vmmipc_scatter_map(h, bufs, root, pacc, &out);
+  Py_END_ALLOW_THREADS
+  self->busy--;
+  PyMem_Free(bufs);
+  Py_XDECREF(seq);
+  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  if (!out) Py_RETURN_NONE;
+  return vmp_buffer_new(out, ro);
+}
+
+static PyObject *comm_heap_m(VmpComm *self, PyObject *args, PyObject *kw) { return vmp_comm_heap(self, args, kw); }
+
+static PyObject *comm_stats(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
+  if (vmp_comm_check(self, "vmmipc.Comm.stats") < 0) return NULL;
+  vmmipc_comm_stats_t s = VMMIPC_COMM_STATS_INIT;
+  vmmipc_result_t r = vmmipc_comm_stats(self->h, &s);
+  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O}", "map_cache_hits", (unsigned long long)s.map_cache_hits,
+                       "map_cache_misses", (unsigned long long)s.map_cache_misses, "stale_frames",
+                       (unsigned long long)s.stale_frames, "map_cache_bytes", (unsigned long long)s.map_cache_bytes,
+                       "refused", (unsigned long long)s.refused, "map_cache_idle", s.map_cache_idle,
+                       "open_windows", s.open_windows, "broken", s.broken ? Py_True : Py_False);
+}
+
+static PyObject *comm_get_rank(VmpComm *self, void *Py_UNUSED(c)) { return PyLong_FromLong(self->rank); }
+static PyObject *comm_get_size(VmpComm *self, void *Py_UNUSED(c)) { return PyLong_FromLong(self->size); }
+static PyObject *comm_get_closed(VmpComm *self, void *Py_UNUSED(c)) { return PyBool_FromLong(!self->h); }
+
+static PyMethodDef comm_methods[] = {
+    {"close", (PyCFunction)comm_close, METH_NOARGS,
+     "close()\n--\n\nCollective: destroys the comm. Refused (vmmipc.Error) while windows or heaps of it are open. "
+     "A second close does nothing."},
+    {"__enter__", comm_enter, METH_NOARGS, "Returns the comm."},
+    {"__exit__", (PyCFunction)comm_exit, METH_VARARGS, "Closes the comm (collective)."},
+    {"abort", (PyCFunction)comm_abort, METH_NOARGS,
+     "abort()\n--\n\nLocal, callable from another thread while a call on the comm blocks: the blocked call and every "
+     "later one fail with Result.ABORTED, here and at the node's peers; close() then frees locally."},
+    {"allgather_map", (PyCFunction)(void (*)(void))comm_allgather_map, METH_VARARGS | METH_KEYWORDS,
+     "allgather_map(buf, access=None)\n--\n\nCollective: maps every node peer's Buffer (None: this rank gives "
+     "nothing). access: None or 'rw' (read-write), or 'r' (read-only). Returns a Window."},
+    {"bcast_map", (PyCFunction)(void (*)(void))comm_bcast_map, METH_VARARGS | METH_KEYWORDS,
+     "bcast_map(buf, root, access=None)\n--\n\nCollective: the root's Buffer mapped by the other ranks of its node. "
+     "Returns the mapped Buffer, or None at the root and off its node."},
+    {"scatter_map", (PyCFunction)(void (*)(void))comm_scatter_map, METH_VARARGS | METH_KEYWORDS,
+     "scatter_map(bufs, root, access=None)\n--\n\nCollective: bufs (read at the root only) has one Buffer or None "
+     "per rank; each other rank of the root's node maps its entry. Returns the mapped Buffer, or None at the root, "
+     "off its node and for a None entry."},
+    {"heap", (PyCFunction)(void (*)(void))comm_heap_m, METH_VARARGS | METH_KEYWORDS,
+     "heap(reserve=None, grow=None, access=None)\n--\n\nCollective: a symmetric heap (vmmipc.Heap) whose alloc() "
+     "gives windows without driver calls. reserve: address space per rank; grow: bytes per growth step (None: "
+     "the library's defaults)."},
+    {"stats", (PyCFunction)comm_stats, METH_NOARGS,
+     "stats()\n--\n\nLocal: counters of the comm (a dict: mapping cache, open windows, broken...)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef comm_getset[] = {
+    {"rank", (getter)comm_get_rank, NULL, "This process's rank in the comm.", NULL},
+    {"size", (getter)comm_get_size, NULL, "Number of ranks of the comm.", NULL},
+    {"closed", (getter)comm_get_closed, NULL, "Whether close() ran.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject VmpComm_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "vmmipc.Comm",
+    .tp_basicsize = sizeof(VmpComm),
+    .tp_dealloc = (destructor)comm_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Comm(comm, timeout_ms=None)\n--\n\n"
+              "A vmmipc communicator over the ranks of an mpi4py communicator (collective to create; "
+              "vmmipc duplicates it). timeout_ms bounds every wait for a peer (None: VMMIPC_TIMEOUT_MS or 60 s). "
+              "A context manager; close() is collective.",
+    .tp_methods = comm_methods,
+    .tp_getset = comm_getset,
+    .tp_new = comm_new,
+};
+
+int vmp_comm_init(PyObject *module) {
+  if (import_mpi4py() < 0) return -1;
+  if (PyType_Ready(&VmpComm_Type) < 0) return -1;
+  Py_INCREF(&VmpComm_Type);
+  return PyModule_AddObject(module, "Comm", (PyObject *)&VmpComm_Type);
+}

@@ -1,0 +1,434 @@
+/* Mapping views (Window.mapping, Buffer.mapping): a typed, C-contiguous view
+ * of device memory for array libraries, through DLPack (__dlpack__,
+ * __dlpack_device__: versioned capsule when the consumer passes max_version,
+ * else the classic one) and the CUDA Array Interface v3. A view keeps its
+ * owner alive; once the owner is closed, every protocol call raises
+ * vmmipc.Error. Exported tensors keep the view alive until their deleter. */
+#include "vmp.h"
+#include "dlpack.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define VMP_MAX_NDIM 32
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *owner;     /* a Window or a Buffer (strong) */
+  uintptr_t ptr;
+  size_t nbytes;
+  int readonly, device;
+  DLDataType dtype;
+  const char *dtype_name, *typestr;
+  int ndim;
+  int64_t shape[VMP_MAX_NDIM];
+} VmpView;
+
+static const struct {
+  const char *name;
+  uint8_t code, bits;
+  const char *typestr;  /* CUDA Array Interface; NULL: none exists */
+} vmp_dtypes[] = {
+    {"uint8", kDLUInt, 8, "|u1"},       {"int8", kDLInt, 8, "|i1"},         {"uint16", kDLUInt, 16, "<u2"},
+    {"int16", kDLInt, 16, "<i2"},       {"uint32", kDLUInt, 32, "<u4"},     {"int32", kDLInt, 32, "<i4"},
+    {"uint64", kDLUInt, 64, "<u8"},     {"int64", kDLInt, 64, "<i8"},       {"float16", kDLFloat, 16, "<f2"},
+    {"float32", kDLFloat, 32, "<f4"},   {"float64", kDLFloat, 64, "<f8"},   {"bfloat16", kDLBfloat, 16, NULL},
+    {"complex64", kDLComplex, 64, "<c8"}, {"complex128", kDLComplex, 128, "<c16"}, {"bool", kDLBool, 8, "|b1"},
+};
+
+/* A dtype name from a str, a type (numpy scalar types), an object with a
+ * str .name (numpy dtypes), or str(obj) ("torch.float32"). */
+static int parse_dtype(PyObject *o, VmpView *v) {
+  PyObject *s = NULL;
+  if (o == Py_None) {
+    s = PyUnicode_FromString("uint8");
+  } else if (PyUnicode_Check(o)) {
+    Py_INCREF(o);
+    s = o;
+  } else if (PyType_Check(o)) {
+    s = PyObject_GetAttrString(o, "__name__");
+  } else {
+    PyObject *name = PyObject_HasAttrString(o, "name") ? PyObject_GetAttrString(o, "name") : NULL;
+    if (name && PyUnicode_Check(name)) s = name;
+    else {
+      Py_XDECREF(name);
+      PyErr_Clear();
+      s = PyObject_Str(o);
+    }
+  }
+  if (!s) return -1;
+  const char *n = PyUnicode_AsUTF8(s);
+  if (!n) {
+    Py_DECREF(s);
+    return -1;
+  }
+  if (!strncmp(n, "torch.", 6)) n += 6;
+  for (size_t i = 0; i < sizeof vmp_dtypes / sizeof vmp_dtypes[0]; i++) {
+    if (!strcmp(n, vmp_dtypes[i].name)) {
+      v->dtype.code = vmp_dtypes[i].code;
+      v->dtype.bits = vmp_dtypes[i].bits;
+      v->dtype.lanes = 1;
+      v->dtype_name = vmp_dtypes[i].name;
+      v->typestr = vmp_dtypes[i].typestr;
+      Py_DECREF(s);
+      return 0;
+    }
+  }
+  PyErr_Format(PyExc_TypeError, "dtype %R is not supported (uint8..uint64, int8..int64, float16/32/64, bfloat16, "
+               "complex64/128, bool)", o);
+  Py_DECREF(s);
+  return -1;
+}
+
+static int parse_shape(PyObject *o, VmpView *v) {
+  size_t item = v->dtype.bits / 8, count = 1;
+  if (o == Py_None) {
+    if (v->nbytes % item) {
+      PyErr_Format(PyExc_ValueError, "%zu bytes are not a whole number of %s items", v->nbytes, v->dtype_name);
+      return -1;
+    }
+    v->ndim = 1;
+    v->shape[0] = (int64_t)(v->nbytes / item);
+    return 0;
+  }
+  PyObject *seq = PyLong_Check(o) ? PyTuple_Pack(1, o) : PySequence_Tuple(o);
+  if (!seq) {
+    PyErr_SetString(PyExc_TypeError, "shape must be an int or a sequence of ints");
+    return -1;
+  }
+  Py_ssize_t nd = PyTuple_GET_SIZE(seq);
+  if (nd > VMP_MAX_NDIM) {
+    Py_DECREF(seq);
+    PyErr_Format(PyExc_ValueError, "shape has more than %d dimensions", VMP_MAX_NDIM);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < nd; i++) {
+    size_t d;
+    if (vmp_size_arg(PyTuple_GET_ITEM(seq, i), "shape entries", &d) < 0) {
+      Py_DECREF(seq);
+      return -1;
+    }
+    if (d && count > (SIZE_MAX / item) / d) count = SIZE_MAX / item;  /* saturate: rejected below */
+    else count *= d;
+    v->shape[i] = (int64_t)d;
+  }
+  Py_DECREF(seq);
+  v->ndim = (int)nd;
+  if (count > v->nbytes / item) {
+    PyErr_Format(PyExc_ValueError, "shape needs %zu %s items; the mapping has %zu bytes", count, v->dtype_name,
+                 v->nbytes);
+    return -1;
+  }
+  return 0;
+}
+
+PyObject *vmp_view_new(PyObject *owner, uintptr_t ptr, size_t size, int readonly, int device, PyObject *dtype,
+                       PyObject *shape) {
+  VmpView *v = (VmpView *)VmpView_Type.tp_alloc(&VmpView_Type, 0);
+  if (!v) return NULL;
+  v->ptr = ptr;
+  v->nbytes = size;
+  v->readonly = readonly;
+  v->device = device < 0 ? 0 : device;
+  if (parse_dtype(dtype, v) < 0 || parse_shape(shape, v) < 0) {
+    Py_DECREF(v);
+    return NULL;
+  }
+  Py_INCREF(owner);
+  v->owner = owner;
+  return (PyObject *)v;
+}
+
+static void view_dealloc(VmpView *self) {
+  Py_CLEAR(self->owner);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The owner is open (its memory is mapped), else vmmipc.Error. */
+static int view_check(VmpView *v, const char *op) {
+  int open = 0;
+  if (PyObject_TypeCheck(v->owner, &VmpWindow_Type)) open = ((VmpWindow *)v->owner)->h != NULL;
+  else if (PyObject_TypeCheck(v->owner, &VmpBuffer_Type)) open = ((VmpBuffer *)v->owner)->h != NULL;
+  if (open) return 0;
+  vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the mapping's %s is closed", op,
+                PyObject_TypeCheck(v->owner, &VmpWindow_Type) ? "window" : "buffer");
+  return -1;
+}
+
+/* One allocation holds the managed tensor and its shape and strides. */
+typedef struct {
+  union {
+    DLManagedTensor classic;
+    DLManagedTensorVersioned versioned;
+  } m;
+  int64_t shape[VMP_MAX_NDIM], strides[VMP_MAX_NDIM];
+} vmp_dl_block;
+
+static void dl_drop_view(void *ctx) {
+  /* Consumers may call the deleter from any thread, with or without the GIL;
+     after interpreter shutdown the view is left alone. */
+  if (!ctx || !Py_IsInitialized()) return;
+  PyGILState_STATE g = PyGILState_Ensure();
+  Py_DECREF((PyObject *)ctx);
+  PyGILState_Release(g);
+}
+
+static void dl_deleter_classic(DLManagedTensor *m) {
+  dl_drop_view(m->manager_ctx);
+  PyMem_RawFree(m);
+}
+
+static void dl_deleter_versioned(DLManagedTensorVersioned *m) {
+  dl_drop_view(m->manager_ctx);
+  PyMem_RawFree(m);
+}
+
+static void capsule_destructor_classic(PyObject *cap) {
+  if (!PyCapsule_IsValid(cap, VMP_DLPACK_CAPSULE)) return;  /* consumed: the consumer owns it */
+  DLManagedTensor *m = PyCapsule_GetPointer(cap, VMP_DLPACK_CAPSULE);
+  if (m && m->deleter) m->deleter(m);
+}
+
+static void capsule_destructor_versioned(PyObject *cap) {
+  if (!PyCapsule_IsValid(cap, VMP_DLPACK_CAPSULE_VERSIONED)) return;
+  DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, VMP_DLPACK_CAPSULE_VERSIONED);
+  if (m && m->deleter) m->deleter(m);
+}
+
+static void fill_tensor(VmpView *v, DLTensor *t, vmp_dl_block *b) {
+  t->data = (void *)v->ptr;
+  t->device.device_type = kDLCUDA;
+  t->device.device_id = v->device;
+  t->ndim = v->ndim;
+  t->dtype = v->dtype;
+  int64_t stride = 1;
+  for (int i = v->ndim - 1; i >= 0; i--) {
+    b->shape[i] = v->shape[i];
+    b->strides[i] = stride;
+    stride *= v->shape[i] > 0 ? v->shape[i] : 1;
+  }
+  t->shape = b->shape;
+  t->strides = b->strides;
+  t->byte_offset = 0;
+}
+
+static PyObject *view_dlpack(VmpView *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+  PyObject *stream = Py_None, *maxv = Py_None, *dev = Py_None, *copy = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOO:__dlpack__", kwlist, &stream, &maxv, &dev, &copy)) return NULL;
+  if (view_check(self, "__dlpack__") < 0) return NULL;
+  if (stream != Py_None && !PyLong_Check(stream)) {
+    PyErr_SetString(PyExc_TypeError, "__dlpack__: stream must be an int or None");
+    return NULL;
+  }
+  /* Nothing is pending on any stream on the producer's side: the memory's
+     writers synchronise through the window (signal, wait, barrier). */
+  int versioned = 0;
+  if (maxv != Py_None) {
+    PyObject *major = PyTuple_Check(maxv) && PyTuple_GET_SIZE(maxv) == 2 ? PyTuple_GET_ITEM(maxv, 0) : NULL;
+    long mj = major && PyLong_Check(major) ? PyLong_AsLong(major) : -1;
+    if (mj < 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "__dlpack__: max_version must be (major, minor)");
+      return NULL;
+    }
+    versioned = mj >= 1;
+  }
+  if (dev != Py_None) {
+    long t = -1, id = -1;
+    if (PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) == 2) {
+      t = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
+      id = PyLong_AsLong(PyTuple_GET_ITEM(dev, 1));
+      if (PyErr_Occurred()) return NULL;
+    }
+    if (t != kDLCUDA || id != self->device) {
+      PyErr_Format(PyExc_BufferError, "__dlpack__: the memory is on (kDLCUDA, %d), not %R", self->device, dev);
+      return NULL;
+    }
+  }
+  if (copy == Py_True) {
+    PyErr_SetString(PyExc_BufferError, "__dlpack__: vmmipc views are never copied (the point is sharing)");
+    return NULL;
+  }
+  if (self->readonly && !versioned) {
+    PyErr_SetString(PyExc_BufferError, "__dlpack__: a read-only mapping needs a consumer of DLPack >= 1.0 "
+                                       "(max_version), which can be told it is read-only");
+    return NULL;
+  }
+  vmp_dl_block *b = PyMem_RawCalloc(1, sizeof *b);
+  if (!b) return PyErr_NoMemory();
+  PyObject *cap;
+  Py_INCREF(self);  /* released by the deleter */
+  if (versioned) {
+    DLManagedTensorVersioned *m = &b->m.versioned;
+    m->version.major = VMP_DLPACK_MAJOR;
+    m->version.minor = VMP_DLPACK_MINOR;
+    m->manager_ctx = self;
+    m->deleter = dl_deleter_versioned;
+    m->flags = self->readonly ? DLPACK_FLAG_BITMASK_READ_ONLY : 0;
+    fill_tensor(self, &m->dl_tensor, b);
+    cap = PyCapsule_New(m, VMP_DLPACK_CAPSULE_VERSIONED, capsule_destructor_versioned);
+  } else {
+    DLManagedTensor *m = &b->m.classic;
+    m->manager_ctx = self;
+    m->deleter = dl_deleter_classic;
+    fill_tensor(self, &m->dl_tensor, b);
+    cap = PyCapsule_New(m, VMP_DLPACK_CAPSULE, capsule_destructor_classic);
+  }
+  if (!cap) {
+    Py_DECREF(self);
+    PyMem_RawFree(b);
+  }
+  return cap;
+}
+
+static PyObject *view_dlpack_device(VmpView *self, PyObject *Py_UNUSED(ignored)) {
+  if (view_check(self, "__dlpack_device__") < 0) return NULL;
+  return Py_BuildValue("(ii)", (int)kDLCUDA, self->device);
+}
+
+static PyObject *shape_tuple(VmpView *v) {
+  PyObject *t = PyTuple_New(v->ndim);
+  for (int i = 0; t && i < v->ndim; i++) {
+    PyObject *d = PyLong_FromLongLong(v->shape[i]);
+    if (!d) {
+      Py_CLEAR(t);
+      break;
+    }
+    PyTuple_SET_ITEM(t, i, d);
+  }
+  return t;
+}
+
+static PyObject *view_cai(VmpView *self, void *Py_UNUSED(c)) {
+  if (view_check(self, "__cuda_array_interface__") < 0) return NULL;
+  if (!self->typestr) {
+    PyErr_Format(PyExc_TypeError, "the CUDA Array Interface has no typestr for %s: use DLPack", self->dtype_name);
+    return NULL;
+  }
+  PyObject *shape = shape_tuple(self);
+  if (!shape) return NULL;
+  /* strides None: C-contiguous; stream None: no synchronisation needed. */
+  return Py_BuildValue("{s:N,s:s,s:(KO),s:i,s:O,s:O}", "shape", shape, "typestr", self->typestr, "data",
+                       (unsigned long long)self->ptr, self->readonly ? Py_True : Py_False, "version", 3, "strides",
+                       Py_None, "stream", Py_None);
+}
+
+static PyObject *view_get_ptr(VmpView *self, void *Py_UNUSED(c)) {
+  if (view_check(self, "vmmipc view ptr") < 0) return NULL;
+  return PyLong_FromSize_t(self->ptr);
+}
+static PyObject *view_get_nbytes(VmpView *self, void *Py_UNUSED(c)) { return PyLong_FromSize_t(self->nbytes); }
+static PyObject *view_get_shape(VmpView *self, void *Py_UNUSED(c)) { return shape_tuple(self); }
+static PyObject *view_get_dtype(VmpView *self, void *Py_UNUSED(c)) { return PyUnicode_FromString(self->dtype_name); }
+static PyObject *view_get_readonly(VmpView *self, void *Py_UNUSED(c)) { return PyBool_FromLong(self->readonly); }
+static PyObject *view_get_device(VmpView *self, void *Py_UNUSED(c)) { return PyLong_FromLong(self->device); }
+static PyObject *view_get_owner(VmpView *self, void *Py_UNUSED(c)) {
+  Py_INCREF(self->owner);
+  return self->owner;
+}
+
+static PyObject *view_repr(VmpView *self) {
+  char text[128];
+  snprintf(text, sizeof text, "<vmmipc.Mapping ptr=0x%zx nbytes=%zu dtype=%s ndim=%d%s>", (size_t)self->ptr,
+           self->nbytes, self->dtype_name, self->ndim, self->readonly ? " read-only" : "");
+  return PyUnicode_FromString(text);
+}
+
+static PyMethodDef view_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))view_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A DLPack capsule of the mapping: 'dltensor_versioned' (with the read-only flag) when max_version is (1, x) or "
+     "newer, else the classic 'dltensor' (refused for read-only mappings). Never a copy (copy=True: BufferError)."},
+    {"__dlpack_device__", (PyCFunction)view_dlpack_device, METH_NOARGS,
+     "__dlpack_device__()\n--\n\n(kDLCUDA, ordinal): (2, the CUDA ordinal of the mapping)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef view_getset[] = {
+    {"__cuda_array_interface__", (getter)view_cai, NULL, "The CUDA Array Interface, version 3 (a dict).", NULL},
+    {"ptr", (getter)view_get_ptr, NULL, "Device address (int).", NULL},
+    {"nbytes", (getter)view_get_nbytes, NULL, "Bytes of the mapping.", NULL},
+    {"shape", (getter)view_get_shape, NULL, "Shape (a tuple) of the view.", NULL},
+    {"dtype", (getter)view_get_dtype, NULL, "Element type name ('uint8', 'float32', ...).", NULL},
+    {"readonly", (getter)view_get_readonly, NULL, "Whether the mapping is read-only here.", NULL},
+    {"device", (getter)view_get_device, NULL, "CUDA ordinal of the device the mapping is accessible from.", NULL},
+    {"owner", (getter)view_get_owner, NULL, "The Window or Buffer the view keeps alive.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject VmpView_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "vmmipc.Mapping",
+    .tp_basicsize = sizeof(VmpView),
+    .tp_dealloc = (destructor)view_dealloc,
+    .tp_repr = (reprfunc)view_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A view of mapped device memory (Window.mapping, Buffer.mapping) for torch.from_dlpack, "
+              "cupy.from_dlpack / cupy.asarray and numba. Not constructible directly.",
+    .tp_methods = view_methods,
+    .tp_getset = view_getset,
+};
+
+int vmp_dlpack_consume(PyObject *cap, uintptr_t *ptr, size_t *nbytes, int *device_type, int *device_id,
+                       void **managed, int *versioned) {
+  DLTensor *t;
+  if (PyCapsule_IsValid(cap, VMP_DLPACK_CAPSULE_VERSIONED)) {
+    DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, VMP_DLPACK_CAPSULE_VERSIONED);
+    if (m->version.major != VMP_DLPACK_MAJOR) {
+      PyErr_Format(PyExc_BufferError, "vmmipc.wrap: DLPack %u.%u is not supported (major 1)", m->version.major,
+                   m->version.minor);
+      return -1;
+    }
+    t = &m->dl_tensor;
+    *managed = m;
+    *versioned = 1;
+  } else if (PyCapsule_IsValid(cap, VMP_DLPACK_CAPSULE)) {
+    DLManagedTensor *m = PyCapsule_GetPointer(cap, VMP_DLPACK_CAPSULE);
+    t = &m->dl_tensor;
+    *managed = m;
+    *versioned = 0;
+  } else {
+    PyErr_SetString(PyExc_TypeError, "vmmipc.wrap: __dlpack__ gave no unused DLPack capsule");
+    return -1;
+  }
+  *device_type = (int)t->device.device_type;
+  *device_id = t->device.device_id;
+  if (t->device.device_type != kDLCUDA) {
+    PyErr_Format(PyExc_ValueError, "vmmipc.wrap: the tensor is not CUDA device memory (DLPack device type %d)",
+                 (int)t->device.device_type);
+    return -1;
+  }
+  size_t item_bits = (size_t)t->dtype.bits * (t->dtype.lanes ? t->dtype.lanes : 1);
+  size_t count = 1, expect = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] < 0) {
+      PyErr_SetString(PyExc_ValueError, "vmmipc.wrap: negative DLPack shape");
+      return -1;
+    }
+    if (t->strides && t->shape[i] > 1 && t->strides[i] != (int64_t)expect) {
+      PyErr_SetString(PyExc_ValueError, "vmmipc.wrap: the tensor is not C-contiguous");
+      return -1;
+    }
+    expect *= (size_t)t->shape[i];
+    count *= (size_t)t->shape[i];
+  }
+  *ptr = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+  *nbytes = (count * item_bits + 7) / 8;
+  /* Consumed: the capsule's destructor no longer frees it; vmp_dlpack_release does. */
+  if (PyCapsule_SetName(cap, *versioned ? VMP_DLPACK_CAPSULE_VERSIONED_USED : VMP_DLPACK_CAPSULE_USED) < 0) return -1;
+  return 0;
+}
+
+void vmp_dlpack_release(void *managed, int versioned) {
+  if (!managed) return;
+  if (versioned) {
+    DLManagedTensorVersioned *m = managed;
+    if (m->deleter) m->deleter(m);
+  } else {
+    DLManagedTensor *m = managed;
+    if (m->deleter) m->deleter(m);
+  }
+}
+
+int vmp_view_init(PyObject *module) {
+  if (PyType_Ready(&VmpView_Type) < 0) return -1;
+  Py_INCREF(&VmpView_Type);
+  return PyModule_AddObject(module, "Mapping", (PyObject *)&VmpView_Type);
+}

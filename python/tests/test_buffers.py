@@ -1,0 +1,104 @@
+"""vmmipc.alloc, vmmipc.wrap and vmmipc.Buffer."""
+import ctypes
+
+import pytest
+
+import vmmipc
+from conftest import RANK, read, write, pattern
+
+
+def test_alloc_and_data():
+    with vmmipc.alloc(5000) as b:
+        assert b.size >= 5000 and b.ptr != 0 and not b.readonly
+        write(b.ptr, pattern(RANK, 5000))
+        assert read(b.ptr, 5000) == pattern(RANK, 5000)
+    assert b.closed and b.size == 0
+    b.close()
+
+
+def test_alloc_zero():
+    b = vmmipc.alloc(0)
+    assert b.size == 0
+    b.close()
+
+
+def test_alloc_bad_input():
+    with pytest.raises(ValueError):
+        vmmipc.alloc(-1)
+    with pytest.raises(TypeError):
+        vmmipc.alloc(1.5)
+    with pytest.raises(TypeError):
+        vmmipc.alloc("1")
+    with pytest.raises((ValueError, vmmipc.Error)):
+        vmmipc.alloc(1 << 70)
+
+
+def test_closed_buffer():
+    b = vmmipc.alloc(100)
+    b.close()
+    with pytest.raises(vmmipc.Error):
+        b.ptr
+    with pytest.raises(vmmipc.Error):
+        b.mapping()
+
+
+def test_wrap_pointer():
+    with vmmipc.alloc(1 << 21) as b:
+        write(b.ptr, pattern(RANK, 64))
+        w = vmmipc.wrap(b.ptr, b.size)
+        assert (w.ptr, w.size) == (b.ptr, b.size)
+        assert read(w.ptr, 64) == pattern(RANK, 64)
+        w.close()
+        w.close()
+
+
+class CAI:
+    """An array library's object exposing the CUDA Array Interface."""
+
+    def __init__(self, ptr, n, strides=None):
+        self.__cuda_array_interface__ = {"shape": (n // 4,), "typestr": "<f4", "data": (ptr, False),
+                                         "version": 3, "strides": strides}
+
+
+def test_wrap_cuda_array_interface():
+    with vmmipc.alloc(1 << 21) as b:
+        obj = CAI(b.ptr, b.size)
+        w = vmmipc.wrap(obj)
+        assert (w.ptr, w.size) == (b.ptr, b.size)
+        w.close()
+        with pytest.raises(ValueError):
+            vmmipc.wrap(CAI(b.ptr, b.size, strides=(8,)))   # not contiguous
+        with pytest.raises(ValueError):
+            vmmipc.wrap(obj, b.size + 1)                     # more than the object
+
+
+def test_wrap_dlpack_producer():
+    with vmmipc.alloc(1 << 21) as b:
+        view = b.mapping(dtype="float32")
+        w = vmmipc.wrap(view)          # consumes a capsule from view.__dlpack__
+        assert (w.ptr, w.size) == (b.ptr, b.size)
+        w.close()                       # releases the capsule's tensor
+
+
+def test_wrap_bad_input():
+    with pytest.raises(TypeError):
+        vmmipc.wrap(12345)             # a pointer needs nbytes
+    with pytest.raises(TypeError):
+        vmmipc.wrap(object())
+    with pytest.raises(ValueError):
+        vmmipc.wrap(0x1000, -1)
+    host = ctypes.create_string_buffer(1 << 22)
+    with pytest.raises(vmmipc.Error) as e:  # not VMM memory
+        vmmipc.wrap(ctypes.addressof(host), 1 << 21)
+    assert e.value.code in (vmmipc.Result.UNSUPPORTED, vmmipc.Result.INVALID_ARG, vmmipc.Result.CUDA)
+
+
+def test_wrap_keeps_object_alive():
+    import sys
+    with vmmipc.alloc(1 << 21) as b:
+        obj = CAI(b.ptr, b.size)
+        before = sys.getrefcount(obj)
+        w = vmmipc.wrap(obj)
+        assert sys.getrefcount(obj) == before + 1
+        w.close()
+        assert sys.getrefcount(obj) == before

@@ -1,0 +1,113 @@
+"""vmmipc.Heap (Comm.heap): windows carved from the symmetric heap. Needs
+the heap implementation (vmmipc_heap_*)."""
+import gc
+import warnings
+
+import pytest
+
+import vmmipc
+from conftest import RANK, SIZE, TIMEOUT_MS, WORLD, all_true, pattern, read, write
+
+
+def test_heap_windows_data_and_sizes(comm):
+    with comm.heap(reserve=64 << 20, grow=4 << 20) as heap:
+        # Sizes differ per rank; the last rank allocates nothing.
+        n = 0 if RANK == SIZE - 1 else (RANK + 1) * 4096
+        with heap.alloc(n) as win:
+            if n:
+                write(win.query(RANK)[0], pattern(RANK, n))
+            win.barrier()
+            ok = True
+            for r in range(SIZE):
+                p, size = win.query(r)
+                want = 0 if r == SIZE - 1 else (r + 1) * 4096
+                ok &= size == want and (want == 0 or read(p, want) == pattern(r, want))
+            assert all_true(ok)
+            # Write into the next rank's slice through a typed view; it reads it.
+            nxt, prev = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+            if win.query(nxt)[1]:
+                m = win.mapping(nxt, dtype="uint32", shape=4)
+                write(m.ptr, bytes([RANK + 1]) * 16)
+            win.barrier()
+            WORLD.Barrier()
+            if n:  # our slice was written by the previous rank
+                assert read(win.query(RANK)[0], 16) == bytes([prev + 1]) * 16
+        st = heap.stats()
+        assert st["live_windows"] == 0 and st["in_use"] == 0 and st["high_water"] >= n
+        assert set(st) >= {"reserved", "mapped", "in_use", "high_water", "live_windows", "growth_steps", "grow_s"}
+
+
+def test_heap_offsets_are_symmetric(comm):
+    with comm.heap() as heap:
+        a = heap.alloc(8192)
+        b = heap.alloc(8192)
+        ok = True
+        for r in range(SIZE):
+            ok &= b.query(r)[0] - a.query(r)[0] == b.query(RANK)[0] - a.query(RANK)[0]
+        assert all_true(ok)
+        b.close()
+        a.close()
+
+
+def test_heap_close_busy_and_lifetimes(comm):
+    import sys
+    heap = comm.heap()
+    base = sys.getrefcount(heap)
+    win = heap.alloc(4096)
+    assert sys.getrefcount(heap) == base + 1     # the window keeps the heap alive
+    with pytest.raises(vmmipc.Error) as e:
+        heap.close()                             # refused on every rank while a heap window is open
+    assert e.value.code == vmmipc.Result.BUSY
+    m = win.mapping(RANK)
+    win.close()
+    assert sys.getrefcount(heap) == base
+    with pytest.raises(vmmipc.Error):
+        m.__dlpack__()
+    heap.close()
+    heap.close()
+
+
+def test_heap_bad_input(comm):
+    with pytest.raises(ValueError):
+        comm.heap(reserve=-1)
+    with pytest.raises(TypeError):
+        comm.heap(grow="1M")
+    with comm.heap() as heap:
+        with pytest.raises(ValueError):
+            heap.alloc(-1)
+        with pytest.raises(TypeError):
+            heap.alloc(None)
+        heap.close()
+        with pytest.raises(vmmipc.Error):
+            heap.alloc(10)
+    heap.close()
+
+
+def test_heap_garbage_collected_warns():
+    c = vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS)
+    heap = c.heap()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        del heap
+        gc.collect()
+    assert any(issubclass(x.category, ResourceWarning) and "Heap" in str(x.message) for x in w)
+    c.close()
+    WORLD.Barrier()
+
+
+def test_heap_torch_kernel_writes_peer_slice(comm):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for torch")
+    n = 4096
+    with comm.heap() as heap, heap.alloc(n * 4) as win:
+        stream = torch.cuda.current_stream()
+        nxt, prev = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+        torch.from_dlpack(win.mapping(nxt, dtype=torch.float32)).fill_(float(RANK))  # a kernel, into the peer
+        win.barrier(stream=stream)
+        mine = torch.from_dlpack(win.mapping(RANK, dtype=torch.float32))
+        ok = bool(torch.all(mine == float(prev)).item())
+        win.barrier(stream=stream)
+        torch.cuda.synchronize()
+        del mine
+        assert all_true(ok)

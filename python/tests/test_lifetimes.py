@@ -1,0 +1,175 @@
+"""Lifetimes: views outliving close, garbage collection of open objects,
+double close, and interpreter exit with objects left open."""
+import gc
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import vmmipc
+from conftest import RANK, SIZE, TIMEOUT_MS, WORLD, all_true
+
+
+def test_view_outlives_window_close(comm):
+    buf = vmmipc.alloc(1 << 20)
+    win = comm.allgather_map(buf)
+    m = win.mapping((RANK + 1) % SIZE, dtype="float32")
+    win.close()
+    win.close()
+    for call in (m.__dlpack__, m.__dlpack_device__, lambda: m.__cuda_array_interface__, lambda: m.ptr):
+        with pytest.raises(vmmipc.Error) as e:
+            call()
+        assert e.value.code == vmmipc.Result.INVALID_ARG
+    assert m.nbytes == 1 << 20           # plain metadata stays readable
+    buf.close()
+
+
+def test_view_keeps_window_alive(comm):
+    buf = vmmipc.alloc(1 << 20)
+    win = comm.allgather_map(buf)
+    m = win.mapping(RANK)
+    del win
+    gc.collect()
+    assert m.owner.query(RANK)[0] == buf.ptr   # still open: the view holds it
+    assert m.__dlpack_device__()[0] == vmmipc.kDLCUDA
+    m.owner.close()
+    del m
+    buf.close()
+
+
+def test_capsule_outlives_view_and_window(comm):
+    win = comm.allgather_map(None)
+    cap = win.mapping(RANK).__dlpack__()
+    del win                              # the capsule holds the view, which holds the window
+    gc.collect()
+    assert comm.stats()["open_windows"] == 1
+    del cap
+    gc.collect()                         # ...and now the window is garbage: freed by abort (below)
+
+
+def test_garbage_collected_window_warns_and_frees_locally():
+    c = vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS)
+    win = c.allgather_map(None)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        del win
+        gc.collect()
+    assert any(issubclass(x.category, ResourceWarning) and "Window" in str(x.message) for x in w)
+    # Freed locally: its comm was aborted, so later calls fail at once (never hang).
+    assert c.stats()["open_windows"] == 0
+    with pytest.raises(vmmipc.Error) as e:
+        c.allgather_map(None)
+    assert e.value.code in (vmmipc.Result.ABORTED, vmmipc.Result.PEER)
+    c.close()
+    assert c.closed
+    WORLD.Barrier()
+
+
+def test_garbage_collected_comm_warns():
+    c = vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        del c
+        gc.collect()
+    assert any(issubclass(x.category, ResourceWarning) and "Comm" in str(x.message) for x in w)
+    WORLD.Barrier()
+
+
+CHILD = r"""
+import gc, sys
+from mpi4py import MPI
+import vmmipc
+vmmipc.set_device(0)
+comm = vmmipc.Comm(MPI.COMM_SELF, timeout_ms=5000)
+buf = vmmipc.alloc(1 << 20)
+win = comm.allgather_map(buf)
+view = win.mapping(0)
+cap = view.__dlpack__()
+import threading
+started = threading.Event()
+def blocked():
+    started.set()
+    try:
+        win.wait_host(0, 1, timeout_ms=60000)   # nobody signals: blocked at exit
+    except vmmipc.Error:
+        pass
+threading.Thread(target=blocked, daemon=True).start()
+started.wait()
+print("child: leaving with a comm, a window, a view, a capsule and a blocked thread", flush=True)
+"""
+
+
+CHILD_FINALIZED = r"""
+from mpi4py import MPI
+import vmmipc
+vmmipc.set_device(0)
+comm = vmmipc.Comm(MPI.COMM_SELF, timeout_ms=5000)
+win = comm.allgather_map(vmmipc.alloc(1 << 21))
+MPI.Finalize()                      # by hand, with the window and comm open
+try:
+    win.close()
+except vmmipc.Error as e:
+    print("child: close after MPI_Finalize:", e.code.name, flush=True)
+"""
+
+
+def run_child(tmp_path, text, *flags):
+    """Runs text as a singleton MPI process (not part of this job); (ok, detail) on rank 0."""
+    script = tmp_path / "child.py"
+    script.write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_"))}
+    p = subprocess.run([sys.executable, *flags, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    return p, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+
+
+def test_close_after_mpi_finalize_is_refused(tmp_path):
+    ok, detail = True, None
+    if RANK == 0:
+        p, detail = run_child(tmp_path, CHILD_FINALIZED, "-W", "always::ResourceWarning")
+        ok = p.returncode == 0 and "close after MPI_Finalize: MPI" in p.stdout
+    assert all_true(ok), detail
+
+
+def test_interpreter_exit_with_open_objects(tmp_path):
+    # A singleton MPI process (not part of this job) leaves everything open:
+    # the exit handler releases it before mpi4py finalizes MPI, with warnings.
+    if RANK == 0:
+        p, detail = run_child(tmp_path, CHILD, "-W", "always::ResourceWarning")
+        ok = p.returncode == 0 and "still open at exit" in p.stderr and "child: leaving" in p.stdout
+    else:
+        ok, detail = True, None
+    assert all_true(ok), detail
+
+
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_no_fd_left_behind():
+    # A comm's life (mapping, exported views, a failing call) leaves no fd
+    # open once it is closed (its mapping cache goes with it).
+    def cycle():
+        comm = vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS)
+        buf = vmmipc.alloc(1 << 21)
+        with comm.allgather_map(buf) as win:
+            caps = [win.mapping(r).__dlpack__(max_version=(1, 0)) for r in range(SIZE)]
+            del caps
+            win.barrier()
+        m = comm.bcast_map(buf if RANK == 0 else None, 0)
+        if m is not None:
+            m.close()
+        with pytest.raises(TypeError):
+            comm.allgather_map(0)          # joins the call, which fails everywhere
+        buf.close()
+        comm.close()
+
+    cycle()                                 # first use: whatever the driver keeps
+    gc.collect()
+    before = open_fds()
+    for _ in range(3):
+        cycle()
+    gc.collect()
+    after = open_fds()
+    assert all_true(after <= before), (before, after)

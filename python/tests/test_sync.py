@@ -1,0 +1,120 @@
+"""Window synchronisation: signal, wait, barrier, wait_host, threads."""
+import threading
+
+import pytest
+
+import vmmipc
+from conftest import RANK, SIZE, WORLD, all_true, pattern, read, write
+
+
+class TorchStream:
+    cuda_stream = 0        # as torch.cuda.Stream exposes its handle
+
+
+class ProtocolStream:
+    def __cuda_stream__(self):
+        return (0, 0)      # (version, handle)
+
+
+@pytest.fixture
+def win(comm):
+    buf = vmmipc.alloc(1 << 20)
+    w = comm.allgather_map(buf)
+    yield w
+    w.close()
+    buf.close()
+
+
+def test_signal_then_wait_host_carries_data(win):
+    # Each rank writes into the next one's buffer, then signals it.
+    nxt, prev = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+    write(win.query(nxt)[0], pattern(RANK, 256))
+    win.signal(nxt, 7, stream=0)
+    vmmipc.synchronize()
+    win.wait_host(prev, 7, timeout_ms=20000)
+    assert all_true(read(win.query(RANK)[0], 256) == pattern(prev, 256))
+    win.barrier()
+
+
+def test_stream_wait_and_barrier_forms(win):
+    nxt, prev = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+    win.signal(nxt, 3, stream=TorchStream())
+    win.wait(prev, 3, stream=ProtocolStream())
+    win.barrier(TorchStream())
+    win.barrier(stream=None)
+    vmmipc.synchronize()
+    win.wait_host(prev, 3)               # already there: returns at once
+
+
+def test_sync_bad_input(win):
+    with pytest.raises(ValueError):
+        win.signal(SIZE, 1)
+    with pytest.raises(ValueError):
+        win.signal(0, -1)
+    with pytest.raises(TypeError):
+        win.wait(0, 1, stream="default")
+    with pytest.raises(TypeError):
+        win.barrier(stream=1.0)
+    with pytest.raises(ValueError):
+        win.wait_host(0, 1, timeout_ms=0)
+
+
+def test_wait_host_timeout_names_the_rank(win):
+    prev = (RANK - 1) % SIZE
+    with pytest.raises(vmmipc.Error) as e:
+        win.wait_host(prev, 1 << 40, timeout_ms=50)   # nobody signals that value
+    win.barrier()
+    assert all_true((e.value.code, e.value.rank) == (vmmipc.Result.TIMEOUT, prev)), (e.value.code, e.value.rank)
+
+
+def test_wait_host_in_a_thread_releases_the_gil(win):
+    # A thread blocks in wait_host while the main thread keeps running Python
+    # code; the peer signals only after the main thread's work is done.
+    nxt, prev = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+    result = {}
+    started = threading.Event()
+
+    def waiter():
+        started.set()
+        try:
+            win.wait_host(prev, 11, timeout_ms=60000)
+            result["ok"] = True
+        except vmmipc.Error as e:  # pragma: no cover - reported below
+            result["error"] = e
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    started.wait()
+    work = sum(i * i for i in range(200000))    # needs the GIL
+    still_waiting = t.is_alive() and not result
+    WORLD.Barrier()          # every rank's waiter is in place; now signal
+    win.signal(nxt, 11)
+    vmmipc.synchronize()
+    t.join(60)
+    assert all_true(work > 0 and result.get("ok") and not t.is_alive())
+    assert still_waiting or SIZE == 1
+
+
+def test_close_refused_while_waiting(win):
+    prev, nxt = (RANK - 1) % SIZE, (RANK + 1) % SIZE
+    started = threading.Event()
+    done = {}
+
+    def waiter():
+        started.set()
+        win.wait_host(prev, 21, timeout_ms=60000)
+        done["ok"] = True
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    started.wait()
+    while not win._busy and t.is_alive():   # until the waiter is inside wait_host
+        pass                                # the interpreter hands the GIL over
+    with pytest.raises(vmmipc.Error) as e:
+        win.close()                       # a call on it is in progress
+    assert e.value.code == vmmipc.Result.BUSY
+    WORLD.Barrier()
+    win.signal(nxt, 21)
+    vmmipc.synchronize()
+    t.join(60)
+    assert all_true(done.get("ok"))
