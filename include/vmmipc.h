@@ -23,11 +23,14 @@
  *   agreement times out the comm is broken: every later call on it fails at
  *   once, and vmmipc_comm_destroy frees it locally.
  * - Threads: calls on one comm (and on its windows' vmmipc_win_free) must not
- *   overlap; an overlapping call is refused with VMMIPC_ERR_INVALID_ARG.
+ *   overlap; an overlapping call is refused with VMMIPC_ERR_BUSY.
  *   Calls on different comms may run at once on different threads when MPI
  *   provides MPI_THREAD_MULTIPLE, else they are refused likewise. Buffer and
  *   descriptor calls are thread-safe for distinct objects; one object must
  *   not be freed or grown while another thread uses it.
+ * - Structs with struct_size: a caller built against a newer header may
+ *   pass a larger struct; the bytes this library does not know must then be
+ *   zero, else VMMIPC_ERR_INVALID_ARG naming the first byte that is not.
  * - Ownership: an out-parameter object belongs to the caller, who frees it
  *   with the matching *_free / vmmipc_comm_destroy; every *_free accepts
  *   NULL, as free() does.
@@ -151,7 +154,8 @@ typedef struct vmmipc_comm *vmmipc_comm_t;
 VMMIPC_API vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *config,
                                                  vmmipc_comm_t *out);
 /* Collective. Refused on every rank (the comm stays usable) while windows
- * of it are open; on a broken comm, frees it locally without waiting. */
+ * of it are open (VMMIPC_ERR_BUSY); on a broken comm, frees it locally
+ * without waiting. */
 VMMIPC_API vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t comm);
 /* Local: the ranks of the caller's node, as an MPI communicator owned by the
  * comm (do not free it). */
@@ -229,14 +233,14 @@ VMMIPC_API vmmipc_result_t vmmipc_alloc(size_t size, vmmipc_buf_t *out);
 /* Appends chunks (of at most the buffer's chunk size for vmmipc_alloc_ex
  * buffers, else one chunk); keeps the data; may move the buffer: re-read the
  * pointer. Only buffers allocated by this process grow: an imported or a
- * wrapped buffer is refused (VMMIPC_ERR_INVALID_ARG), and so is a buffer
- * that an open window exposes. */
+ * wrapped buffer is refused (VMMIPC_ERR_INVALID_ARG), and a buffer that an
+ * open window exposes is refused with VMMIPC_ERR_BUSY. */
 VMMIPC_API vmmipc_result_t vmmipc_grow(vmmipc_buf_t buf, size_t new_size);
 /* Local: the device address and size (either output may be NULL). */
 VMMIPC_API vmmipc_result_t vmmipc_buf_ptr(vmmipc_buf_t buf, void **ptr, size_t *size);
 /* Releases what the buffer owns: an allocated or imported buffer's chunks,
  * mappings and reservations; a wrapped buffer's retained handles only.
- * Refused (VMMIPC_ERR_INVALID_ARG) while an open window exposes the buffer.
+ * Refused (VMMIPC_ERR_BUSY) while an open window exposes the buffer.
  * A failing driver call does not stop it: everything else is still
  * released, and the first failure is reported (VMMIPC_ERR_CUDA). */
 VMMIPC_API vmmipc_result_t vmmipc_buf_free(vmmipc_buf_t buf);
@@ -354,7 +358,7 @@ typedef struct vmmipc_win *vmmipc_win_t;
 /* Maps every node peer's buf (NULL: this rank contributes nothing) with the
  * access asked for; like MPI_Win_allocate_shared. *out: the caller's
  * (vmmipc_win_free). While the window is open, buf cannot be freed or grown
- * and the comm cannot be destroyed (VMMIPC_ERR_INVALID_ARG). The comm's
+ * and the comm cannot be destroyed (VMMIPC_ERR_BUSY). The comm's
  * first window also makes its signal pool (docs/sync.md). Unchanged peer
  * buffers mapped again come from the comm's mapping cache. */
 VMMIPC_API vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t comm, vmmipc_buf_t buf,

@@ -246,7 +246,7 @@ TEST_F(Caches, FdLimitErrorsCountTheCachedFds) {
     r = vmmipc_export(b, &d);
     msg = vmmipc_last_error();
   }
-  EXPECT_EQ(r, VMMIPC_ERR_SYSTEM) << msg;
+  EXPECT_EQ(r, VMMIPC_ERR_RESOURCE) << msg;
   EXPECT_EQ(d, nullptr);
   EXPECT_NE(msg.find("chunk 1 of 2: the process reached its file descriptor limit"), std::string::npos) << msg;
   EXPECT_NE(msg.find("3 fds are held by the export cache"), std::string::npos) << msg;
@@ -258,7 +258,7 @@ TEST_F(Caches, FdLimitErrorsCountTheCachedFds) {
     r = vmmipc_export(b, &d);
     msg = vmmipc_last_error();
   }
-  EXPECT_EQ(r, VMMIPC_ERR_SYSTEM) << msg;
+  EXPECT_EQ(r, VMMIPC_ERR_RESOURCE) << msg;
   EXPECT_NE(msg.find("chunk 1 of 2: duplicating the cached fd hit the file descriptor limit"), std::string::npos)
       << msg;
   EXPECT_EQ(vt::FdCount(), before) << "the fd kept in this call is closed again";

@@ -1006,7 +1006,7 @@ TEST(Transport, OpenFailuresCleanUp) {
       ASSERT_TRUE(low.ok());
       rc = vmmipc__tp_open(&o, &tp);
     }
-    EXPECT_EQ(rc, VMMIPC_ERR_SYSTEM);
+    EXPECT_EQ(rc, VMMIPC_ERR_RESOURCE);
     EXPECT_EQ(tp, nullptr);
     EXPECT_TRUE(Has(LastError(), "EMFILE")) << LastError();
     EXPECT_EQ(DirEntries(dir), 0) << "the socket directory was left behind";
@@ -1581,7 +1581,7 @@ TEST(Transport, TruncatedFdsAreReleased) {
         ASSERT_TRUE(low.ok());
         x = Xchg(w.tp, kColl, 2, {}, &r);
       }
-      EXPECT_EQ(x.rc, VMMIPC_ERR_SYSTEM) << x.err;
+      EXPECT_EQ(x.rc, VMMIPC_ERR_RESOURCE) << x.err;
       EXPECT_TRUE(Has(x.err, "receiving from rank 1: ")) << x.err;
       EXPECT_TRUE(Has(x.err, "MSG_CTRUNC")) << x.err;
       EXPECT_TRUE(Has(x.err, "RLIMIT_NOFILE")) << x.err;

@@ -14,6 +14,7 @@
 #include "comm/comm.h"
 #include "common/defaults.h"
 #include "common/host.h"
+#include "common/structsize.h"
 #include "common/random.h"
 #include "vmm/mapcache.h"
 
@@ -39,10 +40,13 @@ struct node_info {
 
 static vmmipc_result_t check_config(const vmmipc_config_t *cfg, const char *op) {
   if (!cfg) return VMMIPC_SUCCESS;
-  if (cfg->struct_size < offsetof(vmmipc_config_t, socket_dir) + sizeof(const char *) || cfg->struct_size > 4096)
+  if (cfg->struct_size < offsetof(vmmipc_config_t, socket_dir) + sizeof(const char *) ||
+      cfg->struct_size > VMMIPC__STRUCT_SIZE_MAX)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                          "%s: config->struct_size is %zu; hint: initialise the config with VMMIPC_CONFIG_INIT", op,
                          cfg->struct_size);
+  vmmipc_result_t r = vmmipc__struct_tail_ok(cfg, cfg->struct_size, sizeof *cfg, op, "config");
+  if (r) return r;
   if (cfg->socket_namespace != VMMIPC_SOCKET_AUTO && cfg->socket_namespace != VMMIPC_SOCKET_ABSTRACT &&
       cfg->socket_namespace != VMMIPC_SOCKET_FILESYSTEM)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
@@ -388,10 +392,10 @@ vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   if (c->broken) { /* nobody to agree with: clean up locally */
     int idle = 0;
     if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-      return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: another thread is inside a call on this comm", op);
+      return vmmipc__error(VMMIPC_ERR_BUSY, "%s: another thread is inside a call on this comm", op);
     if (c->open_windows) {
       __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
-      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+      return vmmipc__error(VMMIPC_ERR_BUSY,
                            "%s: %d window(s) of this comm are open; hint: vmmipc_win_free them first (it frees them "
                            "locally on a broken comm)",
                            op, c->open_windows);
@@ -403,7 +407,7 @@ vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   if (r) return r;
   vmmipc_result_t local = VMMIPC_SUCCESS;
   if (c->open_windows)
-    local = vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+    local = vmmipc__error(VMMIPC_ERR_BUSY,
                           "%s: %d window(s) of this comm are open; hint: vmmipc_win_free them first", op,
                           c->open_windows);
   /* Collective: nobody closes its sockets while a peer may still send. */

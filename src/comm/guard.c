@@ -25,7 +25,7 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
   int idle = 0;
   if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
     const char *other = __atomic_load_n(&c->busy_op, __ATOMIC_RELAXED);
-    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+    return vmmipc__error(VMMIPC_ERR_BUSY,
                          "%s: another thread is inside %s on this comm; hint: calls on one comm must not overlap: "
                          "serialise them, or give each thread its own comm",
                          op, other ? other : "a call");
@@ -34,7 +34,7 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
   int others = __atomic_fetch_add(&g_inside, 1, __ATOMIC_ACQ_REL);
   if (c->thread_level < MPI_THREAD_MULTIPLE && others > 0) {
     vmmipc__leave(c);
-    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+    return vmmipc__error(VMMIPC_ERR_BUSY,
                          "%s: another thread is inside a vmmipc call on another comm, and MPI provides %s; hint: "
                          "calls on different comms may run at once only under MPI_THREAD_MULTIPLE "
                          "(MPI_Init_thread)",

@@ -65,7 +65,7 @@ vmmipc_result_t vmmipc__buf_reserve_chunks(struct vmmipc_buf *b, int more, const
 
 vmmipc_result_t vmmipc__buf_check_unexposed(const struct vmmipc_buf *b, const char *op) {
   if (b->exposed > 0)
-    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+    return vmmipc__error(VMMIPC_ERR_BUSY,
                          "%s: the buffer is exposed by %d open window(s); hint: vmmipc_win_free them first", op,
                          b->exposed);
   return VMMIPC_SUCCESS;

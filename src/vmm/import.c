@@ -46,7 +46,7 @@ static vmmipc_result_t vmmipc__import_handles(const vmmipc__cu_t *cu, const stru
       long lim = 0;
       vmmipc_result_t r;
       if (vmmipc__fd_limit_reached(&lim))
-        r = vmmipc__error(VMMIPC_ERR_SYSTEM,
+        r = vmmipc__error(VMMIPC_ERR_RESOURCE,
                           "%s: chunk %d of %d: cuMemImportFromShareableHandle(fd %d) failed and the process is at "
                           "its file descriptor limit (RLIMIT_NOFILE %ld), which the driver needs one more of; "
                           "the %d chunk(s) imported were released; hint: raise the limit (ulimit -n) or free "
