@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/host.h"
 #include "common/testhooks.h"
+#include "vmm/imported.h"
 #include "vmm/vmm.h"
 
 static atomic_uint_fast64_t vmmipc__serials;
@@ -64,10 +65,10 @@ vmmipc_result_t vmmipc__buf_reserve_chunks(struct vmmipc_buf *b, int more, const
 }
 
 vmmipc_result_t vmmipc__buf_check_unexposed(const struct vmmipc_buf *b, const char *op) {
-  if (b->exposed > 0)
+  int n = __atomic_load_n(&b->exposed, __ATOMIC_ACQUIRE);
+  if (n > 0)
     return vmmipc__error(VMMIPC_ERR_BUSY,
-                         "%s: the buffer is exposed by %d open window(s); hint: vmmipc_win_free them first", op,
-                         b->exposed);
+                         "%s: the buffer is exposed by %d open window(s); hint: vmmipc_win_free them first", op, n);
   return VMMIPC_SUCCESS;
 }
 
@@ -92,6 +93,7 @@ vmmipc_result_t vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b
     free(b);
     return r;
   }
+  if (b->listed) vmmipc__imported_remove(b->base);
   for (int i = 0; i < b->num_chunks; i++)
     if (b->chunks[i].export_fd >= 0) {
       close(b->chunks[i].export_fd);
