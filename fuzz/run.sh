@@ -30,7 +30,7 @@ build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 min_cov=${FUZZ_MIN_COV:-2000}
 total_counters=0
 python3 "$root/scripts/check_fuzz_corpus.py"
-CC=$cc CXX=$cxx cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMMIPC_FUZZ=ON \
+CC=$cc CXX=$cxx cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMMIPC_FUZZ=ON -DVMMIPC_WERROR=ON \
   -DVMMIPC_BUILD_TESTS=OFF -DVMMIPC_BUILD_BENCHMARKS=OFF -DVMMIPC_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target fuzz_desc fuzz_frame
 

@@ -336,6 +336,17 @@ void TryFromAnotherThread(void *arg) {
   t.join();
 }
 
+// The same, with vmmipc_comm_destroy as the second call: teardown is
+// refused while another thread is inside a call on the comm.
+void TryDestroyFromAnotherThread(void *arg) {
+  Overlap *o = static_cast<Overlap *>(arg);
+  std::thread t([o] {
+    o->second = vmmipc_comm_destroy(o->c);
+    o->msg = vmmipc_last_error();
+  });
+  t.join();
+}
+
 TEST_F(Faults, TwoThreadsOnOneCommAreRefusedNotCorrupted) {
   vmmipc_comm_t c = Create(30000);
   ASSERT_NE(c, nullptr);
@@ -350,6 +361,16 @@ TEST_F(Faults, TwoThreadsOnOneCommAreRefusedNotCorrupted) {
     EXPECT_TRUE(Has(o.msg, "another thread is inside vmmipc_allgather_map")) << o.msg;
   }
   MapAndCheck(c, 2, 6); // the comm is intact
+  Overlap d;
+  d.c = c;
+  vmmipc__test_on_inside(TryDestroyFromAnotherThread, &d);
+  MapAndCheck(c, 1, 7);
+  vmmipc__test_on_inside(nullptr, nullptr);
+  if (NodeSize(c) > 1) {
+    EXPECT_EQ(d.second, VMMIPC_ERR_BUSY) << d.msg;
+    EXPECT_TRUE(Has(d.msg, "vmmipc_comm_destroy: another thread is inside vmmipc_allgather_map")) << d.msg;
+  }
+  MapAndCheck(c, 2, 8); // still intact: the refused destroy freed nothing
   base.Expect("overlap");
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }

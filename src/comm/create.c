@@ -260,6 +260,8 @@ static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t
   return r;
 }
 
+static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vmmipc_comm_t *out, const char *op);
+
 vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vmmipc_comm_t *out) {
   const char *op = "vmmipc_comm_create";
   if (out) *out = NULL;
@@ -270,6 +272,18 @@ vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: MPI is %s; hint: call it between MPI_Init and MPI_Finalize",
                          op, inited ? "finalized" : "not initialised");
   if (comm == MPI_COMM_NULL) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm is MPI_COMM_NULL", op);
+  /* Creating calls MPI as every call on a comm does: the thread level
+   * decides whether another thread may be inside vmmipc meanwhile. */
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  vmmipc_result_t r = vmmipc__enter_process(level, op);
+  if (r) return r;
+  r = comm_create(comm, cfg, out, op);
+  vmmipc__leave_process();
+  return r;
+}
+
+static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vmmipc_comm_t *out, const char *op) {
   struct vmmipc_comm *c = calloc(1, sizeof *c);
   MPI_Comm *cell = malloc(sizeof *cell); /* MPI writes it when the idup completes */
   if (!c || !cell) {
@@ -412,8 +426,14 @@ vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
                           c->open_windows);
   /* Collective: nobody closes its sockets while a peer may still send. */
   r = vmmipc__agree(c, local, 0, op);
-  vmmipc__leave(c);
-  if (r && !c->broken) return r; /* refused everywhere: the comm stays usable */
+  if (r && !c->broken) { /* refused everywhere: the comm stays usable */
+    vmmipc__leave(c);
+    return r;
+  }
+  /* Freeing calls MPI_Comm_free: this thread stays counted inside until it
+   * is done (nobody else may use the comm by now). */
+  __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
   comm_free(c);
+  vmmipc__leave_process();
   return r;
 }
