@@ -385,8 +385,17 @@ static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
   }
   free(me);
   free(all);
-  /* A failure that only this rank saw is secondary when a lower rank also failed. */
-  vmmipc_result_t r = vmmipc__agree(c, local, failed >= 0 && failed != c->rank, op);
+  /* A failure that only this rank saw is secondary when a lower rank also
+   * failed, and so is one that blames another rank (it hung up, or its
+   * socket refused us): the verdict then reports the rank that failed
+   * first on its own. */
+  int secondary = failed >= 0 && failed != c->rank;
+  if (local == VMMIPC_ERR_PEER && !secondary) {
+    vmmipc__error_state_t st;
+    vmmipc__error_get(&st);
+    secondary = st.rank >= 0 && st.rank != c->rank;
+  }
+  vmmipc_result_t r = vmmipc__agree(c, local, secondary, op);
   if (r || c->broken) {
     if (!r) r = VMMIPC_ERR_TIMEOUT;
     comm_free(c);

@@ -304,11 +304,13 @@ static vmmipc_result_t check_listener_file(const vmmipc__conn_t *c, int R) {
   else
     snprintf(how, sizeof how, "replaced (now inode %llu%s)", (unsigned long long)st.st_ino,
              S_ISSOCK(st.st_mode) ? ", a socket" : ", not a socket");
-  return vmmipc__error(VMMIPC_ERR_PEER,
-                       "rank %d setting up connections: its socket file %s was %s by another process, so the node's "
-                       "ranks cannot reach it; hint: give each job its own VMMIPC_SOCKET_DIR (or socket_dir) that "
-                       "nothing else writes to",
-                       R, c->sock_path, how);
+  vmmipc__error(VMMIPC_ERR_PEER,
+                "rank %d setting up connections: its socket file %s was %s by another process, so the node's "
+                "ranks cannot reach it; hint: give each job its own VMMIPC_SOCKET_DIR (or socket_dir) that "
+                "nothing else writes to",
+                R, c->sock_path, how);
+  vmmipc__error_rank(R);
+  return VMMIPC_ERR_PEER;
 }
 
 /* Removes the listener and, in filesystem mode, its file and directory. */
