@@ -83,9 +83,10 @@ VMMIPC_API const char *vmmipc_strerror(vmmipc_result_t r);
  * thread's next failing call. */
 VMMIPC_API const char *vmmipc_last_error(void);
 /* The last failure on this thread, structured, so that programs need not
- * parse the message. Local; the strings are valid until the thread's next
- * failing call. Set struct_size (VMMIPC_ERROR_INFO_INIT); only that many
- * bytes are written. */
+ * parse the message. After a collective every rank has the same record (the
+ * verdict's). Local; the strings are valid until the thread's next failing
+ * call. Set struct_size (VMMIPC_ERROR_INFO_INIT); only that many bytes are
+ * written. */
 typedef struct vmmipc_error_info {
   size_t struct_size;
   vmmipc_result_t code;     /* VMMIPC_SUCCESS if this thread has no failure recorded */
@@ -106,7 +107,9 @@ typedef struct { unsigned char bytes[16]; } vmmipc_uuid_t; /* as cuDeviceGetUuid
 
 /* Retains the primary context of device `ordinal` (this process's ordinal,
  * after CUDA_VISIBLE_DEVICES) and makes it current on the calling thread, as
- * cudaSetDevice does (the runtime uses the same primary context). Local. */
+ * cudaSetDevice does (the runtime uses the same primary context). The
+ * context is retained once per device, on the first call for it, and kept
+ * for the life of the process; later calls take no reference. Local. */
 VMMIPC_API vmmipc_result_t vmmipc_set_device(int ordinal);
 /* The UUID of device `ordinal`. Local. */
 VMMIPC_API vmmipc_result_t vmmipc_device_uuid(int ordinal, vmmipc_uuid_t *uuid);
@@ -281,7 +284,8 @@ VMMIPC_API vmmipc_result_t vmmipc_alloc_ex(size_t size, const vmmipc_alloc_props
  * those references (the mapping stays readable); vmmipc_grow is refused.
  * Its device and owner are the memory's device; vmmipc_buf_info reports one
  * chunk per mapping and is_imported 0. Each mapping must map its allocation
- * from offset 0, as allocators do. */
+ * from offset 0, as allocators do. Memory imported from another process
+ * (through vmmipc) cannot be exported again: VMMIPC_ERR_NOT_EXPORTABLE. */
 VMMIPC_API vmmipc_result_t vmmipc_buf_wrap(void *ptr, size_t size, vmmipc_buf_t *out);
 /* Minimum and recommended allocation granularity of a device for
  * POSIX-fd-exportable memory (either output may be NULL). */
