@@ -235,8 +235,10 @@ static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t
   }
   vmmipc_result_t r = local;
   for (int i = 0; i < n && !r; i++)
-    if (ni[i].status)
+    if (ni[i].status) {
       r = vmmipc__error(VMMIPC_ERR_PEER, "%s: rank %d could not open its socket", op, c->rank_of[i]);
+      vmmipc__error_rank(c->rank_of[i]);
+    }
   if (!r) {
     unsigned char *addrs = malloc((size_t)n * VMMIPC__ADDR_BYTES);
     pid_t *pids = malloc((size_t)n * sizeof *pids);
@@ -382,6 +384,7 @@ static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
     }
   } else if (failed != c->rank) {
     local = vmmipc__error(VMMIPC_ERR_PEER, "%s: rank %d failed before the node split", op, failed);
+    vmmipc__error_rank(failed);
   }
   free(me);
   free(all);

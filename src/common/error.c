@@ -110,9 +110,12 @@ static void vmmipc__op_from_message(char *out, size_t cap) {
     if (p != vmmipc__st.msg && (isalnum((unsigned char)p[-1]) || p[-1] == '_')) continue;
     size_t n = 0;
     while (p[n] && (isalnum((unsigned char)p[n]) || p[n] == '_')) n++;
-    /* "vmmipc__x" is internal, and a call named in a hint is followed by
-     * neither ':' nor " failed". */
-    if (p[7] == '_' || (p[n] != ':' && strncmp(p + n, " failed", 7) != 0)) continue;
+    /* "vmmipc__x" is internal; a call that opens the message is the one
+     * ("vmmipc_send to rank 1: ..."); one further in is taken only when a
+     * ':' or " failed" follows (a call named in a hint is not). */
+    if (p[7] == '_' ||
+        (p != vmmipc__st.msg && p[n] != ':' && strncmp(p + n, " failed", 7) != 0))
+      continue;
     if (n >= cap) n = cap - 1;
     memcpy(out, p, n);
     out[n] = '\0';
