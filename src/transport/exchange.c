@@ -417,6 +417,8 @@ static void tell_peers(xstate_t *s) {
   int n = tp->conn->node_size;
   char msg[VMMIPC__ABORT_MAX_BYTES + 1];
   snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
+  vmmipc__error_state_t st;
+  vmmipc__error_get(&st);
   char *todo = calloc((size_t)n, 1);
   uint64_t *seq = calloc((size_t)n, sizeof *seq);
   struct pollfd *pfd = calloc((size_t)n, sizeof *pfd);
@@ -476,6 +478,7 @@ out:
   free(seq);
   free(pfd);
   vmmipc__error_set_raw(msg); /* the caller's error stays the current one */
+  vmmipc__error_put(&st);
 }
 
 vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
