@@ -132,14 +132,14 @@ vmmipc_result_t vmmipc_last_error_info(vmmipc_error_info_t *info) {
   else
     vmmipc__op_from_message(op, sizeof op);
   vmmipc_error_info_t v;
-  v.struct_size = info->struct_size < sizeof v ? info->struct_size : sizeof v;
+  v.struct_size = info->struct_size; /* the caller's, as the stats calls leave it */
   v.code = vmmipc__st.code;
   v.rank = vmmipc__st.code ? vmmipc__st.rank : -1;
   v.driver_error = vmmipc__st.driver_error;
   v.os_error = vmmipc__st.os_error;
   v.operation = op;
   v.message = vmmipc__st.msg;
-  memcpy(info, &v, v.struct_size);
+  memcpy(info, &v, info->struct_size < sizeof v ? info->struct_size : sizeof v);
   return VMMIPC_SUCCESS;
 }
 
