@@ -171,7 +171,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
       FUZZ_CHECK(b == NULL, "a failed import returned a buffer");
       FUZZ_CHECK(r == VMMIPC_ERR_INVALID_DESC || r == VMMIPC_ERR_CUDA || r == VMMIPC_ERR_UNSUPPORTED ||
-                     r == VMMIPC_ERR_SYSTEM || r == VMMIPC_ERR_INVALID_ARG || r == VMMIPC_ERR_NO_MEMORY,
+                     r == VMMIPC_ERR_SYSTEM || r == VMMIPC_ERR_INVALID_ARG || r == VMMIPC_ERR_NO_MEMORY ||
+                     r == VMMIPC_ERR_RESOURCE,
                  "import: %d (%s)", (int)r, vmmipc_last_error());
     }
     vmmipc_desc_free(d);

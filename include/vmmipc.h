@@ -23,11 +23,14 @@
  *   agreement times out the comm is broken: every later call on it fails at
  *   once, and vmmipc_comm_destroy frees it locally.
  * - Threads: calls on one comm (and on its windows' vmmipc_win_free) must not
- *   overlap; an overlapping call is refused with VMMIPC_ERR_INVALID_ARG.
+ *   overlap; an overlapping call is refused with VMMIPC_ERR_BUSY.
  *   Calls on different comms may run at once on different threads when MPI
  *   provides MPI_THREAD_MULTIPLE, else they are refused likewise. Buffer and
  *   descriptor calls are thread-safe for distinct objects; one object must
  *   not be freed or grown while another thread uses it.
+ * - Structs with struct_size: a caller built against a newer header may
+ *   pass a larger struct; the bytes this library does not know must then be
+ *   zero, else VMMIPC_ERR_INVALID_ARG naming the first byte that is not.
  * - Ownership: an out-parameter object belongs to the caller, who frees it
  *   with the matching *_free / vmmipc_comm_destroy; every *_free accepts
  *   NULL, as free() does.
@@ -82,9 +85,10 @@ VMMIPC_API const char *vmmipc_strerror(vmmipc_result_t r);
  * thread's next failing call. */
 VMMIPC_API const char *vmmipc_last_error(void);
 /* The last failure on this thread, structured, so that programs need not
- * parse the message. Local; the strings are valid until the thread's next
- * failing call. Set struct_size (VMMIPC_ERROR_INFO_INIT); only that many
- * bytes are written. */
+ * parse the message. After a collective every rank has the same record (the
+ * verdict's). Local; the strings are valid until the thread's next failing
+ * call. Set struct_size (VMMIPC_ERROR_INFO_INIT); only that many bytes are
+ * written. */
 typedef struct vmmipc_error_info {
   size_t struct_size;
   vmmipc_result_t code;     /* VMMIPC_SUCCESS if this thread has no failure recorded */
@@ -105,7 +109,9 @@ typedef struct { unsigned char bytes[16]; } vmmipc_uuid_t; /* as cuDeviceGetUuid
 
 /* Retains the primary context of device `ordinal` (this process's ordinal,
  * after CUDA_VISIBLE_DEVICES) and makes it current on the calling thread, as
- * cudaSetDevice does (the runtime uses the same primary context). Local. */
+ * cudaSetDevice does (the runtime uses the same primary context). The
+ * context is retained once per device, on the first call for it, and kept
+ * for the life of the process; later calls take no reference. Local. */
 VMMIPC_API vmmipc_result_t vmmipc_set_device(int ordinal);
 /* The UUID of device `ordinal`. Local. */
 VMMIPC_API vmmipc_result_t vmmipc_device_uuid(int ordinal, vmmipc_uuid_t *uuid);
@@ -232,14 +238,14 @@ VMMIPC_API vmmipc_result_t vmmipc_alloc(size_t size, vmmipc_buf_t *out);
 /* Appends chunks (of at most the buffer's chunk size for vmmipc_alloc_ex
  * buffers, else one chunk); keeps the data; may move the buffer: re-read the
  * pointer. Only buffers allocated by this process grow: an imported or a
- * wrapped buffer is refused (VMMIPC_ERR_INVALID_ARG), and so is a buffer
- * that an open window exposes. */
+ * wrapped buffer is refused (VMMIPC_ERR_INVALID_ARG), and a buffer that an
+ * open window exposes is refused with VMMIPC_ERR_BUSY. */
 VMMIPC_API vmmipc_result_t vmmipc_grow(vmmipc_buf_t buf, size_t new_size);
 /* Local: the device address and size (either output may be NULL). */
 VMMIPC_API vmmipc_result_t vmmipc_buf_ptr(vmmipc_buf_t buf, void **ptr, size_t *size);
 /* Releases what the buffer owns: an allocated or imported buffer's chunks,
  * mappings and reservations; a wrapped buffer's retained handles only.
- * Refused (VMMIPC_ERR_INVALID_ARG) while an open window exposes the buffer.
+ * Refused (VMMIPC_ERR_BUSY) while an open window exposes the buffer.
  * A failing driver call does not stop it: everything else is still
  * released, and the first failure is reported (VMMIPC_ERR_CUDA). */
 VMMIPC_API vmmipc_result_t vmmipc_buf_free(vmmipc_buf_t buf);
@@ -280,7 +286,8 @@ VMMIPC_API vmmipc_result_t vmmipc_alloc_ex(size_t size, const vmmipc_alloc_props
  * those references (the mapping stays readable); vmmipc_grow is refused.
  * Its device and owner are the memory's device; vmmipc_buf_info reports one
  * chunk per mapping and is_imported 0. Each mapping must map its allocation
- * from offset 0, as allocators do. */
+ * from offset 0, as allocators do. Memory imported from another process
+ * (through vmmipc) cannot be exported again: VMMIPC_ERR_NOT_EXPORTABLE. */
 VMMIPC_API vmmipc_result_t vmmipc_buf_wrap(void *ptr, size_t size, vmmipc_buf_t *out);
 /* Minimum and recommended allocation granularity of a device for
  * POSIX-fd-exportable memory (either output may be NULL). */
@@ -357,7 +364,7 @@ typedef struct vmmipc_win *vmmipc_win_t;
 /* Maps every node peer's buf (NULL: this rank contributes nothing) with the
  * access asked for; like MPI_Win_allocate_shared. *out: the caller's
  * (vmmipc_win_free). While the window is open, buf cannot be freed or grown
- * and the comm cannot be destroyed (VMMIPC_ERR_INVALID_ARG). The comm's
+ * and the comm cannot be destroyed (VMMIPC_ERR_BUSY). The comm's
  * first window also makes its signal pool (docs/sync.md). Unchanged peer
  * buffers mapped again come from the comm's mapping cache. */
 VMMIPC_API vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t comm, vmmipc_buf_t buf,

@@ -246,7 +246,7 @@ TEST_F(Caches, FdLimitErrorsCountTheCachedFds) {
     r = vmmipc_export(b, &d);
     msg = vmmipc_last_error();
   }
-  EXPECT_EQ(r, VMMIPC_ERR_SYSTEM) << msg;
+  EXPECT_EQ(r, VMMIPC_ERR_RESOURCE) << msg;
   EXPECT_EQ(d, nullptr);
   EXPECT_NE(msg.find("chunk 1 of 2: the process reached its file descriptor limit"), std::string::npos) << msg;
   EXPECT_NE(msg.find("3 fds are held by the export cache"), std::string::npos) << msg;
@@ -258,13 +258,49 @@ TEST_F(Caches, FdLimitErrorsCountTheCachedFds) {
     r = vmmipc_export(b, &d);
     msg = vmmipc_last_error();
   }
-  EXPECT_EQ(r, VMMIPC_ERR_SYSTEM) << msg;
+  EXPECT_EQ(r, VMMIPC_ERR_RESOURCE) << msg;
   EXPECT_NE(msg.find("chunk 1 of 2: duplicating the cached fd hit the file descriptor limit"), std::string::npos)
       << msg;
+  // The fd this call cached and closed again is not counted as held.
+  EXPECT_NE(msg.find("; 3 fds are held by the export cache"), std::string::npos) << msg;
   EXPECT_EQ(vt::FdCount(), before) << "the fd kept in this call is closed again";
   EXPECT_EQ(Cached(), cached0_ + 3);
   vmmipc_buf_free(b);
   vmmipc_buf_free(held);
+}
+
+// The mapping caches' imported chunks are named in fd-limit messages too:
+// on the stand-in each holds an fd.
+TEST_F(Caches, FdLimitErrorsCountTheMappingCachesChunks) {
+  vmmipc_buf_t src = Buf(2, 15), b = Buf(1, 16);
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(src, &d));
+  vmmipc__mapcache_t *c = nullptr;
+  ASSERT_VMM_OK(vmmipc__mapcache_create(4, &c));
+  vmmipc_buf_t v = nullptr;
+  ASSERT_VMM_OK(vmmipc__mapcache_import(c, d, nullptr, nullptr, &v, nullptr));
+  ASSERT_VMM_OK(vmmipc_buf_free(v));  // idle in the cache, its 2 chunks held
+  vmmipc_desc_free(d);
+  d = nullptr;
+  vmmipc_result_t r;
+  std::string msg;
+  {
+    FdLimit limit(0);
+    r = vmmipc_export(b, &d);
+    msg = vmmipc_last_error();
+  }
+  EXPECT_EQ(r, VMMIPC_ERR_RESOURCE) << msg;
+  EXPECT_NE(msg.find("the mapping caches hold 2 imported chunk(s)"), std::string::npos) << msg;
+  ASSERT_VMM_OK(vmmipc__mapcache_destroy(c));
+  {
+    FdLimit limit(0);
+    r = vmmipc_export(b, &d);
+    msg = vmmipc_last_error();
+  }
+  EXPECT_EQ(r, VMMIPC_ERR_RESOURCE) << msg;
+  EXPECT_EQ(msg.find("mapping caches"), std::string::npos) << "the destroyed cache holds nothing: " << msg;
+  vmmipc_buf_free(b);
+  vmmipc_buf_free(src);
 }
 
 TEST_F(Caches, TheSwitchesTurnTheExportCacheOff) {

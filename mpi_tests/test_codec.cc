@@ -403,6 +403,11 @@ TEST(Codec, AbortShapesAndCodes) {
   f = Abort(0, text);
   f.total_bytes = text.size() + 1;
   EXPECT_TRUE(Rejected(Decode(Record(f), 0), "malformed ABORT frame"));
+  // The last message number is nobody's: a point-to-point receiver would
+  // wrap to 0 expecting the message after it.
+  EXPECT_TRUE(Rejected(Decode(Record(Abort(UINT64_MAX, text)), 0), "an ABORT frame with message number 2^64-1"));
+  EXPECT_TRUE(Rejected(Decode(Record(Data(UINT64_MAX, 8, 0)), 0), "a DATA frame with message number 2^64-1"));
+  EXPECT_EQ(Decode(Record(Abort(UINT64_MAX - 1, text)), 0).rc, 0);
 }
 
 TEST(Codec, ReasonIsOptional) {

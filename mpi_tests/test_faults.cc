@@ -99,6 +99,11 @@ TEST_F(Faults, ALateRanksFramesNeverReachALaterCall) {
   EXPECT_TRUE(vt::SameEverywhere(r));
   EXPECT_EQ(w, nullptr);
   EXPECT_TRUE(Has(vmmipc_last_error(), "rank " + std::to_string(late))) << vmmipc_last_error();
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+  EXPECT_EQ(info.code, VMMIPC_ERR_TIMEOUT);
+  EXPECT_EQ(info.rank, late) << info.message;
+  EXPECT_STREQ(info.operation, "vmmipc_allgather_map");
   vmmipc_buf_free(b);
   // Two more calls with other sizes: each maps its own buffers.
   MapAndCheck(c, 3, 2);
@@ -198,6 +203,12 @@ TEST_F(Faults, ARankThatFailsMidwayIsKnownAtOnce) {
       EXPECT_LT(s, 5.0) << step << " on rank " << f << ": the peers waited instead of being told";
       EXPECT_TRUE(Has(vmmipc_last_error(), "failed on rank " + std::to_string(f))) << step << ": "
                                                                                   << vmmipc_last_error();
+      // The same record on every rank: the failing rank's.
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+      EXPECT_EQ(info.code, r) << step;
+      EXPECT_EQ(info.rank, f) << step << ": " << info.message;
+      EXPECT_STREQ(info.operation, "vmmipc_allgather_map") << step;
       base.Expect(step);
     }
   }
@@ -216,10 +227,10 @@ TEST_F(Faults, OpenWindowsPinTheirBufferAndComm) {
   vmmipc_win_t w1 = nullptr, w2 = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w1));
   ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w2));
-  EXPECT_EQ(vmmipc_buf_free(b), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(vmmipc_buf_free(b), VMMIPC_ERR_BUSY);
   EXPECT_TRUE(Has(vmmipc_last_error(), "2 open window")) << vmmipc_last_error();
-  EXPECT_EQ(vmmipc_grow(b, 4 * kGran), VMMIPC_ERR_INVALID_ARG);
-  EXPECT_EQ(vmmipc_comm_destroy(c), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(vmmipc_grow(b, 4 * kGran), VMMIPC_ERR_BUSY);
+  EXPECT_EQ(vmmipc_comm_destroy(c), VMMIPC_ERR_BUSY);
   EXPECT_TRUE(Has(vmmipc_last_error(), "2 window(s)")) << vmmipc_last_error();
   // Refused everywhere, and the comm still works.
   void *p = nullptr;
@@ -229,7 +240,7 @@ TEST_F(Faults, OpenWindowsPinTheirBufferAndComm) {
   ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
   EXPECT_EQ(st.open_windows, 2);
   ASSERT_VMM_OK(vmmipc_win_free(w1));
-  EXPECT_EQ(vmmipc_buf_free(b), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(vmmipc_buf_free(b), VMMIPC_ERR_BUSY);
   EXPECT_TRUE(Has(vmmipc_last_error(), "1 open window")) << vmmipc_last_error();
   ASSERT_VMM_OK(vmmipc_win_free(w2));
   ASSERT_VMM_OK(vmmipc_buf_free(b));
@@ -263,6 +274,11 @@ TEST_F(Faults, TheAgreementIsBoundedAndBreaksTheComm) {
                                      : "rank(s) " + std::to_string(silent) + " did not answer";
       EXPECT_TRUE(Has(vmmipc_last_error(), want)) << vmmipc_last_error();
       EXPECT_LT(s, timeout_ms / 1000.0 + 1.0) << "the agreement waited longer than the timeout";
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+      EXPECT_EQ(info.code, VMMIPC_ERR_TIMEOUT);
+      EXPECT_EQ(info.rank, silent) << info.message;
+      EXPECT_STREQ(info.operation, "vmmipc_allgather_desc");
     }
     vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
     ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
@@ -320,6 +336,17 @@ void TryFromAnotherThread(void *arg) {
   t.join();
 }
 
+// The same, with vmmipc_comm_destroy as the second call: teardown is
+// refused while another thread is inside a call on the comm.
+void TryDestroyFromAnotherThread(void *arg) {
+  Overlap *o = static_cast<Overlap *>(arg);
+  std::thread t([o] {
+    o->second = vmmipc_comm_destroy(o->c);
+    o->msg = vmmipc_last_error();
+  });
+  t.join();
+}
+
 TEST_F(Faults, TwoThreadsOnOneCommAreRefusedNotCorrupted) {
   vmmipc_comm_t c = Create(30000);
   ASSERT_NE(c, nullptr);
@@ -330,10 +357,20 @@ TEST_F(Faults, TwoThreadsOnOneCommAreRefusedNotCorrupted) {
   MapAndCheck(c, 1, 5);
   vmmipc__test_on_inside(nullptr, nullptr);
   if (NodeSize(c) > 1) {
-    EXPECT_EQ(o.second, VMMIPC_ERR_INVALID_ARG) << o.msg;
+    EXPECT_EQ(o.second, VMMIPC_ERR_BUSY) << o.msg;
     EXPECT_TRUE(Has(o.msg, "another thread is inside vmmipc_allgather_map")) << o.msg;
   }
   MapAndCheck(c, 2, 6); // the comm is intact
+  Overlap d;
+  d.c = c;
+  vmmipc__test_on_inside(TryDestroyFromAnotherThread, &d);
+  MapAndCheck(c, 1, 7);
+  vmmipc__test_on_inside(nullptr, nullptr);
+  if (NodeSize(c) > 1) {
+    EXPECT_EQ(d.second, VMMIPC_ERR_BUSY) << d.msg;
+    EXPECT_TRUE(Has(d.msg, "vmmipc_comm_destroy: another thread is inside vmmipc_allgather_map")) << d.msg;
+  }
+  MapAndCheck(c, 2, 8); // still intact: the refused destroy freed nothing
   base.Expect("overlap");
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }

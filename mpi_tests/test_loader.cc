@@ -51,6 +51,26 @@ int NoPosixFd(void *) {
   return 0;
 }
 
+// The CUDA toolkit's stub libcuda answers every call with
+// CUDA_ERROR_STUB_LIBRARY: the message says so and names the file, not an
+// old driver.
+int StubDriver(void *) {
+  setenv("VMMIPC_STANDIN_CAPS", "stub", 1);
+  int n = 0;
+  if (vmmipc_device_count(&n) != VMMIPC_ERR_UNSUPPORTED) return 60;
+  const std::string msg = vmmipc_last_error();
+  if (msg.find("CUDA_ERROR_STUB_LIBRARY (34)") == std::string::npos) return 61;
+  if (msg.find("stub for linking, not the driver") == std::string::npos) return 62;
+  if (msg.find("VMMIPC_CUDA_DRIVER") == std::string::npos) return 63;
+  if (msg.find("older") != std::string::npos) return 64;
+  const char *file = std::getenv("VMMIPC_CUDA_DRIVER");  // the stand-in, by its full path
+  if (!file || msg.find(file) == std::string::npos) return 65;
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  if (vmmipc_last_error_info(&info) != VMMIPC_SUCCESS) return 66;
+  if (info.code != VMMIPC_ERR_UNSUPPORTED || info.driver_error != 34 || info.rank != -1) return 67;
+  return 0;
+}
+
 int NoContext(void *) {
   vmmipc_buf_t b = nullptr;
   if (vmmipc_alloc(1, &b) != VMMIPC_ERR_INVALID_ARG) return 50;
@@ -67,6 +87,11 @@ void ExpectChildExits0(int (*fn)(void *), const char *what) {
 TEST(Loader, MissingDriverIsUnsupportedAndNamesThePath) { ExpectChildExits0(MissingDriver, "missing driver"); }
 
 TEST(Loader, ALibraryWithoutTheDriverApiIsRefused) { ExpectChildExits0(NotADriver, "not a driver"); }
+
+TEST(Loader, AStubLibcudaIsNamedAsOne) {
+  if (!vt::UsingStandin()) GTEST_SKIP() << "needs the stand-in's stub mode";
+  ExpectChildExits0(StubDriver, "stub driver");
+}
 
 TEST(Loader, AllocWithoutACurrentDeviceSaysWhatToCall) { ExpectChildExits0(NoContext, "no context"); }
 

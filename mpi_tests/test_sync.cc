@@ -188,6 +188,10 @@ TEST_F(Sync, HostWaitIsBoundedAndWindowsAreIndependent) {
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(vmmipc_win_wait_host(w1, left, 1, 300), VMMIPC_ERR_TIMEOUT);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+  EXPECT_EQ(info.rank, left) << info.message;
+  EXPECT_STREQ(info.operation, "vmmipc_win_wait_host");
   EXPECT_GE(s, 0.29);
   EXPECT_LT(s, 1.3);
   EXPECT_NE(std::string(vmmipc_last_error()).find("rank " + std::to_string(left)), std::string::npos)

@@ -933,6 +933,93 @@ TEST(Transport, FilesystemNamespace) {
   }
 }
 
+// Binds a socket at the path in arg and exits: the file stays, with nobody
+// listening (a socket file another process replaced).
+int BindAndExit(void *arg) {
+  const char *path = static_cast<const char *>(arg);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  return fd >= 0 && bind(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) == 0 ? 0 : 1;
+}
+
+// A socket file replaced by another process fails the mesh at once on
+// every rank: the ranks connecting to it are refused (naming the path), its
+// own rank notices that the file is no longer the one it bound (naming the
+// path), and the others see those ranks hang up. With a 60 s timeout, a
+// TIMEOUT result would mean a rank waited it out.
+TEST(Transport, AReplacedSocketFileFailsAtOnceNamingThePath) {
+  WarmMpi();
+  char dir[256] = {};
+  if (vt::Rank() == 0) {
+    std::snprintf(dir, sizeof dir, "/tmp/vmmipc-tp-test-XXXXXX");
+    if (!mkdtemp(dir)) dir[0] = '\0';
+  }
+  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  ASSERT_NE(dir[0], '\0') << "mkdtemp failed on rank 0";
+  const int base = vt::FdCount();
+  const int rank = vt::Rank(), size = vt::Size(), victim = size - 1;
+  WorldOpts wo;
+  wo.ns = VMMIPC_SOCKET_FILESYSTEM;
+  wo.dir = dir;
+  wo.timeout_ms = 60000;
+  std::vector<int> ranks;
+  vmmipc__tp_t *tp = OpenOnly(wo, &ranks);
+  ASSERT_TRUE(AllRanks(tp != nullptr));
+  std::string own_dir = vmmipc__tp_conn(tp)->dir_path, path = vmmipc__tp_conn(tp)->sock_path;
+  if (rank == victim) {
+    ASSERT_EQ(unlink(path.c_str()), 0);
+    int st = vt::InChild(BindAndExit, const_cast<char *>(path.c_str()));
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "the other process could not bind " << path;
+  }
+  std::string victim_path = path;
+  {
+    std::vector<char> buf(path.begin(), path.end());
+    buf.resize(256, '\0');
+    MPI_Bcast(buf.data(), 256, MPI_CHAR, victim, MPI_COMM_WORLD);
+    victim_path = buf.data();
+  }
+  unsigned char addr[VMMIPC__ADDR_BYTES];
+  std::memcpy(addr, vmmipc__tp_addr(tp), sizeof addr);
+  std::vector<unsigned char> addrs(sizeof addr * static_cast<size_t>(size));
+  MPI_Allgather(addr, sizeof addr, MPI_UNSIGNED_CHAR, addrs.data(), sizeof addr, MPI_UNSIGNED_CHAR, MPI_COMM_WORLD);
+  int pid = static_cast<int>(getpid());
+  std::vector<int> pids_i(static_cast<size_t>(size));
+  MPI_Allgather(&pid, 1, MPI_INT, pids_i.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::vector<pid_t> pids(pids_i.begin(), pids_i.end());
+  std::vector<uid_t> uids(static_cast<size_t>(size), geteuid());
+  vmmipc_result_t rc = vmmipc__tp_connect(tp, addrs.data(), pids.data(), uids.data());
+  const std::string err = LastError();
+  EXPECT_EQ(rc, VMMIPC_ERR_PEER) << err;
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  ASSERT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
+  if (rank == victim) {
+    EXPECT_TRUE(Has(err, "its socket file " + victim_path + " was replaced")) << err;
+    EXPECT_EQ(info.rank, victim) << err;
+  } else {
+    EXPECT_GE(info.rank, 0) << "a peer failure names a rank: " << err;
+    EXPECT_NE(info.rank, rank) << err;
+  }
+  int named = rank != victim && Has(err, "at " + victim_path), others = 0;
+  MPI_Allreduce(&named, &others, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_GE(others, 1) << "no rank that connects to the replaced file named it";
+  vmmipc__tp_close(tp);
+  struct stat st;
+  if (rank == victim) {
+    EXPECT_EQ(lstat(path.c_str(), &st), 0) << "the other process's file was removed";
+    unlink(path.c_str());
+    rmdir(own_dir.c_str());
+  }
+  EXPECT_EQ(vt::FdCount(), base) << "fds leaked";
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT_EQ(DirEntries(dir), 0) << "something is left in " << dir;
+    EXPECT_EQ(rmdir(dir), 0) << dir << ": " << std::strerror(errno);
+  }
+}
+
 // Failures in open leave nothing behind and remove nothing they did not
 // make: a path too long for sun_path, a missing socket_dir, one that is not
 // a directory, and running out of fds after the directory was made.
@@ -1006,7 +1093,7 @@ TEST(Transport, OpenFailuresCleanUp) {
       ASSERT_TRUE(low.ok());
       rc = vmmipc__tp_open(&o, &tp);
     }
-    EXPECT_EQ(rc, VMMIPC_ERR_SYSTEM);
+    EXPECT_EQ(rc, VMMIPC_ERR_RESOURCE);
     EXPECT_EQ(tp, nullptr);
     EXPECT_TRUE(Has(LastError(), "EMFILE")) << LastError();
     EXPECT_EQ(DirEntries(dir), 0) << "the socket directory was left behind";
@@ -1581,7 +1668,7 @@ TEST(Transport, TruncatedFdsAreReleased) {
         ASSERT_TRUE(low.ok());
         x = Xchg(w.tp, kColl, 2, {}, &r);
       }
-      EXPECT_EQ(x.rc, VMMIPC_ERR_SYSTEM) << x.err;
+      EXPECT_EQ(x.rc, VMMIPC_ERR_RESOURCE) << x.err;
       EXPECT_TRUE(Has(x.err, "receiving from rank 1: ")) << x.err;
       EXPECT_TRUE(Has(x.err, "MSG_CTRUNC")) << x.err;
       EXPECT_TRUE(Has(x.err, "RLIMIT_NOFILE")) << x.err;

@@ -226,6 +226,41 @@ TEST_F(Wrap, FreeReleasesOnlyTheWrappersReferenceAndGrowIsRefused) {
   base.Expect("after freeing two wrappers");
 }
 
+// Memory imported from another process cannot be exported again: wrapping
+// it is refused at once (a peer's buffer mapped through a window, and one
+// received with vmmipc_bcast_map), and its own buffer still works.
+TEST_F(Wrap, MemoryImportedFromAPeerIsNotExportable) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs a peer";
+  vt::Baseline base;
+  const int me = vt::Rank(), n = vt::Size();
+  vmmipc_comm_t comm = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &comm));
+  vmmipc_buf_t own = vt::PatternBuf(2, 300 + me);
+  ASSERT_NE(own, nullptr);
+  vmmipc_win_t win = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(comm, own, nullptr, &win));
+  const int peer = (me + 1) % n;
+  void *p = nullptr;
+  size_t size = 0;
+  ASSERT_VMM_OK(vmmipc_win_query(win, peer, &p, &size));
+  ASSERT_NE(p, nullptr);
+  ExpectRefused(p, size, VMMIPC_ERR_NOT_EXPORTABLE, "imported from another process");
+  ExpectRefused(static_cast<char *>(p) + kGran, kGran, VMMIPC_ERR_NOT_EXPORTABLE, "cannot be exported again");
+  vmmipc_buf_t mapped = nullptr;
+  ASSERT_VMM_OK(vmmipc_bcast_map(comm, own, 0, nullptr, &mapped));
+  if (me != 0) {
+    ASSERT_NE(mapped, nullptr);
+    ASSERT_VMM_OK(vmmipc_buf_ptr(mapped, &p, &size));
+    ExpectRefused(p, size, VMMIPC_ERR_NOT_EXPORTABLE, "imported from another process");
+    EXPECT_TRUE(vt::CheckPattern(p, size, 300)) << "the refusal changed nothing";
+  }
+  ASSERT_VMM_OK(vmmipc_buf_free(mapped));
+  ASSERT_VMM_OK(vmmipc_win_free(win));
+  ASSERT_VMM_OK(vmmipc_buf_free(own));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(comm));
+  base.Expect("after the refused wraps");
+}
+
 // The wrapper's reference keeps the physical memory alive: exports made
 // after the application unmapped and released still carry the data.
 TEST_F(Wrap, ExportsKeepWorkingAfterTheApplicationUnmaps) {

@@ -36,6 +36,16 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
   return rc;
 }
 
+/* The retain count of visible device `dev`'s primary context, or -1: lets
+ * tests check that vmmipc takes one reference per device, not per call. */
+STI_EXPORT int vmmipc_standin_ctx_retains(int dev) {
+  int n = -1;
+  pthread_mutex_lock(&sti.mu);
+  if (dev >= 0 && dev < sti.nvis) n = sti.ctx[sti.vis[dev]].retains;
+  pthread_mutex_unlock(&sti.mu);
+  return n;
+}
+
 /* NULL unsets the current context. */
 CUresult cuCtxSetCurrent(CUcontext ctx) {
   CUresult rc = sti_enter();

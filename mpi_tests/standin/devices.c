@@ -82,8 +82,11 @@ static CUresult sti_read_caps(void) {
       sti.cap_kernels = 0;
     else if (len == 6 && strncmp(p, "nordma", 6) == 0)
       sti.cap_rdma = 0;
+    else if (len == 4 && strncmp(p, "stub", 4) == 0)
+      return CUDA_ERROR_STUB_LIBRARY; /* as the toolkit's stub libcuda (getproc.c) */
     else if (len != 0)
-      return sti_bad_env("VMMIPC_STANDIN_CAPS", env, "known capabilities are novmm, nofd, nordma, nomemops and nokernels");
+      return sti_bad_env("VMMIPC_STANDIN_CAPS", env,
+                         "known capabilities are novmm, nofd, nordma, nomemops, nokernels and stub");
     p += len;
     if (*p == ',') p++;
   }

@@ -4,6 +4,7 @@
  * changed (cuCtxGetDevice, cuCtxSynchronize in CUDA 13.0). cuda.h maps many
  * names to versioned symbols; the table's strings are taken before that
  * macro expansion. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "state.h"
@@ -74,6 +75,14 @@ static const sti_entry sti_entries[] = {
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus) {
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+  /* VMMIPC_STANDIN_CAPS=stub: every call fails as in the CUDA toolkit's
+   * stub libcuda (lib64/stubs), which programs link against and must never
+   * load. */
+  const char *caps = getenv("VMMIPC_STANDIN_CAPS");
+  if (caps && strstr(caps, "stub")) {
+    *pfn = NULL;
+    return CUDA_ERROR_STUB_LIBRARY;
+  }
   const cuuint64_t known = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if (flags & ~known) return CUDA_ERROR_INVALID_VALUE;
   *pfn = NULL;

@@ -100,6 +100,7 @@ CUresult sti_enter_ctx(void);
 void sti_leave(void);
 
 STI_EXPORT void vmmipc_standin_counts(long *allocations, long *mappings, long *reservations);
+STI_EXPORT int vmmipc_standin_ctx_retains(int dev);
 
 /* Devices (lock held). */
 void sti_uuid_of(int phys, unsigned char out[16]);

@@ -76,7 +76,7 @@ vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t c, vmmipc_buf_t buf, const vm
   } else {
     w->comm = c;
     w->own = buf;
-    if (buf) buf->exposed++;
+    if (buf) __atomic_fetch_add(&buf->exposed, 1, __ATOMIC_ACQ_REL);
     c->open_windows++;
     *out = w;
   }
@@ -107,7 +107,7 @@ vmmipc_result_t vmmipc_win_free(vmmipc_win_t w) {
   vmmipc_result_t r = broken ? VMMIPC_SUCCESS : vmmipc__enter(c, op, 1);
   if (r) return r;
   /* Unmap first: after the agreement no rank maps this window any more. */
-  if (w->own) w->own->exposed--;
+  if (w->own) __atomic_fetch_sub(&w->own->exposed, 1, __ATOMIC_ACQ_REL);
   c->open_windows--;
   vmmipc__pool_give(c, w->slice);
   win_drop(w, c->node_size);

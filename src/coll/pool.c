@@ -21,6 +21,7 @@ static vmmipc_result_t import_pool(void *arg, int q, vmmipc_desc_t d) {
   vmmipc_result_t r = VMMIPC_SUCCESS;
   if (!d) {
     r = vmmipc__error(VMMIPC_ERR_INVALID_DESC, "rank %d sent no signal pool", m->c->rank_of[q]);
+    vmmipc__error_rank(m->c->rank_of[q]);
   } else {
     r = vmmipc_import(d, NULL, &m->p->peer[q]);
     if (r) vmmipc__error_prefix("signal pool of rank %d: ", m->c->rank_of[q]);

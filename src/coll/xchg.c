@@ -53,6 +53,7 @@ vmmipc_result_t vmmipc__coll_import(struct vmmipc_comm *c, vmmipc_desc_t d, cons
   vmmipc_result_t r = c->cache && owner ? vmmipc__mapcache_import(c->cache, d, a, &c->timing, out, NULL)
                                         : vmmipc__import_timed(d, a, out, &c->timing);
   if (r) vmmipc__error_prefix("buffer of rank %d: ", from_rank);
+  if (r == VMMIPC_ERR_INVALID_DESC) vmmipc__error_rank(from_rank); /* it sent a bad one; else the failure is here */
   return r;
 }
 
@@ -80,6 +81,7 @@ static vmmipc_result_t on_recv(void *arg, vmmipc__tp_recv_t *m) {
   if (m->num_bytes > 0 || m->num_fds > 0) {
     r = vmmipc__desc_adopt(m->bytes, m->num_bytes, m->fds, m->num_fds, &d); /* takes the fds, closed on error */
     if (r) vmmipc__error_prefix("descriptor from rank %d: ", g->c->rank_of[m->peer]);
+    if (r == VMMIPC_ERR_INVALID_DESC) vmmipc__error_rank(g->c->rank_of[m->peer]);
   }
   free(m->bytes);
   free(m->fds);

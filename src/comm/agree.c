@@ -19,16 +19,23 @@
 #define AGREE_TAG_BASE 0x2000
 #define AGREE_TAG_SPAN 0x4000
 #define AGREE_TEXT_MAX 1024
-/* Outcome: code, secondary; then the message when failing. */
-#define OUTCOME_HEAD 8
+/* Outcome: code, secondary, the rank to blame (-1: this one), driver error,
+ * errno; then the message when failing. */
+#define OUTCOME_HEAD 20
 #define OUTCOME_MAX (OUTCOME_HEAD + AGREE_TEXT_MAX)
-/* Verdict: code, failing rank, broken, 0; then the message. */
-#define VERDICT_HEAD 16
+/* Verdict: code, the rank picked, broken, the rank to blame, driver error,
+ * errno; then the message. */
+#define VERDICT_HEAD 24
 #define VERDICT_MAX (VERDICT_HEAD + VMMIPC__ERRMSG_MAX)
 
 static int pack_outcome(unsigned char *b, vmmipc_result_t local, int secondary) {
   vmmipc__put32(b, (uint32_t)local);
   vmmipc__put32(b + 4, (uint32_t)(secondary != 0));
+  vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
+  if (local) vmmipc__error_get(&st);
+  vmmipc__put32(b + 8, (uint32_t)st.rank);
+  vmmipc__put32(b + 12, (uint32_t)st.driver_error);
+  vmmipc__put32(b + 16, (uint32_t)st.os_error);
   if (!local) return OUTCOME_HEAD;
   int n = snprintf((char *)b + OUTCOME_HEAD, AGREE_TEXT_MAX, "%s", vmmipc_last_error());
   if (n < 0) n = 0;
@@ -55,11 +62,15 @@ static int pack_verdict(unsigned char *v, const char *op, const unsigned char *o
   size_t len = 0;
   int missing = 0;
   for (int r = 0; r < size; r++) missing += !arrived[r];
-  uint32_t code = 0;
+  uint32_t code = 0, blame = UINT32_MAX, drv = 0, os = 0;
   if (pick >= 0) {
     const unsigned char *o = outcomes + (size_t)pick * OUTCOME_MAX;
     code = vmmipc__get32(o);
-    if (code > VMMIPC_ERR_ABORTED) code = VMMIPC_ERR_PEER; /* a code this build does not know */
+    int32_t named = (int32_t)vmmipc__get32(o + 8);
+    blame = (uint32_t)(named >= 0 && named < size ? named : pick);
+    drv = vmmipc__get32(o + 12);
+    os = vmmipc__get32(o + 16);
+    if (code > VMMIPC__RESULT_MAX) code = VMMIPC_ERR_PEER;
     int w = snprintf(text, cap, "%s failed on rank %d (%s): %.*s", op, pick, vmmipc_strerror((vmmipc_result_t)code),
                      AGREE_TEXT_MAX - 1, (const char *)o + OUTCOME_HEAD);
     len = w > 0 ? ((size_t)w < cap ? (size_t)w : cap - 1) : 0;
@@ -72,6 +83,7 @@ static int pack_verdict(unsigned char *v, const char *op, const unsigned char *o
     int shown = 0;
     for (int r = 0; r < size && len + 1 < cap; r++) {
       if (arrived[r]) continue;
+      if (blame == UINT32_MAX) blame = (uint32_t)r;
       if (shown++ == 16) {
         w = snprintf(text + len, cap - len, ", ... (%d in all)", missing);
       } else {
@@ -88,7 +100,9 @@ static int pack_verdict(unsigned char *v, const char *op, const unsigned char *o
   vmmipc__put32(v, code);
   vmmipc__put32(v + 4, (uint32_t)pick);
   vmmipc__put32(v + 8, (uint32_t)(missing != 0));
-  vmmipc__put32(v + 12, 0);
+  vmmipc__put32(v + 12, blame);
+  vmmipc__put32(v + 16, drv);
+  vmmipc__put32(v + 20, os);
   text[len] = '\0';
   return VERDICT_HEAD + (int)len + 1;
 }
@@ -99,9 +113,13 @@ static vmmipc_result_t apply_verdict(struct vmmipc_comm *c, const unsigned char 
   if (code == 0) return VMMIPC_SUCCESS;
   char text[VMMIPC__ERRMSG_MAX];
   snprintf(text, sizeof text, "%.*s", VMMIPC__ERRMSG_MAX - 1, (const char *)v + VERDICT_HEAD);
+  if (code > VMMIPC__RESULT_MAX) code = VMMIPC_ERR_PEER;
+  /* The failing rank's record, as the message: the same on every rank. */
   vmmipc__error_set_raw(text);
+  vmmipc__error_state_t st = {(vmmipc_result_t)code, (int)vmmipc__get32(v + 12), (int)vmmipc__get32(v + 16),
+                              (int)vmmipc__get32(v + 20)};
+  vmmipc__error_put(&st);
   if (broken) vmmipc__break(c);
-  if (code > VMMIPC_ERR_ABORTED) code = VMMIPC_ERR_PEER; /* a code this build does not know */
   return (vmmipc_result_t)code;
 }
 
@@ -195,6 +213,7 @@ static vmmipc_result_t agree_member(struct vmmipc_comm *c, vmmipc_result_t local
                        "not in this call); the communicator is broken: every later call on it fails, and "
                        "vmmipc_comm_destroy frees it locally",
                        op, c->timeout_ms);
+    vmmipc__error_rank(0);
   }
   vmmipc__mpi_abandon(reqs, 2, 1, bufs);
   vmmipc__break(c);

@@ -50,6 +50,12 @@ struct vmmipc_comm {
  * timings. On success vmmipc__leave must follow. */
 vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collective);
 void vmmipc__leave(struct vmmipc_comm *c);
+/* The process-wide half of vmmipc__enter, for calls that have no comm yet
+ * (vmmipc_comm_create) or free it (vmmipc_comm_destroy): counts this thread
+ * as inside a call that may use MPI, and refuses it as vmmipc__enter does
+ * when the thread level does not allow it. vmmipc__leave_process follows. */
+vmmipc_result_t vmmipc__enter_process(int thread_level, const char *op);
+void vmmipc__leave_process(void);
 /* Marks the comm broken with the current error message. */
 void vmmipc__break(struct vmmipc_comm *c);
 

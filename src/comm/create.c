@@ -14,6 +14,7 @@
 #include "comm/comm.h"
 #include "common/defaults.h"
 #include "common/host.h"
+#include "common/structsize.h"
 #include "common/random.h"
 #include "vmm/mapcache.h"
 
@@ -39,10 +40,13 @@ struct node_info {
 
 static vmmipc_result_t check_config(const vmmipc_config_t *cfg, const char *op) {
   if (!cfg) return VMMIPC_SUCCESS;
-  if (cfg->struct_size < offsetof(vmmipc_config_t, socket_dir) + sizeof(const char *) || cfg->struct_size > 4096)
+  if (cfg->struct_size < offsetof(vmmipc_config_t, socket_dir) + sizeof(const char *) ||
+      cfg->struct_size > VMMIPC__STRUCT_SIZE_MAX)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                          "%s: config->struct_size is %zu; hint: initialise the config with VMMIPC_CONFIG_INIT", op,
                          cfg->struct_size);
+  vmmipc_result_t r = vmmipc__struct_tail_ok(cfg, cfg->struct_size, sizeof *cfg, op, "config");
+  if (r) return r;
   if (cfg->socket_namespace != VMMIPC_SOCKET_AUTO && cfg->socket_namespace != VMMIPC_SOCKET_ABSTRACT &&
       cfg->socket_namespace != VMMIPC_SOCKET_FILESYSTEM)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
@@ -231,8 +235,10 @@ static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t
   }
   vmmipc_result_t r = local;
   for (int i = 0; i < n && !r; i++)
-    if (ni[i].status)
+    if (ni[i].status) {
       r = vmmipc__error(VMMIPC_ERR_PEER, "%s: rank %d could not open its socket", op, c->rank_of[i]);
+      vmmipc__error_rank(c->rank_of[i]);
+    }
   if (!r) {
     unsigned char *addrs = malloc((size_t)n * VMMIPC__ADDR_BYTES);
     pid_t *pids = malloc((size_t)n * sizeof *pids);
@@ -256,6 +262,8 @@ static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t
   return r;
 }
 
+static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vmmipc_comm_t *out, const char *op);
+
 vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vmmipc_comm_t *out) {
   const char *op = "vmmipc_comm_create";
   if (out) *out = NULL;
@@ -266,6 +274,18 @@ vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: MPI is %s; hint: call it between MPI_Init and MPI_Finalize",
                          op, inited ? "finalized" : "not initialised");
   if (comm == MPI_COMM_NULL) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm is MPI_COMM_NULL", op);
+  /* Creating calls MPI as every call on a comm does: the thread level
+   * decides whether another thread may be inside vmmipc meanwhile. */
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  vmmipc_result_t r = vmmipc__enter_process(level, op);
+  if (r) return r;
+  r = comm_create(comm, cfg, out, op);
+  vmmipc__leave_process();
+  return r;
+}
+
+static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vmmipc_comm_t *out, const char *op) {
   struct vmmipc_comm *c = calloc(1, sizeof *c);
   MPI_Comm *cell = malloc(sizeof *cell); /* MPI writes it when the idup completes */
   if (!c || !cell) {
@@ -364,11 +384,21 @@ vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
     }
   } else if (failed != c->rank) {
     local = vmmipc__error(VMMIPC_ERR_PEER, "%s: rank %d failed before the node split", op, failed);
+    vmmipc__error_rank(failed);
   }
   free(me);
   free(all);
-  /* A failure that only this rank saw is secondary when a lower rank also failed. */
-  vmmipc_result_t r = vmmipc__agree(c, local, failed >= 0 && failed != c->rank, op);
+  /* A failure that only this rank saw is secondary when a lower rank also
+   * failed, and so is one that blames another rank (it hung up, or its
+   * socket refused us): the verdict then reports the rank that failed
+   * first on its own. */
+  int secondary = failed >= 0 && failed != c->rank;
+  if (local == VMMIPC_ERR_PEER && !secondary) {
+    vmmipc__error_state_t st;
+    vmmipc__error_get(&st);
+    secondary = st.rank >= 0 && st.rank != c->rank;
+  }
+  vmmipc_result_t r = vmmipc__agree(c, local, secondary, op);
   if (r || c->broken) {
     if (!r) r = VMMIPC_ERR_TIMEOUT;
     comm_free(c);
@@ -388,7 +418,7 @@ vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   if (c->broken) { /* nobody to agree with: clean up locally */
     int idle = 0;
     if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-      return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: another thread is inside a call on this comm", op);
+      return vmmipc__error(VMMIPC_ERR_BUSY, "%s: another thread is inside a call on this comm", op);
     if (c->open_heaps) {
       __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
       return vmmipc__error(VMMIPC_ERR_BUSY, "%s: %d heap(s) of this comm are live; hint: vmmipc_heap_destroy them first",
@@ -396,7 +426,7 @@ vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
     }
     if (c->open_windows) {
       __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
-      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+      return vmmipc__error(VMMIPC_ERR_BUSY,
                            "%s: %d window(s) of this comm are open; hint: vmmipc_win_free them first (it frees them "
                            "locally on a broken comm)",
                            op, c->open_windows);
@@ -411,13 +441,19 @@ vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
     local = vmmipc__error(VMMIPC_ERR_BUSY, "%s: %d heap(s) of this comm are live; hint: vmmipc_heap_destroy them first",
                           op, c->open_heaps);
   else if (c->open_windows)
-    local = vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+    local = vmmipc__error(VMMIPC_ERR_BUSY,
                           "%s: %d window(s) of this comm are open; hint: vmmipc_win_free them first", op,
                           c->open_windows);
   /* Collective: nobody closes its sockets while a peer may still send. */
   r = vmmipc__agree(c, local, 0, op);
-  vmmipc__leave(c);
-  if (r && !c->broken) return r; /* refused everywhere: the comm stays usable */
+  if (r && !c->broken) { /* refused everywhere: the comm stays usable */
+    vmmipc__leave(c);
+    return r;
+  }
+  /* Freeing calls MPI_Comm_free: this thread stays counted inside until it
+   * is done (nobody else may use the comm by now). */
+  __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
   comm_free(c);
+  vmmipc__leave_process();
   return r;
 }

@@ -21,36 +21,48 @@ static const char *level_name(int level) {
   return "an unknown thread level";
 }
 
+vmmipc_result_t vmmipc__enter_process(int thread_level, const char *op) {
+  int others = __atomic_fetch_add(&g_inside, 1, __ATOMIC_ACQ_REL);
+  if (thread_level < MPI_THREAD_MULTIPLE && others > 0) {
+    vmmipc__leave_process();
+    return vmmipc__error(VMMIPC_ERR_BUSY,
+                         "%s: another thread is inside a vmmipc call on another comm, and MPI provides %s; hint: "
+                         "calls on different comms may run at once only under MPI_THREAD_MULTIPLE "
+                         "(MPI_Init_thread)",
+                         op, level_name(thread_level));
+  }
+  if (thread_level < MPI_THREAD_SERIALIZED) {
+    int main_thread = 0;
+    MPI_Is_thread_main(&main_thread);
+    if (!main_thread) {
+      vmmipc__leave_process();
+      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                           "%s: called from a thread other than MPI's main thread, and MPI provides %s; hint: call "
+                           "from the thread that initialised MPI, or initialise it with MPI_THREAD_SERIALIZED or "
+                           "higher",
+                           op, level_name(thread_level));
+    }
+  }
+  return VMMIPC_SUCCESS;
+}
+
+void vmmipc__leave_process(void) { __atomic_fetch_sub(&g_inside, 1, __ATOMIC_ACQ_REL); }
+
 vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collective) {
   int idle = 0;
   if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
     const char *other = __atomic_load_n(&c->busy_op, __ATOMIC_RELAXED);
-    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+    return vmmipc__error(VMMIPC_ERR_BUSY,
                          "%s: another thread is inside %s on this comm; hint: calls on one comm must not overlap: "
                          "serialise them, or give each thread its own comm",
                          op, other ? other : "a call");
   }
   __atomic_store_n(&c->busy_op, op, __ATOMIC_RELAXED);
-  int others = __atomic_fetch_add(&g_inside, 1, __ATOMIC_ACQ_REL);
-  if (c->thread_level < MPI_THREAD_MULTIPLE && others > 0) {
-    vmmipc__leave(c);
-    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
-                         "%s: another thread is inside a vmmipc call on another comm, and MPI provides %s; hint: "
-                         "calls on different comms may run at once only under MPI_THREAD_MULTIPLE "
-                         "(MPI_Init_thread)",
-                         op, level_name(c->thread_level));
-  }
-  if (c->thread_level < MPI_THREAD_SERIALIZED) {
-    int main_thread = 0;
-    MPI_Is_thread_main(&main_thread);
-    if (!main_thread) {
-      vmmipc__leave(c);
-      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
-                           "%s: called from a thread other than MPI's main thread, and MPI provides %s; hint: call "
-                           "from the thread that initialised MPI, or initialise it with MPI_THREAD_SERIALIZED or "
-                           "higher",
-                           op, level_name(c->thread_level));
-    }
+  vmmipc_result_t r = vmmipc__enter_process(c->thread_level, op);
+  if (r) {
+    __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+    return r;
   }
   if (c->broken) {
     vmmipc__leave(c);
@@ -65,9 +77,9 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
 }
 
 void vmmipc__leave(struct vmmipc_comm *c) {
-  __atomic_fetch_sub(&g_inside, 1, __ATOMIC_ACQ_REL);
   __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
   __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+  vmmipc__leave_process();
 }
 
 void vmmipc__break(struct vmmipc_comm *c) {

@@ -128,13 +128,30 @@ void vmmipc__cached_fds_add(long delta) { atomic_fetch_add(&vmmipc__cached, delt
 
 long vmmipc__cached_fds(void) { return atomic_load(&vmmipc__cached); }
 
-const char *vmmipc__fd_limit_note(void) {
-  static _Thread_local char note[192];
-  long n = vmmipc__cached_fds();
-  if (n <= 0) return "";
-  snprintf(note, sizeof note,
-           "; %ld fds are held by the export cache (one per exported chunk of each live buffer; "
-           "VMMIPC_EXPORT_CACHE=0 turns it off)",
-           n);
+static atomic_long vmmipc__mapcached;
+
+void vmmipc__mapcache_chunks_add(long delta) { atomic_fetch_add(&vmmipc__mapcached, delta); }
+
+long vmmipc__mapcache_chunks(void) { return atomic_load(&vmmipc__mapcached); }
+
+const char *vmmipc__fd_limit_note_less(long closing) {
+  static _Thread_local char note[448];
+  long n = vmmipc__cached_fds() - closing, m = vmmipc__mapcache_chunks();
+  int len = 0;
+  note[0] = '\0';
+  if (n > 0)
+    len = snprintf(note, sizeof note,
+                   "; %ld fds are held by the export cache (one per exported chunk of each live buffer; "
+                   "VMMIPC_EXPORT_CACHE=0 turns it off)",
+                   n);
+  if (len < 0) len = 0;
+  if (m > 0 && (size_t)len < sizeof note)
+    snprintf(note + len, sizeof note - (size_t)len,
+             "; the mapping caches hold %ld imported chunk(s) (a driver that keeps an fd per import, as the CPU "
+             "stand-in does, holds one fd for each; vmmipc_comm_cache_trim or a smaller "
+             "VMMIPC_MAP_CACHE_ENTRIES gives them back)",
+             m);
   return note;
 }
+
+const char *vmmipc__fd_limit_note(void) { return vmmipc__fd_limit_note_less(0); }

@@ -21,9 +21,18 @@ int vmmipc__fd_limit_reached(long *limit);
  * drops them; the fd-limit messages report them). */
 void vmmipc__cached_fds_add(long delta);
 long vmmipc__cached_fds(void);
-/* "; N fds are held by the export cache (...)", or "" while it holds none:
- * appended to fd-limit messages. Thread-local storage. */
+/* Imported chunks that mapping caches hold, process-wide (the mapping cache
+ * adds and drops them: on a driver that keeps an fd per import, as the CPU
+ * stand-in does, they are fds too). */
+void vmmipc__mapcache_chunks_add(long delta);
+long vmmipc__mapcache_chunks(void);
+/* "; N fds are held by the export cache (...)" and "; the mapping caches
+ * hold M imported chunk(s) (...)", each left out while zero: appended to
+ * fd-limit messages. Thread-local storage. */
 const char *vmmipc__fd_limit_note(void);
+/* The same, not counting `closing` export-cache fds that the failing call
+ * is about to close again. */
+const char *vmmipc__fd_limit_note_less(long closing);
 /* A random nonzero value fixed for this process (buffer identities). */
 uint64_t vmmipc__process_nonce(void);
 

@@ -12,5 +12,7 @@ vmmipc_result_t vmmipc__cu_error(CUresult rc, const char *hint, const char *fmt,
   va_end(ap);
   vmmipc__cu_errstr(rc, e, sizeof e);
   vmmipc_result_t r = rc == CUDA_ERROR_OUT_OF_MEMORY ? VMMIPC_ERR_NO_MEMORY : VMMIPC_ERR_CUDA;
-  return vmmipc__error(r, "%s failed: %s%s%s", call, e, hint ? "; hint: " : "", hint ? hint : "");
+  vmmipc__error(r, "%s failed: %s%s%s", call, e, hint ? "; hint: " : "", hint ? hint : "");
+  vmmipc__error_driver((int)rc);
+  return r;
 }

@@ -1,6 +1,7 @@
 /* Devices: ordinals, UUIDs and the current context. */
 #include "driver/device.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -50,6 +51,12 @@ vmmipc_result_t vmmipc_device_uuid(int ordinal, vmmipc_uuid_t *uuid) {
   return VMMIPC_SUCCESS;
 }
 
+/* The primary contexts vmmipc_set_device retained, by ordinal (ordinals
+ * beyond the table, which no machine has, are retained on every call). */
+#define VMMIPC__CTX_SLOTS 256
+static pthread_mutex_t vmmipc__ctx_mu = PTHREAD_MUTEX_INITIALIZER;
+static CUcontext vmmipc__ctx[VMMIPC__CTX_SLOTS];
+
 vmmipc_result_t vmmipc_set_device(int ordinal) {
   const vmmipc__cu_t *cu;
   vmmipc_result_t r = vmmipc__cu_load(&cu);
@@ -59,9 +66,17 @@ vmmipc_result_t vmmipc_set_device(int ordinal) {
   CUcontext ctx;
   CUresult rc = cu->cuDeviceGet(&dev, ordinal);
   if (rc) return vmmipc__cu_error(rc, NULL, "vmmipc_set_device: cuDeviceGet(%d)", ordinal);
-  /* The primary context stays retained for the life of the process, as the
-   * runtime's cudaSetDevice does; retaining again only bumps a count. */
-  rc = cu->cuDevicePrimaryCtxRetain(&ctx, dev);
+  /* The primary context is retained once per device and kept for the life
+   * of the process, as the runtime's cudaSetDevice does: calling again
+   * takes no further reference. */
+  pthread_mutex_lock(&vmmipc__ctx_mu);
+  ctx = ordinal < VMMIPC__CTX_SLOTS ? vmmipc__ctx[ordinal] : NULL;
+  rc = CUDA_SUCCESS;
+  if (!ctx) {
+    rc = cu->cuDevicePrimaryCtxRetain(&ctx, dev);
+    if (!rc && ordinal < VMMIPC__CTX_SLOTS) vmmipc__ctx[ordinal] = ctx;
+  }
+  pthread_mutex_unlock(&vmmipc__ctx_mu);
   if (rc) return vmmipc__cu_error(rc, NULL, "vmmipc_set_device: cuDevicePrimaryCtxRetain(device %d)", ordinal);
   rc = cu->cuCtxSetCurrent(ctx);
   if (rc) return vmmipc__cu_error(rc, NULL, "vmmipc_set_device: cuCtxSetCurrent(device %d)", ordinal);

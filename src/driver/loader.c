@@ -37,6 +37,34 @@ static CUresult vmmipc__getproc(const char *name, void **fn, int version, CUdriv
   return rc;
 }
 
+/* The file the driver was loaded from (dlopen of "libcuda.so.1" finds it
+ * through the loader's search path), else the name given to dlopen. */
+static const char *vmmipc__loaded_file(char *buf, size_t cap) {
+  Dl_info info;
+  void *sym = NULL; /* a function pointer, as dladdr takes it */
+  memcpy(&sym, vmmipc__getproc_v2 ? (const void *)&vmmipc__getproc_v2 : (const void *)&vmmipc__getproc_v1,
+         sizeof sym);
+  if (sym && dladdr(sym, &info) && info.dli_fname && *info.dli_fname)
+    snprintf(buf, cap, "%s", info.dli_fname);
+  else
+    snprintf(buf, cap, "%s", vmmipc__table.path);
+  return buf;
+}
+
+/* CUDA_ERROR_STUB_LIBRARY: the toolkit's link-time stub (lib64/stubs), not
+ * a driver, came first in the search path. */
+static vmmipc_result_t vmmipc__stub_error(const char *call) {
+  char file[512];
+  vmmipc__error(VMMIPC_ERR_UNSUPPORTED,
+                       "loading the CUDA driver: %s in %s returned CUDA_ERROR_STUB_LIBRARY (34): that libcuda is the "
+                       "CUDA toolkit's stub for linking, not the driver; hint: remove the toolkit's stubs directory "
+                       "from LD_LIBRARY_PATH, or set VMMIPC_CUDA_DRIVER to the driver's libcuda.so.1 (ldconfig -p | "
+                       "grep libcuda)",
+                       call, vmmipc__loaded_file(file, sizeof file));
+  vmmipc__error_driver(CUDA_ERROR_STUB_LIBRARY);
+  return VMMIPC_ERR_UNSUPPORTED;
+}
+
 static vmmipc_result_t vmmipc__resolve(void) {
   CUdriverProcAddressQueryResult status;
   void *fn;
@@ -44,6 +72,7 @@ static vmmipc_result_t vmmipc__resolve(void) {
 #define VMMIPC__CU_RESOLVE(name)                                                                         \
   fn = NULL;                                                                                      \
   rc = vmmipc__getproc(#name, &fn, vmmipc__cu_abi_version(#name), &status);                        \
+  if (rc == CUDA_ERROR_STUB_LIBRARY) return vmmipc__stub_error("cuGetProcAddress(\"" #name "\")");     \
   if (rc != CUDA_SUCCESS || fn == NULL || status != CU_GET_PROC_ADDRESS_SUCCESS)                  \
     return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,                                                  \
                          "loading the CUDA driver: cuGetProcAddress(\"%s\", version %d) in %s "   \
@@ -72,6 +101,7 @@ static vmmipc_result_t vmmipc__load_from(void *lib, const char *path) {
   vmmipc_result_t r = vmmipc__resolve();
   if (r != VMMIPC_SUCCESS) return r;
   CUresult rc = vmmipc__table.cuInit(0);
+  if (rc == CUDA_ERROR_STUB_LIBRARY) return vmmipc__stub_error("cuInit(0)");
   if (rc != CUDA_SUCCESS) {
     char e[128];
     return vmmipc__error(rc == CUDA_ERROR_NO_DEVICE ? VMMIPC_ERR_UNSUPPORTED : VMMIPC_ERR_CUDA,

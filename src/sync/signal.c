@@ -190,17 +190,23 @@ vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, i
     if (now >= next_liveness) {
       next_liveness = now + 100;
       pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(w->comm->tp), p);
-      if (vmmipc__pid_gone(pid))
-        return vmmipc__error(VMMIPC_ERR_PEER,
-                             "%s: rank %d (pid %d) exited before its slot reached %llu (it holds %llu); hint: its "
-                             "output has the first error",
-                             op, rank, (int)pid, (unsigned long long)value, (unsigned long long)v);
+      if (vmmipc__pid_gone(pid)) {
+        vmmipc__error(VMMIPC_ERR_PEER,
+                      "%s: rank %d (pid %d) exited before its slot reached %llu (it holds %llu); hint: its "
+                      "output has the first error",
+                      op, rank, (int)pid, (unsigned long long)value, (unsigned long long)v);
+        vmmipc__error_rank(rank);
+        return VMMIPC_ERR_PEER;
+      }
     }
-    if (now >= deadline)
-      return vmmipc__error(VMMIPC_ERR_TIMEOUT,
-                           "%s: rank %d did not signal %llu within %d ms (its slot holds %llu); hint: is it alive and "
-                           "does it call vmmipc_win_signal with that value?",
-                           op, rank, (unsigned long long)value, timeout_ms, (unsigned long long)v);
+    if (now >= deadline) {
+      vmmipc__error(VMMIPC_ERR_TIMEOUT,
+                    "%s: rank %d did not signal %llu within %d ms (its slot holds %llu); hint: is it alive and "
+                    "does it call vmmipc_win_signal with that value?",
+                    op, rank, (unsigned long long)value, timeout_ms, (unsigned long long)v);
+      vmmipc__error_rank(rank);
+      return VMMIPC_ERR_TIMEOUT;
+    }
     /* Spin briefly, then back off to 1 ms: latency when it is close,
      * little CPU when it is not. */
     if (polls > 32) {

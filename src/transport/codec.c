@@ -113,6 +113,11 @@ int vmmipc__frame_decode(const void *rec, size_t len, int nfds, const vmmipc__fr
       return why_set(why, cap, "a HELLO frame carries data");
     return 0;
   }
+  /* No message has this number (epochs and pair numbers start at 0 and
+   * advance by one per call): the receiver would wrap expecting the next. */
+  if (f->seq == UINT64_MAX)
+    return why_set(why, cap, "%s frame with message number 2^64-1, which no message has",
+                   f->kind == VMMIPC__KIND_ABORT ? "an ABORT" : "a DATA");
   if (f->kind == VMMIPC__KIND_ABORT) {
     if (f->code == 0 || f->code > 64) return why_set(why, cap, "ABORT with result code %u", (unsigned)f->code);
     if (f->index || f->frame_fds || f->total_fds || f->total_bytes != f->frame_bytes ||

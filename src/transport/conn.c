@@ -39,8 +39,11 @@ vmmipc_result_t vmmipc__os_error(vmmipc_result_t rc, int err, const char *hint, 
   va_start(ap, fmt);
   vsnprintf(head, sizeof head, fmt, ap);
   va_end(ap);
-  return vmmipc__error(rc, "%s: %s (%s)%s%s", head, vmmipc__errno_name(err), strerror(err), hint ? "; hint: " : "",
-                       hint ? hint : "");
+  rc = vmmipc__errno_result(rc, err);
+  vmmipc__error(rc, "%s: %s (%s)%s%s", head, vmmipc__errno_name(err), strerror(err), hint ? "; hint: " : "",
+                hint ? hint : "");
+  vmmipc__error_os(err);
+  return rc;
 }
 
 int vmmipc__conn_rank(const vmmipc__conn_t *c, int p) {
@@ -111,8 +114,11 @@ void vmmipc__conn_addr_text(const unsigned char addr[VMMIPC__ADDR_BYTES], char *
 
 /* ---- open / close ---------------------------------------------------------- */
 
+/* *out is written on every path (-1 on failure): callers test the result,
+ * which the compiler cannot prove nonzero on the error path. */
 static vmmipc_result_t new_socket(int *out) {
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  *out = fd;
   if (fd < 0) {
     int e = errno;
     return vmmipc__os_error(VMMIPC_ERR_SYSTEM, e,
@@ -122,7 +128,6 @@ static vmmipc_result_t new_socket(int *out) {
                                 : NULL,
                             "socket(AF_UNIX, SOCK_SEQPACKET)");
   }
-  *out = fd;
   return VMMIPC_SUCCESS;
 }
 
@@ -267,11 +272,45 @@ vmmipc_result_t vmmipc__conn_open(const vmmipc__conn_opts_t *o, vmmipc__conn_t *
     rc = vmmipc__os_error(VMMIPC_ERR_SYSTEM, errno, NULL, "opening the transport of rank %d: listen(%s)", R, text);
     goto fail;
   }
+  struct stat st;
+  if (c->ns == VMMIPC_SOCKET_FILESYSTEM) {
+    if (lstat(c->sock_path, &st) != 0) {
+      rc = vmmipc__os_error(VMMIPC_ERR_SYSTEM, errno, NULL, "opening the transport of rank %d: lstat(%s)", R, text);
+      goto fail;
+    }
+    c->sock_dev = st.st_dev;
+    c->sock_ino = st.st_ino;
+  }
   *out = c;
   return VMMIPC_SUCCESS;
 fail:
   vmmipc__conn_close(c);
   return rc;
+}
+
+/* Filesystem mode: whether the socket file is still the one bind() made. A
+ * process that removed or replaced it takes the connections meant for this
+ * rank: better an error now, naming the path, than waiting out the timeout
+ * for peers that cannot reach us. */
+static vmmipc_result_t check_listener_file(const vmmipc__conn_t *c, int R) {
+  if (c->ns != VMMIPC_SOCKET_FILESYSTEM || c->listen_fd < 0 || !c->sock_path) return VMMIPC_SUCCESS;
+  struct stat st;
+  if (lstat(c->sock_path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == c->sock_dev && st.st_ino == c->sock_ino)
+    return VMMIPC_SUCCESS;
+  int e = errno;
+  char how[96];
+  if (lstat(c->sock_path, &st) != 0)
+    snprintf(how, sizeof how, "removed (%s)", vmmipc__errno_name(e));
+  else
+    snprintf(how, sizeof how, "replaced (now inode %llu%s)", (unsigned long long)st.st_ino,
+             S_ISSOCK(st.st_mode) ? ", a socket" : ", not a socket");
+  vmmipc__error(VMMIPC_ERR_PEER,
+                "rank %d setting up connections: its socket file %s was %s by another process, so the node's "
+                "ranks cannot reach it; hint: give each job its own VMMIPC_SOCKET_DIR (or socket_dir) that "
+                "nothing else writes to",
+                R, c->sock_path, how);
+  vmmipc__error_rank(R);
+  return VMMIPC_ERR_PEER;
 }
 
 /* Removes the listener and, in filesystem mode, its file and directory. */
@@ -280,7 +319,10 @@ static void close_listener(vmmipc__conn_t *c) {
   if (c->listen_fd >= 0) close(c->listen_fd);
   c->listen_fd = -1;
   if (c->owner == getpid()) { /* a forked child must not remove its parent's files */
-    if (c->sock_path) unlink(c->sock_path);
+    struct stat st; /* nor anyone another process's socket that replaced ours */
+    if (c->sock_path && (c->sock_ino == 0 || (lstat(c->sock_path, &st) == 0 && st.st_dev == c->sock_dev &&
+                                              st.st_ino == c->sock_ino)))
+      unlink(c->sock_path);
     if (c->dir_path) rmdir(c->dir_path);
   }
   free(c->sock_path);
@@ -543,13 +585,15 @@ static vmmipc_result_t mesh_connect(mesh_t *m, int q, int ctx) {
       m->retry = 1;
       return VMMIPC_SUCCESS;
     }
-    return vmmipc__os_error(e == ECONNREFUSED || e == ENOENT ? VMMIPC_ERR_PEER : VMMIPC_ERR_SYSTEM, e,
-                            e == ECONNREFUSED || e == ENOENT
-                                ? "nobody listens there: that rank failed or exited (check its output), or it runs "
-                                  "in another network namespace (a container): set VMMIPC_SOCKET_DIR to a directory "
-                                  "all ranks share"
-                                : (e == EACCES || e == EPERM) ? "every rank must run as the same user" : NULL,
-                            "rank %d connecting to rank %d at %s", vmmipc__conn_rank(c, c->node_rank), R, text);
+    rc = vmmipc__os_error(e == ECONNREFUSED || e == ENOENT ? VMMIPC_ERR_PEER : VMMIPC_ERR_SYSTEM, e,
+                          e == ECONNREFUSED || e == ENOENT
+                              ? "nobody listens there: that rank failed or exited (check its output), its socket "
+                                "file was replaced, or it runs in another network namespace (a container): set "
+                                "VMMIPC_SOCKET_DIR to a directory all ranks share"
+                              : (e == EACCES || e == EPERM) ? "every rank must run as the same user" : NULL,
+                          "rank %d connecting to rank %d at %s", vmmipc__conn_rank(c, c->node_rank), R, text);
+    vmmipc__error_rank(R);
+    return rc;
   }
   struct ucred uc;
   socklen_t ul = sizeof uc;
@@ -564,17 +608,29 @@ static vmmipc_result_t mesh_connect(mesh_t *m, int q, int ctx) {
     c->refused++;
     snprintf(c->last_refusal, sizeof c->last_refusal, "the listener at %s is pid %d (uid %u), not rank %d", text,
              (int)uc.pid, (unsigned)uc.uid, R);
-    return vmmipc__error(VMMIPC_ERR_PEER,
-                         "rank %d connecting to rank %d at %s: the socket belongs to pid %d (uid %u), not to rank %d "
-                         "(pid %d); refusing to send to it; hint: all ranks must share one pid namespace",
-                         vmmipc__conn_rank(c, c->node_rank), R, text, (int)uc.pid, (unsigned)uc.uid, R,
-                         (int)c->pids[q]);
+    vmmipc__error(VMMIPC_ERR_PEER,
+                  "rank %d connecting to rank %d at %s: the socket belongs to pid %d (uid %u), not to rank %d "
+                  "(pid %d); refusing to send to it; hint: all ranks must share one pid namespace, and nothing "
+                  "else may write to the socket directory",
+                  vmmipc__conn_rank(c, c->node_rank), R, text, (int)uc.pid, (unsigned)uc.uid, R, (int)c->pids[q]);
+    vmmipc__error_rank(R);
+    return VMMIPC_ERR_PEER;
   }
   c->fd[ctx - 1][q] = fd;
   int sent = 0;
   if ((rc = send_hello(c, q, ctx, &sent))) return rc;
   m->hello_due[(ctx - 1) * c->node_size + q] = !sent;
   return VMMIPC_SUCCESS;
+}
+
+/* The comm rank of the first peer mesh_missing names, or -1. */
+static int mesh_first_missing(const mesh_t *m) {
+  const vmmipc__conn_t *c = m->c;
+  for (int q = 0; q < c->node_size; q++)
+    if (q != c->node_rank && (c->fd[0][q] < 0 || c->fd[1][q] < 0 || m->hello_due[q] ||
+                              m->hello_due[c->node_size + q]))
+      return vmmipc__conn_rank(c, q);
+  return -1;
 }
 
 /* Appends what is still missing to buf, for the timeout message. */
@@ -652,12 +708,14 @@ vmmipc_result_t vmmipc__conn_mesh(vmmipc__conn_t *c, const unsigned char *addrs,
     int64_t now = vmmipc__now_ms();
     if (now >= next_liveness) {
       next_liveness = now + CONN_SLICE_MS;
+      if ((rc = check_listener_file(c, R))) goto out;
       for (int q = 0; q < n; q++)
         if (q != me && (c->fd[0][q] < 0 || c->fd[1][q] < 0) && vmmipc__pid_gone(pids[q])) {
           rc = vmmipc__error(VMMIPC_ERR_PEER,
                              "rank %d setting up connections: rank %d (pid %d) exited; hint: its output has the "
                              "first error",
                              R, vmmipc__conn_rank(c, q), (int)pids[q]);
+          vmmipc__error_rank(vmmipc__conn_rank(c, q));
           goto out;
         }
     }
@@ -672,6 +730,7 @@ vmmipc_result_t vmmipc__conn_mesh(vmmipc__conn_t *c, const unsigned char *addrs,
                          "rank %d setting up connections timed out waiting for %s after %ld connect attempt(s) met a "
                          "full backlog%s; hint: is every rank of the node in vmmipc_comm_create?",
                          R, what, m.attempts, refused);
+      vmmipc__error_rank(mesh_first_missing(&m));
       goto out;
     }
     nfds_t k = 0;

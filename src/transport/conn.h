@@ -35,6 +35,8 @@ typedef struct vmmipc__conn {
   int listen_fd;           /* -1 once the mesh is complete */
   char *dir_path;          /* filesystem mode: this rank's private directory */
   char *sock_path;         /* filesystem mode: its socket file */
+  dev_t sock_dev;          /* filesystem mode: the file bind() made, to notice it replaced */
+  ino_t sock_ino;
   pid_t owner;             /* only the opening process removes the files */
   unsigned char addr[VMMIPC__ADDR_BYTES];
   pid_t *pids;

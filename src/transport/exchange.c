@@ -121,10 +121,12 @@ typedef struct xstate {
 
 static vmmipc_result_t closed_error(vmmipc__tp_t *tp, int p) {
   int R = tp_rank(tp, p);
-  return vmmipc__error(VMMIPC_ERR_PEER,
-                       "the connection with rank %d is closed (%s); hint: rank %d failed, exited or destroyed its "
-                       "communicator; this comm cannot talk to it any more",
-                       R, tp->conn->closed[p] ? tp->conn->closed[p] : "unknown reason", R);
+  vmmipc__error(VMMIPC_ERR_PEER,
+                "the connection with rank %d is closed (%s); hint: rank %d failed, exited or destroyed its "
+                "communicator; this comm cannot talk to it any more",
+                R, tp->conn->closed[p] ? tp->conn->closed[p] : "unknown reason", R);
+  vmmipc__error_rank(R);
+  return VMMIPC_ERR_PEER;
 }
 
 static int peer_gone_errno(int e) { return e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ECONNREFUSED; }
@@ -134,9 +136,11 @@ static vmmipc_result_t hung_up(vmmipc__tp_t *tp, int p, int e) {
   char why[160];
   snprintf(why, sizeof why, "rank %d hung up (%s)", R, e ? vmmipc__errno_name(e) : "end of file");
   vmmipc__conn_drop(tp->conn, p, why);
-  return vmmipc__error(VMMIPC_ERR_PEER,
-                       "%s; hint: rank %d has probably failed or destroyed its communicator; check its output", why,
-                       R);
+  vmmipc__error(VMMIPC_ERR_PEER, "%s; hint: rank %d has probably failed or destroyed its communicator; check its output",
+                why, R);
+  vmmipc__error_os(e);
+  vmmipc__error_rank(R);
+  return VMMIPC_ERR_PEER;
 }
 
 static vmmipc_result_t send_progress(xstate_t *s, sop_t *op) {
@@ -183,11 +187,11 @@ static vmmipc_result_t send_progress(xstate_t *s, sop_t *op) {
 static vmmipc_result_t fd_limit_error(vmmipc__tp_t *tp, int p, int got, unsigned want) {
   struct rlimit rl;
   long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (long)rl.rlim_cur : -1;
-  return vmmipc__error(VMMIPC_ERR_SYSTEM,
+  return vmmipc__error(VMMIPC_ERR_RESOURCE,
                        "receiving from rank %d: the file descriptors of a frame were cut short (MSG_CTRUNC: %d of %u "
                        "arrived and were closed): this process has %d fds open with a limit of %ld (RLIMIT_NOFILE); "
-                       "hint: raise the open-file limit (ulimit -n)",
-                       tp_rank(tp, p), got, want, vmmipc__fd_count(), lim);
+                       "hint: raise the open-file limit (ulimit -n)%s",
+                       tp_rank(tp, p), got, want, vmmipc__fd_count(), lim, vmmipc__fd_limit_note());
 }
 
 static vmmipc_result_t bad_stream(vmmipc__tp_t *tp, int p, const char *why) {
@@ -195,10 +199,12 @@ static vmmipc_result_t bad_stream(vmmipc__tp_t *tp, int p, const char *why) {
   char reason[400];
   snprintf(reason, sizeof reason, "rank %d broke the protocol: %s", R, why);
   vmmipc__conn_drop(tp->conn, p, reason);
-  return vmmipc__error(VMMIPC_ERR_INVALID_DESC,
-                       "receiving from rank %d: %s; the connection was closed; hint: every rank must run the same "
-                       "vmmipc build",
-                       R, why);
+  vmmipc__error(VMMIPC_ERR_INVALID_DESC,
+                "receiving from rank %d: %s; the connection was closed; hint: every rank must run the same "
+                "vmmipc build",
+                R, why);
+  vmmipc__error_rank(R);
+  return VMMIPC_ERR_INVALID_DESC;
 }
 
 static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op) {
@@ -263,9 +269,11 @@ static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op) {
         if (ctx == VMMIPC__CTX_P2P) tp->p2p_next_in[p] = f.seq + 1; /* that message is gone */
         x->aborted_by = p;
         vmmipc_result_t code = (vmmipc_result_t)f.code;
-        if (code < VMMIPC_ERR_INVALID_ARG || code > VMMIPC_ERR_NO_MEMORY) code = VMMIPC_ERR_PEER;
-        return vmmipc__error(VMMIPC_ERR_PEER, "rank %d gave up (%s): %.*s", R, vmmipc_strerror(code),
-                             (int)f.frame_bytes, (const char *)payload);
+        if (code < VMMIPC_ERR_INVALID_ARG || code > VMMIPC__RESULT_MAX) code = VMMIPC_ERR_PEER;
+        vmmipc__error(VMMIPC_ERR_PEER, "rank %d gave up (%s): %.*s", R, vmmipc_strerror(code), (int)f.frame_bytes,
+                      (const char *)payload);
+        vmmipc__error_rank(R);
+        return VMMIPC_ERR_PEER;
       }
       case VMMIPC__ASM_DONE: {
         if (!op->slot) { /* a watched peer sent data it owes nobody */
@@ -363,6 +371,15 @@ static void describe_pending(const xstate_t *s, char *buf, size_t cap) {
 #undef APPEND
 }
 
+/* The comm rank of the first peer that describe_pending names, or -1. */
+static int first_pending_rank(const xstate_t *s) {
+  for (int i = 0; i < s->nrops; i++)
+    if (!s->rops[i].done && s->rops[i].slot) return tp_rank(s->tp, s->rops[i].peer);
+  for (int i = 0; i < s->x->num_sends; i++)
+    if (!s->sops[i].done) return tp_rank(s->tp, s->sops[i].msg->peer);
+  return -1;
+}
+
 static int peer_pending(const xstate_t *s, int p) {
   for (int i = 0; i < s->nrops; i++)
     if (!s->rops[i].done && s->rops[i].slot && s->rops[i].peer == p) return 1;
@@ -400,6 +417,8 @@ static void tell_peers(xstate_t *s) {
   int n = tp->conn->node_size;
   char msg[VMMIPC__ABORT_MAX_BYTES + 1];
   snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
+  vmmipc__error_state_t st;
+  vmmipc__error_get(&st);
   char *todo = calloc((size_t)n, 1);
   uint64_t *seq = calloc((size_t)n, sizeof *seq);
   struct pollfd *pfd = calloc((size_t)n, sizeof *pfd);
@@ -459,6 +478,7 @@ out:
   free(seq);
   free(pfd);
   vmmipc__error_set_raw(msg); /* the caller's error stays the current one */
+  vmmipc__error_put(&st);
 }
 
 vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
@@ -533,6 +553,7 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
                            "rank %d (pid %d) exited while rank %d waited on it; hint: rank %d crashed or was killed: "
                            "its output has the first error",
                            R, (int)tp->conn->pids[p], tp_rank(tp, tp->conn->node_rank), R);
+        vmmipc__error_rank(R);
         goto fail;
       }
       if (!pending) break;
@@ -544,6 +565,7 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
                          "rank %d timed out after %d ms waiting for %s; hint: is that rank alive and in the matching "
                          "call? raise vmmipc_config_t.timeout_ms or VMMIPC_TIMEOUT_MS if it is just slow",
                          tp_rank(tp, tp->conn->node_rank), tp->timeout_ms, what);
+      vmmipc__error_rank(first_pending_rank(&s));
       goto fail;
     }
     nfds_t k = 0;

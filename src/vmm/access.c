@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/structsize.h"
 #include "driver/device.h"
 #include "vmm/vmm.h"
 
@@ -10,10 +11,13 @@ vmmipc_result_t vmmipc__access_resolve(const vmmipc__cu_t *cu, const vmmipc_acce
                                        CUmemAccessDesc *out, int *num) {
   vmmipc_access_t def = VMMIPC_ACCESS_DEFAULT;
   if (!a) a = &def;
-  if (a->struct_size < offsetof(vmmipc_access_t, devices) + sizeof a->devices || a->struct_size > 4096)
+  if (a->struct_size < offsetof(vmmipc_access_t, devices) + sizeof a->devices ||
+      a->struct_size > VMMIPC__STRUCT_SIZE_MAX)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                          "%s: access.struct_size is %zu; hint: initialise it with VMMIPC_ACCESS_DEFAULT", op,
                          a->struct_size);
+  vmmipc_result_t r = vmmipc__struct_tail_ok(a, a->struct_size, sizeof *a, op, "access");
+  if (r) return r;
   if (a->prot != VMMIPC_PROT_READWRITE && a->prot != VMMIPC_PROT_READ)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: access.prot %d is neither VMMIPC_PROT_READ nor _READWRITE", op,
                          (int)a->prot);
@@ -24,7 +28,6 @@ vmmipc_result_t vmmipc__access_resolve(const vmmipc__cu_t *cu, const vmmipc_acce
   CUmemAccess_flags flags = a->prot == VMMIPC_PROT_READ ? CU_MEM_ACCESS_FLAGS_PROT_READ
                                                         : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   int n = 0;
-  vmmipc_result_t r;
   if (a->num_devices == 0) {
     int dev;
     if ((r = vmmipc__current_device(cu, op, &dev))) return r;

@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/structsize.h"
 #include "desc/desc.h"
 #include "driver/device.h"
 #include "vmm/vmm.h"
@@ -94,14 +95,17 @@ vmmipc_result_t vmmipc_alloc(size_t size, vmmipc_buf_t *out) {
 }
 
 /* Like vmmipc_config_t: the fields of 0.2 must all be there; a larger
- * struct_size (from a newer header) is fine up to a sanity bound. */
+ * struct_size (from a newer header) is fine up to a sanity bound while the
+ * fields this library does not know are zero. */
 static vmmipc_result_t vmmipc__check_props(const vmmipc_alloc_props_t *p, const char *op) {
   if (p->struct_size < offsetof(vmmipc_alloc_props_t, export_cache) + sizeof p->export_cache ||
-      p->struct_size > 4096)
+      p->struct_size > VMMIPC__STRUCT_SIZE_MAX)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                          "%s: props->struct_size is %zu; hint: initialise the properties with "
                          "VMMIPC_ALLOC_PROPS_INIT",
                          op, p->struct_size);
+  vmmipc_result_t r = vmmipc__struct_tail_ok(p, p->struct_size, sizeof *p, op, "props");
+  if (r) return r;
   if (p->export_cache < -1 || p->export_cache > 1)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                          "%s: props->export_cache is %d; it is -1 (the default), 0 (off) or 1 (on)", op,

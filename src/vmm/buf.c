@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/host.h"
 #include "common/testhooks.h"
+#include "vmm/imported.h"
 #include "vmm/vmm.h"
 
 static atomic_uint_fast64_t vmmipc__serials;
@@ -64,34 +65,37 @@ vmmipc_result_t vmmipc__buf_reserve_chunks(struct vmmipc_buf *b, int more, const
 }
 
 vmmipc_result_t vmmipc__buf_check_unexposed(const struct vmmipc_buf *b, const char *op) {
-  if (b->exposed > 0)
-    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
-                         "%s: the buffer is exposed by %d open window(s); hint: vmmipc_win_free them first", op,
-                         b->exposed);
+  int n = __atomic_load_n(&b->exposed, __ATOMIC_ACQUIRE);
+  if (n > 0)
+    return vmmipc__error(VMMIPC_ERR_BUSY,
+                         "%s: the buffer is exposed by %d open window(s); hint: vmmipc_win_free them first", op, n);
   return VMMIPC_SUCCESS;
 }
 
 /* Keeps the first failure's message while later calls go on. */
 struct vmmipc__first_error {
   vmmipc_result_t r;
+  vmmipc__error_state_t st;
   char msg[VMMIPC__ERRMSG_MAX];
 };
 
 static void vmmipc__note(struct vmmipc__first_error *f, vmmipc_result_t r) {
   if (f->r || !r) return;
   f->r = r;
+  vmmipc__error_get(&f->st);
   snprintf(f->msg, sizeof f->msg, "%s", vmmipc_last_error());
 }
 
 vmmipc_result_t vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b) {
   const char *op = "vmmipc_buf_free";
-  struct vmmipc__first_error f = {VMMIPC_SUCCESS, ""};
+  struct vmmipc__first_error f = {VMMIPC_SUCCESS, {VMMIPC_SUCCESS, -1, 0, 0}, ""};
   if (!b) return VMMIPC_SUCCESS;
   if (b->cached) { /* a view: the entry owns the mapping */
     vmmipc_result_t r = vmmipc__mapent_release(cu, b->cached);
     free(b);
     return r;
   }
+  if (b->listed) vmmipc__imported_remove(b->base);
   for (int i = 0; i < b->num_chunks; i++)
     if (b->chunks[i].export_fd >= 0) {
       close(b->chunks[i].export_fd);
@@ -125,15 +129,21 @@ vmmipc_result_t vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b
   free(b->chunks);
   free(b->resv);
   free(b);
-  if (f.r) vmmipc__error_set_raw(f.msg);
+  if (f.r) {
+    vmmipc__error_set_raw(f.msg);
+    vmmipc__error_put(&f.st);
+  }
   return f.r;
 }
 
 void vmmipc__buf_discard(const vmmipc__cu_t *cu, struct vmmipc_buf *b) {
   char keep[VMMIPC__ERRMSG_MAX];
+  vmmipc__error_state_t st;
   snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+  vmmipc__error_get(&st);
   (void)vmmipc__buf_destroy(cu, b);
   vmmipc__error_set_raw(keep);
+  vmmipc__error_put(&st);
 }
 
 vmmipc_result_t vmmipc_buf_ptr(vmmipc_buf_t b, void **ptr, size_t *size) {

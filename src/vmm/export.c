@@ -49,20 +49,22 @@ vmmipc_result_t vmmipc_export_cache_fds(long *count) {
   return VMMIPC_SUCCESS;
 }
 
-/* A fresh exported fd of chunk i (close-on-exec), or an error naming it. */
+/* A fresh exported fd of chunk i (close-on-exec), or an error naming it.
+ * `opened`: the fds this call opened so far, `fresh` of them cached ones:
+ * the failure closes them again, so the message counts none as held. */
 static vmmipc_result_t vmmipc__export_chunk(const vmmipc__cu_t *cu, const struct vmmipc_buf *b, int i, int opened,
-                                            const char *op, int *out) {
+                                            int fresh, const char *op, int *out) {
   int fd = -1;
   CUresult rc =
       cu->cuMemExportToShareableHandle(&fd, b->chunks[i].handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (rc) {
     long lim = 0;
     if (vmmipc__fd_limit_reached(&lim))
-      return vmmipc__error(VMMIPC_ERR_SYSTEM,
+      return vmmipc__error(VMMIPC_ERR_RESOURCE,
                            "%s: chunk %d of %d: the process reached its file descriptor limit (RLIMIT_NOFILE %ld); "
                            "the %d fd(s) this call had opened are closed again; hint: raise the limit (ulimit -n) "
                            "or free descriptors (vmmipc_desc_free)%s",
-                           op, i + 1, b->num_chunks, lim, opened, vmmipc__fd_limit_note());
+                           op, i + 1, b->num_chunks, lim, opened, vmmipc__fd_limit_note_less(fresh));
     return vmmipc__cu_error(rc, NULL, "%s: chunk %d of %d: cuMemExportToShareableHandle(POSIX fd, size %zu)", op,
                             i + 1, b->num_chunks, b->chunks[i].size);
   }
@@ -74,7 +76,8 @@ static vmmipc_result_t vmmipc__export_chunk(const vmmipc__cu_t *cu, const struct
 }
 
 /* A duplicate of chunk i's cached fd. */
-static vmmipc_result_t vmmipc__dup_chunk(const struct vmmipc_buf *b, int i, int opened, const char *op, int *out) {
+static vmmipc_result_t vmmipc__dup_chunk(const struct vmmipc_buf *b, int i, int opened, int fresh, const char *op,
+                                         int *out) {
   int fd = fcntl(b->chunks[i].export_fd, F_DUPFD_CLOEXEC, 0);
   if (fd >= 0) {
     *out = fd;
@@ -87,7 +90,7 @@ static vmmipc_result_t vmmipc__dup_chunk(const struct vmmipc_buf *b, int i, int 
                                "%s: chunk %d of %d: duplicating the cached fd hit the file descriptor limit "
                                "(RLIMIT_NOFILE %ld); the %d fd(s) this call had opened are closed again; hint: "
                                "raise the limit (ulimit -n) or free descriptors (vmmipc_desc_free)%s",
-                               op, i + 1, b->num_chunks, lim, opened, vmmipc__fd_limit_note());
+                               op, i + 1, b->num_chunks, lim, opened, vmmipc__fd_limit_note_less(fresh));
   return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, e, "%s: chunk %d of %d: duplicating the cached fd", op, i + 1,
                              b->num_chunks);
 }
@@ -118,7 +121,7 @@ vmmipc_result_t vmmipc_export(vmmipc_buf_t b, vmmipc_desc_t *out) {
   d->generation = b->generation;
   /* Which chunks got their cached fd in this call: undone on failure. */
   unsigned char *fresh = NULL;
-  int locked = 0, opened = 0;
+  int locked = 0, opened = 0, nfresh = 0;
   if (b->export_cache && b->num_chunks > 0 && !(fresh = calloc((size_t)b->num_chunks, 1))) {
     vmmipc_desc_free(d);
     return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d chunks", op, b->num_chunks);
@@ -136,15 +139,16 @@ vmmipc_result_t vmmipc_export(vmmipc_buf_t b, vmmipc_desc_t *out) {
       goto fail;
     }
     if (!b->export_cache) {
-      if ((r = vmmipc__export_chunk(cu, b, i, opened, op, &d->fds[i]))) goto fail;
+      if ((r = vmmipc__export_chunk(cu, b, i, opened, 0, op, &d->fds[i]))) goto fail;
     } else {
       if (c->export_fd < 0) {
-        if ((r = vmmipc__export_chunk(cu, b, i, opened, op, &c->export_fd))) goto fail;
+        if ((r = vmmipc__export_chunk(cu, b, i, opened, nfresh, op, &c->export_fd))) goto fail;
         vmmipc__cached_fds_add(1);
         fresh[i] = 1;
+        nfresh++;
         opened++;
       }
-      if ((r = vmmipc__dup_chunk(b, i, opened, op, &d->fds[i]))) goto fail;
+      if ((r = vmmipc__dup_chunk(b, i, opened, nfresh, op, &d->fds[i]))) goto fail;
     }
     opened++;
     d->sizes[i] = c->size;

@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "vmm/imported.h"
 #include "common/host.h"
 #include "common/testhooks.h"
 #include "desc/desc.h"
@@ -46,7 +47,7 @@ static vmmipc_result_t vmmipc__import_handles(const vmmipc__cu_t *cu, const stru
       long lim = 0;
       vmmipc_result_t r;
       if (vmmipc__fd_limit_reached(&lim))
-        r = vmmipc__error(VMMIPC_ERR_SYSTEM,
+        r = vmmipc__error(VMMIPC_ERR_RESOURCE,
                           "%s: chunk %d of %d: cuMemImportFromShareableHandle(fd %d) failed and the process is at "
                           "its file descriptor limit (RLIMIT_NOFILE %ld), which the driver needs one more of; "
                           "the %d chunk(s) imported were released; hint: raise the limit (ulimit -n) or free "
@@ -116,6 +117,8 @@ vmmipc_result_t vmmipc__import_timed(vmmipc_desc_t d, const vmmipc_access_t *acc
   b->base = base;
   t2 = vmmipc__now();
   if ((r = vmmipc__set_access(cu, base, total, b->access, b->num_access, op))) goto fail;
+  if ((r = vmmipc__imported_add(base, total))) goto fail;
+  b->listed = 1;
   if (t) {
     t->import_s += t1 - t0;
     t->map_s += t2 - t1;

@@ -26,6 +26,14 @@ vmmipc_result_t vmmipc__reserve(const vmmipc__cu_t *cu, size_t size, size_t alig
                                 const char *op) {
   if (VMMIPC__INJECT("reserve")) return vmmipc__error(VMMIPC_ERR_CUDA, "%s: injected failure at reserve", op);
   CUresult rc = cu->cuMemAddressReserve(out, size, align, hint, 0);
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) { /* the device's virtual address space, not memory */
+    vmmipc__cu_error(rc,
+                     "no virtual address space is left for this size: free windows or mappings that hold "
+                     "address space, or map less at once",
+                     "%s: cuMemAddressReserve(size %zu, alignment %zu)", op, size, align);
+    vmmipc__error_code(VMMIPC_ERR_RESOURCE);
+    return VMMIPC_ERR_RESOURCE;
+  }
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuMemAddressReserve(size %zu, alignment %zu)", op, size, align);
   return VMMIPC_SUCCESS;
 }

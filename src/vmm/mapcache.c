@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "common/error.h"
+#include "common/host.h"
 #include "desc/desc.h"
 
 struct vmmipc__mapent {
@@ -61,6 +62,7 @@ static void vmmipc__unlink(struct vmmipc__mapcache *c, struct vmmipc__mapent *e)
 /* Release an unlinked entry's mapping and free it (no lock held). */
 static vmmipc_result_t vmmipc__mapent_free(const vmmipc__cu_t *cu, struct vmmipc__mapent *e) {
   if (!e) return VMMIPC_SUCCESS;
+  vmmipc__mapcache_chunks_add(-(long)e->map->num_chunks);
   vmmipc_result_t r = vmmipc__buf_destroy(cu, e->map);
   free(e);
   return r;
@@ -222,6 +224,7 @@ vmmipc_result_t vmmipc__mapcache_import(vmmipc__mapcache_t *c, vmmipc_desc_t d, 
     e->num_access = n;
     memcpy(e->access, acc, (size_t)n * sizeof *acc);
     e->map = m;
+    vmmipc__mapcache_chunks_add(m->num_chunks);
     e->refs = 1;
     e->next = c->head;
     if (c->head) c->head->prev = e;

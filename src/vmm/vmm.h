@@ -47,7 +47,9 @@ struct vmmipc_buf {
   struct vmmipc__resv *resv;
   int imported;                /* holds imported memory: never exportable */
   int wrapped;                 /* wraps memory the application mapped */
-  int exposed;                 /* live windows exposing the buffer: free and grow are refused */
+  int exposed;                 /* live windows exposing the buffer: free and grow are refused
+                                  (__atomic builtins: windows of two comms may change it at once) */
+  int listed;                  /* imported: its range is in vmm/imported.h's registry */
   int device;                  /* ordinal that new chunks are created on */
   vmmipc_uuid_t owner;         /* owner GPU of the memory */
   size_t granularity;

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "desc/desc.h"
+#include "vmm/imported.h"
 #include "vmm/vmm.h"
 
 /* Why no allocation handle backs `at` (cuMemRetainAllocationHandle failed
@@ -97,6 +98,15 @@ vmmipc_result_t vmmipc_buf_wrap(void *ptr, size_t size, vmmipc_buf_t *out) {
   if (r) return r;
   const vmmipc__cu_t *cu;
   if ((r = vmmipc__cu_load(&cu))) return r;
+  /* The driver cannot export memory imported from another process: say so
+   * here rather than at the first export. */
+  CUdeviceptr imp = 0;
+  if (vmmipc__imported_overlaps(start, size, &imp))
+    return vmmipc__error(VMMIPC_ERR_NOT_EXPORTABLE,
+                         "%s: the range (address 0x%llx, size %zu) holds memory imported from another process (the "
+                         "mapping at 0x%llx), which cannot be exported again; hint: forward the descriptor it was "
+                         "imported from, or copy the data into a buffer of your own (vmmipc_alloc)",
+                         op, (unsigned long long)start, size, (unsigned long long)imp);
   struct vmmipc_buf *b = NULL;
   if ((r = vmmipc__buf_new(1, &b))) return r;
   b->wrapped = 1; /* from here on, destroy releases the retained handles only */
