@@ -8,6 +8,7 @@
 
 #include "common/le.h"
 #include "driver/device.h"
+#include "common/structsize.h"
 #include "heap/heap.h"
 
 #define CREATE_MSG (VMMIPC__HEAP_REC_HEAD + 24) /* header, reserve, grow, granularity */
@@ -21,10 +22,13 @@ static size_t round_up(size_t v, size_t g) { return (v + g - 1) / g * g; }
 
 static vmmipc_result_t check_config(const vmmipc_heap_config_t *cfg, const char *op) {
   if (!cfg) return VMMIPC_SUCCESS;
-  if (cfg->struct_size < offsetof(vmmipc_heap_config_t, access) + sizeof cfg->access || cfg->struct_size > 4096)
+  if (cfg->struct_size < offsetof(vmmipc_heap_config_t, access) + sizeof cfg->access ||
+      cfg->struct_size > VMMIPC__STRUCT_SIZE_MAX)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                          "%s: config->struct_size is %zu; hint: initialise the config with VMMIPC_HEAP_CONFIG_INIT",
                          op, cfg->struct_size);
+  vmmipc_result_t r = vmmipc__struct_tail_ok(cfg, cfg->struct_size, sizeof *cfg, op, "config");
+  if (r) return r;
   if (cfg->reserve > ((size_t)1 << 46) || cfg->grow > ((size_t)1 << 46))
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: config reserve %zu or grow %zu is beyond 64 TiB", op,
                          cfg->reserve, cfg->grow);
