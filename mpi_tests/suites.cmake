@@ -24,6 +24,8 @@ endif()
 vmmipc_mpi_test(test_wrap NP 1 2 3 4 SOURCES test_wrap.cc)
 vmmipc_mpi_test(test_driver_load NP 1 SOURCES test_driver_load.cc)
 vmmipc_mpi_test(test_caches NP 1 SOURCES test_caches.cc)
+vmmipc_mpi_test(test_cache_release NP 2 3 SOURCES test_cache_release.cc)
+vmmipc_mpi_test(test_cache_release NP 4 VNODES 2)
 # One GPU for two ranks, as on a one-GPU machine: checks that need two GPUs
 # skip with their reason, everything else still runs.
 if(VMMIPC_TEST_DRIVER STREQUAL "standin")

@@ -37,6 +37,7 @@ struct vmmipc_comm {
   char broken_msg[VMMIPC__ERRMSG_MAX];
   int open_windows;
   struct vmmipc__mapcache *cache; /* NULL: no mapping cache */
+  uint64_t *freed_told;    /* [2 * node_size]: freed-buffer notices delivered / sent (coll/xchg.c) */
   struct vmmipc__pool *pool;      /* signal pads of this comm's windows, made with the first window */
   void (*pool_free)(struct vmmipc__pool *, int node_size); /* set by whoever made the pool (coll) */
   vmmipc_timing_t timing;  /* phases of the last collective */
