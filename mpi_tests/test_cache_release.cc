@@ -336,4 +336,34 @@ TEST_F(CacheRelease, MappingAgainSendsNoFds) {
   ExpectNothingHeld("at the end");
 }
 
+// More frees than the process-wide list keeps (1024) between two
+// collectives: peers are told to drop every mapping of this rank's buffers,
+// and the buffer still alive is then sent with its fds, never without.
+TEST_F(CacheRelease, APeerThatFellBehindTheFreedListDropsEverythingAndStillMaps) {
+  Open();
+  vmmipc_buf_t keep = vt::PatternBuf(2, 1200 + me_), gone = vt::PatternBuf(1, 1220 + me_);
+  MapAll(keep, 1200, 2 * kGran);
+  MapAll(gone, 1220, kGran);
+  vmmipc_buf_free(gone);
+  for (int i = 0; i < 1100; i++) {  // exported and freed, never mapped by anyone
+    vmmipc_buf_t x = nullptr;
+    ASSERT_VMM_OK(vmmipc_alloc(kGran, &x));
+    vmmipc_desc_t d = nullptr;
+    ASSERT_VMM_OK(vmmipc_export(x, &d));
+    vmmipc_desc_free(d);
+    ASSERT_VMM_OK(vmmipc_buf_free(x));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  vmmipc_comm_stats_t s0 = Stats();
+  MapAll(keep, 1200, 2 * kGran);
+  auto s = Stats();
+  EXPECT_EQ(s.map_cache_freed - s0.map_cache_freed, static_cast<uint64_t>(2 * peers_)) << "both of each peer's";
+  EXPECT_EQ(s.map_cache_hits, s0.map_cache_hits);
+  EXPECT_EQ(s.fds_not_sent, s0.fds_not_sent) << "sent with its fds";
+  EXPECT_EQ(s.map_cache_entries, peers_);
+  vmmipc_buf_free(keep);
+  Nothing();
+  ExpectNothingHeld("at the end");
+}
+
 }  // namespace

@@ -97,6 +97,7 @@ typedef struct round {
   round_msg_t on_msg;
   void *arg;
   double in_msg_s; /* time spent in on_msg (importing), kept out of transfer_s */
+  char *told_all;  /* [n] or NULL, out: p was told to drop every mapping of this rank's buffers */
 } round_t;
 
 static vmmipc_result_t on_recv(void *arg, vmmipc__tp_recv_t *m) {
@@ -149,6 +150,14 @@ static vmmipc_result_t round_run(round_t *g, vmmipc_result_t local, int *seconda
       uint64_t next = 0;
       int nf = vmmipc__freed_since(c->freed_told[n + p], freed, VMMIPC__FREED_RING, &next, &overflow);
       int omit = d && g->omit && g->omit[p];
+      if (overflow && omit) {
+        /* "Drop everything of mine" would also drop the mapping this
+         * descriptor needs: told next time (round 1 never has one). */
+        overflow = 0;
+        nf = 0;
+        next = c->freed_told[n + p];
+      }
+      if (overflow && g->told_all) g->told_all[p] = 1;
       vmmipc__cmsg_t msg = {(omit ? VMMIPC__CMSG_NO_FDS : 0u) | (overflow ? VMMIPC__CMSG_FREED_ALL : 0u),
                             nonce,
                             freed,
@@ -218,7 +227,7 @@ vmmipc_result_t vmmipc__coll_exchange(struct vmmipc_comm *c, const vmmipc_desc_t
   *secondary = 0;
   if (c->node_size <= 1) return local;
   desc_round_t d = {got, arg};
-  round_t g = {c, to, from, send_desc, NULL, NULL, NULL, got_desc, &d, 0};
+  round_t g = {c, to, from, send_desc, NULL, NULL, NULL, got_desc, &d, 0, NULL};
   return round_run(&g, local, secondary);
 }
 
@@ -249,12 +258,18 @@ static int holds(const vmmipc__freed_id_t *ids, int n, const struct vmmipc_buf *
  * send and no close of fds either). */
 static vmmipc_result_t export_for_peers(struct vmmipc_comm *c, const vmmipc_buf_t *bufs, const char *to,
                                         vmmipc__freed_id_t *const *theirs, const int *num_theirs, int per_peer,
-                                        vmmipc_desc_t *made, vmmipc_desc_t *descs, char *omit) {
+                                        const char *told_all, vmmipc_desc_t *made, vmmipc_desc_t *descs,
+                                        char *omit) {
   int n = c->node_size;
   for (int p = 0; bufs && to && p < n; p++) {
     vmmipc_buf_t b = to[p] && p != c->node_rank ? bufs[p] : NULL;
+    /* A peer told in round 1 to drop every mapping of this rank's holds
+     * none any more, whatever its list said. */
+    omit[p] = b && b->size && b->serial && !told_all[p] && holds(theirs[p], num_theirs[p], b);
+  }
+  for (int p = 0; bufs && to && p < n; p++) {
+    vmmipc_buf_t b = to[p] && p != c->node_rank ? bufs[p] : NULL;
     if (!b || b->size == 0) continue;
-    omit[p] = b->serial && holds(theirs[p], num_theirs[p], b);
     int q = 0;
     while (q < p && !(to[q] && q != c->node_rank && bufs[q] == b)) q++;
     if (q < p) { /* that export serves this peer too */
@@ -263,7 +278,7 @@ static vmmipc_result_t export_for_peers(struct vmmipc_comm *c, const vmmipc_buf_
     }
     int need_fds = 0;
     for (int k = p; k < n && !need_fds; k++)
-      need_fds = to[k] && k != c->node_rank && bufs[k] == b && !(b->serial && holds(theirs[k], num_theirs[k], b));
+      need_fds = to[k] && k != c->node_rank && bufs[k] == b && !omit[k];
     double t0 = vmmipc__now();
     vmmipc_result_t r = vmmipc__export_ex(b, need_fds, &made[p]);
     c->timing.export_s += vmmipc__now() - t0;
@@ -293,26 +308,29 @@ vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_bu
   int tables = mine && theirs && num_mine && num_theirs && pins && made && descs && omit;
   vmmipc_result_t r = VMMIPC_SUCCESS;
   if (!tables) r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "a map collective's tables");
-  for (int p = 0; !r && !local && c->cache && from && p < n; p++) {
+  vmmipc__mapcache_stats_t cs;
+  vmmipc__mapcache_stats(c->cache, &cs);
+  int cap = cs.entries < (int)VMMIPC__CMSG_MAX_IDS ? cs.entries : (int)VMMIPC__CMSG_MAX_IDS;
+  for (int p = 0; !r && !local && cap > 0 && from && p < n; p++) {
     if (!from[p] || p == c->node_rank) continue;
-    mine[p] = malloc(VMMIPC__CMSG_MAX_IDS * sizeof **mine);
-    pins[p] = malloc(VMMIPC__CMSG_MAX_IDS * sizeof **pins);
+    mine[p] = malloc((size_t)cap * sizeof **mine);
+    pins[p] = malloc((size_t)cap * sizeof **pins);
     if (!mine[p] || !pins[p]) {
       r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "a map collective's tables");
       break;
     }
     uint32_t pid = (uint32_t)vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p);
-    num_mine[p] = vmmipc__mapcache_pin(c->cache, pid, access, mine[p], pins[p], (int)VMMIPC__CMSG_MAX_IDS);
+    num_mine[p] = vmmipc__mapcache_pin(c->cache, pid, access, mine[p], pins[p], cap);
   }
   if (!local) local = r;
   /* Every pair that exchanges anything talks both ways in round 1, so that
    * no rank is still reading round 1 from a peer that has moved on to round
    * 2 (a frame of the next epoch there would break the stream). */
-  char *both = calloc((size_t)n, 1);
-  if (!both) tables = 0;
+  char *both = calloc((size_t)n, 1), *told_all = calloc((size_t)n, 1);
+  if (!both || !told_all) tables = 0;
   for (int p = 0; both && p < n; p++) both[p] = (to && to[p]) || (from && from[p]);
   have_round_t h = {theirs, num_theirs};
-  round_t g1 = {c, both, both, NULL, NULL, mine, num_mine, got_have, &h, 0};
+  round_t g1 = {c, both, both, NULL, NULL, mine, num_mine, got_have, &h, 0, told_all};
   int sec1 = 0, sec2 = 0;
   if (!tables && !local) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "a map collective's tables");
   vmmipc_result_t x1 = round_run(&g1, local, &sec1);
@@ -323,17 +341,17 @@ vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_bu
   c->epoch++; /* round 2 is matched on its own epoch, on every rank alike */
   /* Round 2, owners to importers: descriptors, without fds for the peers
    * that hold them. */
-  if (!local) local = export_for_peers(c, bufs, to, theirs, num_theirs, per_peer, made, descs, omit);
+  if (!local) local = export_for_peers(c, bufs, to, theirs, num_theirs, per_peer, told_all, made, descs, omit);
   desc_round_t d = {got, arg};
-  round_t g2 = {c, to, from, descs, omit, NULL, NULL, got_desc, &d, 0};
+  round_t g2 = {c, to, from, descs, omit, NULL, NULL, got_desc, &d, 0, NULL};
   vmmipc_result_t x2 = round_run(&g2, local, &sec2);
   if (!local) *secondary = sec2;
-  for (int p = 0; tables && p < n; p++) {
-    if (pins[p]) vmmipc__mapcache_unpin(pins[p], num_mine[p]);
-    free(pins[p]);
-    free(mine[p]);
-    free(theirs[p]);
-    vmmipc_desc_free(made[p]);
+  for (int p = 0; p < n; p++) {
+    if (pins && pins[p]) vmmipc__mapcache_unpin(pins[p], num_mine[p]); /* pinned only with every table */
+    if (pins) free(pins[p]);
+    if (mine) free(mine[p]);
+    if (theirs) free(theirs[p]);
+    if (made) vmmipc_desc_free(made[p]);
   }
   free(pins);
   free(mine);
@@ -344,5 +362,6 @@ vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_bu
   free(descs);
   free(omit);
   free(both);
+  free(told_all);
   return local ? local : x2;
 }
