@@ -364,7 +364,9 @@ typedef struct vmmipc_win *vmmipc_win_t;
  * (vmmipc_win_free). While the window is open, buf cannot be freed or grown
  * and the comm cannot be destroyed (VMMIPC_ERR_INVALID_ARG). The comm's
  * first window also makes its signal pool (docs/sync.md). Unchanged peer
- * buffers mapped again come from the comm's mapping cache. */
+ * buffers mapped again come from the comm's mapping cache, and their fds
+ * are not sent again (docs/caches.md). A buffer its owner freed is dropped
+ * from the peers' caches at the next collective the two take part in. */
 VMMIPC_API vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t comm, vmmipc_buf_t buf,
                                                    const vmmipc_access_t *access, vmmipc_win_t *out);
 /* Local, thread-safe: rank's buffer as mapped here: the caller's own buffer
