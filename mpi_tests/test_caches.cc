@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "coll/msg.h"
 #include "common/testhooks.h"
 #include "harness/bufs.h"
 #include "desc/desc.h"
@@ -997,6 +998,90 @@ TEST_F(MapCache, PinnedEntriesSurviveBoundsAndTrimAndKeepTheirOrder) {
     vmmipc_desc_free(descs[i]);
     vmmipc_buf_free(bufs[i]);
   }
+}
+
+// ---- the collective message (coll/msg.h) ---------------------------------------
+
+// Decode is strict, and every fd handed to it is closed on failure.
+TEST_F(Caches, TheCollectiveMessageIsCheckedStrictly) {
+  vmmipc_buf_t b = Buf(2, 95);
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  vmmipc__freed_id_t freed[2] = {{7, 1}, {9, 3}}, have[1] = {{11, 2}};
+  vmmipc__cmsg_t m = {0, 0x1234, freed, 2, have, 1, d};
+  std::vector<unsigned char> bytes(vmmipc__cmsg_bytes(&m));
+  vmmipc__cmsg_encode(&m, bytes.data());
+  std::vector<int> fds;
+  Pack(d, &fds);
+  auto dup_fds = [&] {
+    std::vector<int> v;
+    for (int fd : fds) v.push_back(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    return v;
+  };
+  const int open0 = vt::FdCount();
+  {  // round trip
+    auto f = dup_fds();
+    vmmipc__cmsg_in_t in;
+    ASSERT_VMM_OK(vmmipc__cmsg_decode(bytes.data(), bytes.size(), f.data(), 2, &in));
+    EXPECT_EQ(in.nonce, 0x1234u);
+    ASSERT_EQ(in.num_freed, 2u);
+    EXPECT_EQ(in.freed[1].serial, 9u);
+    EXPECT_EQ(in.freed[1].generation, 3u);
+    ASSERT_EQ(in.num_have, 1u);
+    EXPECT_EQ(in.have[0].serial, 11u);
+    ASSERT_NE(in.desc, nullptr);
+    vmmipc_buf_t v = nullptr;
+    ASSERT_VMM_OK(vmmipc_import(in.desc, nullptr, &v));
+    void *p = nullptr;
+    vmmipc_buf_ptr(v, &p, nullptr);
+    EXPECT_TRUE(vt::CheckPattern(p, 2 * kGran, 95));
+    vmmipc_buf_free(v);
+    vmmipc__cmsg_in_free(&in);
+    EXPECT_EQ(vt::FdCount(), open0);
+  }
+  struct Bad {
+    const char *what;
+    size_t off;
+    unsigned char value;
+    long len_delta;
+    int nfds;
+  } bad[] = {
+      {"magic", 0, 0x00, 0, 2},        {"version", 4, 9, 0, 2},        {"unknown flag", 6, 0x08, 0, 2},
+      {"no-fds flag with fds", 6, 0x03, 0, 2}, {"reserved", 28, 1, 0, 2}, {"freed count", 16, 3, 0, 2},
+      {"truncated", 0, 0x56, -1, 2},   {"trailing", 0, 0x56, 1, 2},    {"fds missing", 0, 0x56, 0, 1},
+  };
+  for (const Bad &x : bad) {
+    std::vector<unsigned char> c = bytes;
+    c[x.off] = x.value;
+    c.resize(static_cast<size_t>(static_cast<long>(c.size()) + x.len_delta));
+    auto f = dup_fds();
+    vmmipc__cmsg_in_t in;
+    EXPECT_EQ(vmmipc__cmsg_decode(c.data(), c.size(), f.data(), x.nfds, &in), VMMIPC_ERR_INVALID_DESC) << x.what;
+    if (x.nfds < 2) close(f[1]);  // not handed over
+    EXPECT_EQ(vt::FdCount(), open0) << x.what << ": the fds handed over are closed";
+  }
+  {  // fds left out: the descriptor comes back without any
+    vmmipc__cmsg_t m2 = {VMMIPC__CMSG_NO_FDS, 1, nullptr, 0, nullptr, 0, d};
+    std::vector<unsigned char> c(vmmipc__cmsg_bytes(&m2));
+    vmmipc__cmsg_encode(&m2, c.data());
+    vmmipc__cmsg_in_t in;
+    ASSERT_VMM_OK(vmmipc__cmsg_decode(c.data(), c.size(), nullptr, 0, &in));
+    ASSERT_NE(in.desc, nullptr);
+    EXPECT_EQ(in.desc->fds[0], -1);
+    vmmipc__cmsg_in_free(&in);
+  }
+  {  // nothing at all: a message with no descriptor
+    vmmipc__cmsg_t m3 = {0, 1, nullptr, 0, nullptr, 0, nullptr};
+    std::vector<unsigned char> c(vmmipc__cmsg_bytes(&m3));
+    EXPECT_EQ(c.size(), size_t{VMMIPC__CMSG_HEADER_BYTES});
+    vmmipc__cmsg_encode(&m3, c.data());
+    vmmipc__cmsg_in_t in;
+    ASSERT_VMM_OK(vmmipc__cmsg_decode(c.data(), c.size(), nullptr, 0, &in));
+    EXPECT_EQ(in.desc, nullptr);
+    vmmipc__cmsg_in_free(&in);
+  }
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
 }
 
 }  // namespace
