@@ -278,10 +278,11 @@ def issue11_rows(setup, scale):
         rows.append(ratio_row("i11.first_2m_vs_ipc", "setup (issue 11): 2 ranks, 2 MiB x 1 chunk, first mapping "
                               "vs legacy IPC", lib, ipc, 1.0,
                               missing("vmmipc", 2 * MiB, 1) if lib is None else missing("legacy_ipc", 2 * MiB, 1)))
-        again = [r for r in setup.get("results", []) if r.get("coll") == "allgather_map"
+        again = [r for r in setup.get("results", []) if r.get("coll") in ("allgather_map", "bcast_map", "scatter_map")
                  and r.get("method") == "vmmipc_again" and "stats" in r and "error" not in r]
         agree = row(setup, "allgather_desc", "vmmipc", 0, 0)
-        text = "setup (issue 11): 2 ranks, mapped again (cache hit), worst size x chunks, vs 0.1 ms + one agreement"
+        text = ("setup (issues 11, 21): 2 ranks, mapped again (cache hit), worst collective x size x chunks, vs "
+                "0.1 ms + one agreement")
         if not again or not agree:
             why = "no vmmipc_again rows" if not again else "no allgather_desc(NULL) row (the agreement alone)"
             if not has_modes(setup):
@@ -294,7 +295,7 @@ def issue11_rows(setup, scale):
             hits = f"; cache hits {k.get('hits', 0)} of {k.get('hits', 0) + k.get('misses', 0)} imports" \
                 if k.get("hits", 0) + k.get("misses", 0) else "; the library counted no cache hits or misses"
             rows.append(ratio_row("i11.again", text, worst["stats"]["wall"]["median"], 1e-4 + a, 1.0, "",
-                                  note=f" (worst: {size_str(worst['size'])} x {worst['chunks']}; agreement "
+                                  note=f" (worst: {worst['coll']} {size_str(worst['size'])} x {worst['chunks']}; agreement "
                                   f"{a * 1e3:.3f} ms{hits})"))
         for gid, chunks, target in (("i11.first_1g256_vs_floor", 256, 0.5), ("i11.first_1g1_vs_floor", 1, 1.0)):
             lib, flo = result(setup, "allgather_map", "vmmipc", GiB, chunks), result(setup, "allgather_map", "floor",
