@@ -139,6 +139,9 @@ def check_setup(d, require=(), incomplete=False):
             if not isinstance(k, dict) or any(not isinstance(k.get(x), int) or k[x] < 0
                                               for x in ("first_hits", "first_misses", "hits", "misses")):
                 fail(f"{what}: no cache counters")
+            # Issue 21: a hit travels without fds (2+ ranks on a node).
+            elif r["method"] == "vmmipc_again" and k["hits"] > 0 and k.get("fds_not_sent", 0) <= 0:
+                fail(f"{what}: {k['hits']} cache hits, but no fd was left out (fds_not_sent 0)")
         measured += 1
     colls = {r["coll"] for r in results if r["method"] == "vmmipc" and "skipped" not in r}
     if not colls - {"allgather_desc"}:
