@@ -84,6 +84,9 @@ vmmipc_result_t vmmipc__desc_dup(vmmipc_desc_t d, vmmipc_desc_t *out);
 vmmipc_result_t vmmipc__check_rooted(struct vmmipc_comm *c, const void *out, int root, const char *op);
 /* Resolves the access early, so that an invisible UUID fails before export. */
 vmmipc_result_t vmmipc__check_access(const vmmipc_access_t *a, const char *op);
+/* Exports `b` unless it is NULL or empty (then *d stays NULL); timed. (The
+ * map collectives export inside vmmipc__coll_map_exchange instead.) */
+vmmipc_result_t vmmipc__export_opt(struct vmmipc_comm *c, vmmipc_buf_t b, vmmipc_desc_t *d);
 /* Imports a peer's descriptor for a collective (timed); messages name the rank. */
 vmmipc_result_t vmmipc__coll_import(struct vmmipc_comm *c, vmmipc_desc_t d, const vmmipc_access_t *a,
                                     vmmipc_buf_t *out, int from_rank);

@@ -34,6 +34,15 @@ vmmipc_result_t vmmipc__check_access(const vmmipc_access_t *a, const char *op) {
   return vmmipc__access_resolve(cu, a, op, tmp, &n);
 }
 
+vmmipc_result_t vmmipc__export_opt(struct vmmipc_comm *c, vmmipc_buf_t b, vmmipc_desc_t *d) {
+  *d = NULL;
+  if (!b || b->size == 0) return VMMIPC_SUCCESS;
+  double t0 = vmmipc__now();
+  vmmipc_result_t r = vmmipc_export(b, d);
+  c->timing.export_s += vmmipc__now() - t0;
+  return r;
+}
+
 vmmipc_result_t vmmipc__coll_import(struct vmmipc_comm *c, vmmipc_desc_t d, const vmmipc_access_t *a,
                                     vmmipc_buf_t *out, int from_rank) {
   *out = NULL;
