@@ -140,8 +140,9 @@ typedef struct vmmipc_config {
                              or 64; 0: no mapping cache */
   /* since 0.3 */
   long long map_cache_bytes; /* bound on the bytes of idle cached mappings (least recently used go
-                                first); < 0: VMMIPC_MAP_CACHE_BYTES or the default (docs/caches.md);
-                                0: no byte bound beyond map_cache_entries */
+                                first); < 0: VMMIPC_MAP_CACHE_BYTES (bytes, or with a K, M or G
+                                suffix) or 8 GiB (docs/caches.md says why); 0: no byte bound beyond
+                                map_cache_entries */
 } vmmipc_config_t;
 /* AUTO: filesystem sockets when VMMIPC_SOCKET_DIR is set, else abstract. An
  * explicit ABSTRACT or FILESYSTEM beats the environment. */
@@ -194,17 +195,24 @@ typedef struct vmmipc_comm_stats {
   int open_windows;           /* windows of this comm not freed yet */
   int broken;                 /* 1: a bounded wait expired; every call fails (see vmmipc_last_error) */
   /* since 0.3 */
-  uint64_t map_cache_bytes;   /* bytes of imported memory the mapping cache holds idle now */
-  int map_cache_fds;          /* fds the mapping cache holds now (0 where the driver needs none) */
-  uint64_t map_cache_freed;   /* cached mappings dropped because their owner freed the memory */
-  uint64_t fds_not_sent;      /* chunk fds a peer did not send because this rank already held them */
+  uint64_t map_cache_bytes;   /* bytes of peers' memory the mapping cache maps now, idle or in use */
+  uint64_t map_cache_idle_bytes; /* of which idle (the part map_cache_bytes of the config bounds) */
+  int map_cache_entries;      /* cached mappings now, idle or in use */
+  int map_cache_handles;      /* imported chunk handles they hold (on the CPU stand-in each keeps one fd
+                                 open; the CUDA driver keeps none) */
+  uint64_t map_cache_freed;   /* cached mappings dropped because their owner freed or grew the buffer */
+  uint64_t fds_not_sent;      /* chunk fds peers did not send because this rank held the mapping */
 } vmmipc_comm_stats_t;
-#define VMMIPC_COMM_STATS_INIT { sizeof(vmmipc_comm_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define VMMIPC_COMM_STATS_INIT { sizeof(vmmipc_comm_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 /* Local. */
 VMMIPC_API vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t comm, vmmipc_comm_stats_t *stats);
-/* Local: unmaps every idle mapping the comm's cache holds and closes its
- * fds; *released (may be NULL) gets the bytes given back. Mappings in use
- * by open windows stay. Not concurrent with other calls on the comm. */
+/* Local: releases every idle mapping the comm's cache holds (unmapped, its
+ * imported handles released, so their memory goes back once the owner
+ * freed it); *released (may be NULL) gets their bytes. Mappings in use (open
+ * windows, bcast_map/scatter_map buffers not freed) stay. Thread-safe: may
+ * run while another thread is in a call on the comm, whose mappings are in
+ * use; works on a broken comm too. Errors: VMMIPC_ERR_INVALID_ARG (comm
+ * NULL), VMMIPC_ERR_CUDA (a release failed; the others still went). */
 VMMIPC_API vmmipc_result_t vmmipc_comm_cache_trim(vmmipc_comm_t comm, uint64_t *released);
 /* Local, and callable from any thread while another thread is blocked in a
  * call on `comm`, as ncclCommAbort is: marks the comm aborted, wakes the
@@ -366,7 +374,9 @@ typedef struct vmmipc_win *vmmipc_win_t;
  * (vmmipc_win_free). While the window is open, buf cannot be freed or grown
  * and the comm cannot be destroyed (VMMIPC_ERR_BUSY). The comm's
  * first window also makes its signal pool (docs/sync.md). Unchanged peer
- * buffers mapped again come from the comm's mapping cache. */
+ * buffers mapped again come from the comm's mapping cache, and their fds
+ * are not sent again (docs/caches.md). A buffer its owner freed is dropped
+ * from the peers' caches at the next collective the two take part in. */
 VMMIPC_API vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t comm, vmmipc_buf_t buf,
                                                    const vmmipc_access_t *access, vmmipc_win_t *out);
 /* Local, thread-safe: rank's buffer as mapped here: the caller's own buffer

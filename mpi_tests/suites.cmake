@@ -38,6 +38,8 @@ vmmipc_mpi_test(test_caches NP 1 SOURCES test_caches.cc)
 vmmipc_mpi_test(test_heap NP 1 2 4 SOURCES test_heap.cc TIMEOUT 240)
 vmmipc_mpi_test(test_heap NP 4 VNODES 2 TIMEOUT 240)
 vmmipc_mpi_test(test_contract NP 1 SOURCES test_contract.cc)
+vmmipc_mpi_test(test_cache_release NP 2 3 SOURCES test_cache_release.cc)
+vmmipc_mpi_test(test_cache_release NP 4 VNODES 2)
 # One GPU for two ranks, as on a one-GPU machine: checks that need two GPUs
 # skip with their reason, everything else still runs.
 if(VMMIPC_TEST_DRIVER STREQUAL "standin")

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "coll/msg.h"
 #include "common/testhooks.h"
 #include "harness/bufs.h"
 #include "desc/desc.h"
@@ -650,20 +651,28 @@ TEST_F(MapCache, DescriptorsWithoutIdentityAreNotCached) {
     vmmipc_buf_free(v);
   }
   EXPECT_EQ(Stats(c).entries, 0);
-  // The checks of vmmipc_import come before the cache: a descriptor without
-  // fds is refused even when an entry of its identity exists.
+  // A descriptor without fds (what a collective sends a rank that holds the
+  // buffer, issue 21) is served by the entry of its identity; without an
+  // entry it is refused (ADescriptorWithoutFdsIsServedOnlyByAnEntry).
   vmmipc_buf_t v = Import(c, d, &hit);
   vmmipc_buf_free(v);
   EXPECT_EQ(Stats(c).entries, 1);
   auto good = Pack(d);
   vmmipc_desc_t nofds = nullptr;
   ASSERT_VMM_OK(vmmipc__desc_decode(good.data(), good.size(), &nofds));  // fds all -1
+  v = Import(c, nofds, &hit);
+  EXPECT_EQ(hit, 1);
+  EXPECT_TRUE(vt::CheckPattern(Ptr(v), kGran, 42));
+  vmmipc_buf_free(v);
+  // ... but never with an identity taken away: such a descriptor is not cached.
+  vmmipc_desc_t anon_nofds = nullptr;
+  std::fill(good.begin() + 68, good.begin() + 96, 0);
+  ASSERT_VMM_OK(vmmipc__desc_decode(good.data(), good.size(), &anon_nofds));
   v = nullptr;
-  EXPECT_EQ(vmmipc__mapcache_import(c, nofds, nullptr, nullptr, &v, &hit), VMMIPC_ERR_INVALID_DESC);
-  EXPECT_NE(std::string(vmmipc_last_error()).find("has no file descriptor"), std::string::npos)
-      << vmmipc_last_error();
+  EXPECT_EQ(vmmipc__mapcache_import(c, anon_nofds, nullptr, nullptr, &v, &hit), VMMIPC_ERR_INVALID_DESC);
   EXPECT_EQ(v, nullptr);
   EXPECT_EQ(hit, 0);
+  vmmipc_desc_free(anon_nofds);
   vmmipc_desc_free(nofds);
   ASSERT_VMM_OK(vmmipc__mapcache_destroy(c));
   vmmipc_desc_free(anon);
@@ -809,6 +818,306 @@ TEST_F(MapCache, ThreadsImportAndFreeViewsConcurrently) {
     vmmipc_desc_free(descs[i]);
     vmmipc_buf_free(bufs[i]);
   }
+}
+
+// ---- issue 21: bytes, trim, owner notices, hits without fds ----------------------
+
+uint32_t Pid() { return static_cast<uint32_t>(getpid()); }
+
+TEST_F(MapCache, TheByteBoundEvictsLeastRecentlyUsedFirst) {
+  vmmipc__mapcache_t *c = nullptr;
+  ASSERT_VMM_OK(vmmipc__mapcache_create(16, &c));
+  vmmipc__mapcache_set_max_bytes(c, 2 * kGran);
+  std::vector<vmmipc_buf_t> bufs;
+  std::vector<vmmipc_desc_t> descs;
+  for (int i = 0; i < 4; i++) {
+    bufs.push_back(Buf(i < 3 ? 1 : 3, 50 + i));
+    descs.push_back(nullptr);
+    ASSERT_VMM_OK(vmmipc_export(bufs.back(), &descs.back()));
+  }
+  long m0 = Mappings();
+  int hit = -1;
+  std::vector<vmmipc_buf_t> views;
+  for (int i = 0; i < 3; i++) views.push_back(Import(c, descs[i], &hit));
+  EXPECT_EQ(Stats(c).bytes, 3 * kGran) << "entries in use are not bounded";
+  for (int i = 0; i < 3; i++) ASSERT_VMM_OK(vmmipc_buf_free(views[i]));
+  auto s = Stats(c);
+  EXPECT_EQ(s.idle, 2);
+  EXPECT_EQ(s.idle_bytes, 2 * kGran);
+  EXPECT_EQ(s.bytes, 2 * kGran);
+  EXPECT_EQ(s.evictions, 1u);
+  if (m0 >= 0) {
+    EXPECT_EQ(Mappings(), m0 + 2) << "the evicted entry released its mapping";
+  }
+  vmmipc_buf_t v = Import(c, descs[0], &hit);
+  EXPECT_EQ(hit, 0) << "the least recently used went first";
+  EXPECT_TRUE(vt::CheckPattern(Ptr(v), kGran, 50));
+  vmmipc_buf_free(v);  // now entry 1 is the least recently used
+  v = Import(c, descs[2], &hit);
+  EXPECT_EQ(hit, 1);
+  vmmipc_buf_free(v);
+  v = Import(c, descs[1], &hit);
+  EXPECT_EQ(hit, 0) << "entry 1 was evicted when entry 0 came back";
+  vmmipc_buf_free(v);
+  // An entry larger than the bound is kept while in use, released when idle.
+  v = Import(c, descs[3], &hit);
+  EXPECT_EQ(Stats(c).bytes, 5 * kGran);
+  vmmipc_buf_free(v);
+  s = Stats(c);
+  EXPECT_LE(s.idle_bytes, 2 * kGran);
+  EXPECT_EQ(s.bytes, s.idle_bytes);
+  // Lowering the bound evicts at once.
+  vmmipc_buf_free(Import(c, descs[0], &hit));
+  vmmipc_buf_free(Import(c, descs[1], &hit));
+  EXPECT_EQ(Stats(c).idle_bytes, 2 * kGran);
+  vmmipc__mapcache_set_max_bytes(c, kGran);
+  EXPECT_EQ(Stats(c).idle_bytes, kGran);
+  ASSERT_VMM_OK(vmmipc__mapcache_destroy(c));
+  if (m0 >= 0) {
+    EXPECT_EQ(Mappings(), m0);
+  }
+  for (int i = 0; i < 4; i++) {
+    vmmipc_desc_free(descs[i]);
+    vmmipc_buf_free(bufs[i]);
+  }
+}
+
+TEST_F(MapCache, TrimReleasesEveryIdleEntryAndNothingInUse) {
+  vmmipc__mapcache_t *c = nullptr;
+  ASSERT_VMM_OK(vmmipc__mapcache_create(8, &c));
+  std::vector<vmmipc_buf_t> bufs;
+  std::vector<vmmipc_desc_t> descs;
+  for (int i = 0; i < 3; i++) {
+    bufs.push_back(Buf(2, 60 + i));
+    descs.push_back(nullptr);
+    ASSERT_VMM_OK(vmmipc_export(bufs.back(), &descs.back()));
+  }
+  int hit = -1;
+  std::vector<vmmipc_buf_t> views;
+  for (int i = 0; i < 3; i++) views.push_back(Import(c, descs[i], &hit));
+  vmmipc_buf_free(views[0]);
+  vmmipc_buf_free(views[1]);
+  long m0 = Mappings();
+  int fds0 = vt::FdCount();
+  EXPECT_EQ(Stats(c).handles, 6);
+  uint64_t released = 0;
+  ASSERT_VMM_OK(vmmipc__mapcache_trim(c, &released));
+  EXPECT_EQ(released, 4 * kGran);
+  auto s = Stats(c);
+  EXPECT_EQ(s.entries, 1);
+  EXPECT_EQ(s.idle, 0);
+  EXPECT_EQ(s.bytes, 2 * kGran);
+  EXPECT_EQ(s.handles, 2);
+  if (m0 >= 0) {
+    EXPECT_EQ(Mappings(), m0 - 4) << "two chunks each";
+  }
+  // The stand-in's imported handles each hold an fd; the driver's none.
+  if (vt::UsingStandin()) {
+    EXPECT_EQ(vt::FdCount(), fds0 - 4) << "trim closed the idle entries' fds";
+  }
+  EXPECT_TRUE(vt::CheckPattern(Ptr(views[2]), 2 * kGran, 62)) << "the entry in use still works";
+  ASSERT_VMM_OK(vmmipc__mapcache_trim(c, &released));
+  EXPECT_EQ(released, 0u);
+  vmmipc_buf_free(views[2]);
+  ASSERT_VMM_OK(vmmipc__mapcache_trim(c, nullptr));
+  EXPECT_EQ(Stats(c).entries, 0);
+  ASSERT_VMM_OK(vmmipc__mapcache_destroy(c));
+  for (int i = 0; i < 3; i++) {
+    vmmipc_desc_free(descs[i]);
+    vmmipc_buf_free(bufs[i]);
+  }
+}
+
+TEST_F(MapCache, AnOwnerNoticeReleasesIdleEntriesAndDoomsThoseInUse) {
+  vmmipc__mapcache_t *c = nullptr;
+  ASSERT_VMM_OK(vmmipc__mapcache_create(8, &c));
+  vmmipc_buf_t a = Buf(1, 70), b = Buf(1, 71);
+  vmmipc_desc_t da = nullptr, db = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(a, &da));
+  ASSERT_VMM_OK(vmmipc_export(b, &db));
+  Identity ia = IdentityOf(da), ib = IdentityOf(db);
+  int hit = -1;
+  vmmipc_buf_t va = Import(c, da, &hit), vb = Import(c, db, &hit);
+  vmmipc_buf_free(va);  // a idle, b in use
+  long m0 = Mappings();
+  vmmipc__freed_id_t ids[2] = {{ia.serial, ia.generation}, {ib.serial, ib.generation}};
+  EXPECT_EQ(vmmipc__mapcache_drop(c, Pid() + 1, ia.nonce, ids, 2, 0), 0) << "another process's notice";
+  EXPECT_EQ(vmmipc__mapcache_drop(c, Pid(), ia.nonce + 1, ids, 2, 1), 0) << "another nonce";
+  EXPECT_EQ(vmmipc__mapcache_drop(c, Pid(), ia.nonce, ids, 2, 0), 2);
+  auto s = Stats(c);
+  EXPECT_EQ(s.freed, 2u);
+  EXPECT_EQ(s.entries, 1) << "b's entry stays while its view lives";
+  EXPECT_EQ(s.idle, 0);
+  if (m0 >= 0) {
+    EXPECT_EQ(Mappings(), m0 - 1) << "a's idle entry was released at once";
+  }
+  EXPECT_TRUE(vt::CheckPattern(Ptr(vb), kGran, 71)) << "a doomed view still reads";
+  vmmipc_buf_t vb2 = Import(c, db, &hit);
+  EXPECT_EQ(hit, 0) << "a doomed entry is never hit";
+  vmmipc_buf_free(vb);
+  s = Stats(c);
+  EXPECT_EQ(s.entries, 1) << "the doomed entry went with its last view";
+  vmmipc_buf_free(vb2);
+  EXPECT_EQ(vmmipc__mapcache_drop(c, Pid(), ib.nonce, nullptr, 0, 1), 1) << "FREED_ALL: every entry of the owner";
+  EXPECT_EQ(Stats(c).entries, 0);
+  ASSERT_VMM_OK(vmmipc__mapcache_destroy(c));
+  vmmipc_desc_free(da);
+  vmmipc_desc_free(db);
+  vmmipc_buf_free(a);
+  vmmipc_buf_free(b);
+}
+
+TEST_F(MapCache, ADescriptorWithoutFdsIsServedOnlyByAnEntry) {
+  vmmipc__mapcache_t *c = nullptr;
+  ASSERT_VMM_OK(vmmipc__mapcache_create(4, &c));
+  vmmipc_buf_t b = Buf(3, 80);
+  vmmipc_desc_t full = nullptr, meta = nullptr;
+  ASSERT_VMM_OK(vmmipc__export_ex(b, 0, &meta));
+  EXPECT_EQ(Cached(), cached0_) << "an export without fds opens none";
+  std::vector<int> fds;
+  Pack(meta, &fds);
+  for (int fd : fds) EXPECT_EQ(fd, -1);
+  vmmipc_buf_t v = nullptr;
+  EXPECT_EQ(vmmipc__mapcache_import(c, meta, nullptr, nullptr, &v, nullptr), VMMIPC_ERR_INVALID_DESC);
+  EXPECT_NE(std::string(vmmipc_last_error()).find("without file descriptors"), std::string::npos)
+      << vmmipc_last_error();
+  EXPECT_EQ(v, nullptr);
+  ASSERT_VMM_OK(vmmipc_export(b, &full));
+  int hit = -1;
+  v = Import(c, full, &hit);
+  vmmipc_buf_free(v);
+  v = Import(c, meta, &hit);
+  EXPECT_EQ(hit, 1);
+  EXPECT_EQ(Stats(c).fds_not_sent, 3u);
+  EXPECT_TRUE(vt::CheckPattern(Ptr(v), 3 * kGran, 80));
+  vmmipc_buf_free(v);
+  ASSERT_VMM_OK(vmmipc__mapcache_destroy(c));
+  vmmipc_desc_free(meta);
+  vmmipc_desc_free(full);
+  vmmipc_buf_free(b);
+}
+
+TEST_F(MapCache, PinnedEntriesSurviveBoundsAndTrimAndKeepTheirOrder) {
+  vmmipc__mapcache_t *c = nullptr;
+  ASSERT_VMM_OK(vmmipc__mapcache_create(2, &c));
+  std::vector<vmmipc_buf_t> bufs;
+  std::vector<vmmipc_desc_t> descs;
+  for (int i = 0; i < 3; i++) {
+    bufs.push_back(Buf(1, 90 + i));
+    descs.push_back(nullptr);
+    ASSERT_VMM_OK(vmmipc_export(bufs.back(), &descs.back()));
+  }
+  int hit = -1;
+  for (int i = 0; i < 2; i++) vmmipc_buf_free(Import(c, descs[i], &hit));  // 0 then 1 idle
+  vmmipc__freed_id_t ids[8];
+  vmmipc__mapent *pins[8];
+  int k = vmmipc__mapcache_pin(c, Pid(), nullptr, ids, pins, 8);
+  EXPECT_EQ(k, 2);
+  vmmipc_access_t ro = VMMIPC_ACCESS_DEFAULT;
+  ro.prot = VMMIPC_PROT_READ;
+  vmmipc__freed_id_t other[8];
+  vmmipc__mapent *other_pins[8];
+  EXPECT_EQ(vmmipc__mapcache_pin(c, Pid(), &ro, other, other_pins, 8), 0) << "access is part of the key";
+  EXPECT_EQ(vmmipc__mapcache_pin(c, Pid() + 1, nullptr, other, other_pins, 8), 0) << "another owner";
+  ASSERT_VMM_OK(vmmipc__mapcache_trim(c, nullptr));
+  EXPECT_EQ(Stats(c).entries, 2) << "pinned entries are in use";
+  vmmipc__mapcache_unpin(pins, k);
+  EXPECT_EQ(Stats(c).idle, 2);
+  // Unpinning made neither more recent: entry 0 is still the LRU one.
+  vmmipc_buf_free(Import(c, descs[2], &hit));
+  EXPECT_EQ(Stats(c).evictions, 1u);
+  vmmipc_buf_t v = Import(c, descs[1], &hit);
+  EXPECT_EQ(hit, 1);
+  vmmipc_buf_free(v);
+  ASSERT_VMM_OK(vmmipc__mapcache_destroy(c));
+  for (int i = 0; i < 3; i++) {
+    vmmipc_desc_free(descs[i]);
+    vmmipc_buf_free(bufs[i]);
+  }
+}
+
+// ---- the collective message (coll/msg.h) ---------------------------------------
+
+// Decode is strict, and every fd handed to it is closed on failure.
+TEST_F(Caches, TheCollectiveMessageIsCheckedStrictly) {
+  vmmipc_buf_t b = Buf(2, 95);
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  vmmipc__freed_id_t freed[2] = {{7, 1}, {9, 3}}, have[1] = {{11, 2}};
+  vmmipc__cmsg_t m = {0, 0x1234, freed, 2, have, 1, d};
+  std::vector<unsigned char> bytes(vmmipc__cmsg_bytes(&m));
+  vmmipc__cmsg_encode(&m, bytes.data());
+  std::vector<int> fds;
+  Pack(d, &fds);
+  auto dup_fds = [&] {
+    std::vector<int> v;
+    for (int fd : fds) v.push_back(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    return v;
+  };
+  const int open0 = vt::FdCount();
+  {  // round trip
+    auto f = dup_fds();
+    vmmipc__cmsg_in_t in;
+    ASSERT_VMM_OK(vmmipc__cmsg_decode(bytes.data(), bytes.size(), f.data(), 2, &in));
+    EXPECT_EQ(in.nonce, 0x1234u);
+    ASSERT_EQ(in.num_freed, 2u);
+    EXPECT_EQ(in.freed[1].serial, 9u);
+    EXPECT_EQ(in.freed[1].generation, 3u);
+    ASSERT_EQ(in.num_have, 1u);
+    EXPECT_EQ(in.have[0].serial, 11u);
+    ASSERT_NE(in.desc, nullptr);
+    vmmipc_buf_t v = nullptr;
+    ASSERT_VMM_OK(vmmipc_import(in.desc, nullptr, &v));
+    void *p = nullptr;
+    vmmipc_buf_ptr(v, &p, nullptr);
+    EXPECT_TRUE(vt::CheckPattern(p, 2 * kGran, 95));
+    vmmipc_buf_free(v);
+    vmmipc__cmsg_in_free(&in);
+    EXPECT_EQ(vt::FdCount(), open0);
+  }
+  struct Bad {
+    const char *what;
+    size_t off;
+    unsigned char value;
+    long len_delta;
+    int nfds;
+  } bad[] = {
+      {"magic", 0, 0x00, 0, 2},        {"version", 4, 9, 0, 2},        {"unknown flag", 6, 0x08, 0, 2},
+      {"no-fds flag with fds", 6, 0x03, 0, 2}, {"reserved", 28, 1, 0, 2}, {"freed count", 16, 3, 0, 2},
+      {"truncated", 0, 0x56, -1, 2},   {"trailing", 0, 0x56, 1, 2},    {"fds missing", 0, 0x56, 0, 1},
+  };
+  for (const Bad &x : bad) {
+    std::vector<unsigned char> c = bytes;
+    c[x.off] = x.value;
+    c.resize(static_cast<size_t>(static_cast<long>(c.size()) + x.len_delta));
+    auto f = dup_fds();
+    vmmipc__cmsg_in_t in;
+    EXPECT_EQ(vmmipc__cmsg_decode(c.data(), c.size(), f.data(), x.nfds, &in), VMMIPC_ERR_INVALID_DESC) << x.what;
+    if (x.nfds < 2) close(f[1]);  // not handed over
+    EXPECT_EQ(vt::FdCount(), open0) << x.what << ": the fds handed over are closed";
+  }
+  {  // fds left out: the descriptor comes back without any
+    vmmipc__cmsg_t m2 = {VMMIPC__CMSG_NO_FDS, 1, nullptr, 0, nullptr, 0, d};
+    std::vector<unsigned char> c(vmmipc__cmsg_bytes(&m2));
+    vmmipc__cmsg_encode(&m2, c.data());
+    vmmipc__cmsg_in_t in;
+    ASSERT_VMM_OK(vmmipc__cmsg_decode(c.data(), c.size(), nullptr, 0, &in));
+    ASSERT_NE(in.desc, nullptr);
+    EXPECT_EQ(in.desc->fds[0], -1);
+    vmmipc__cmsg_in_free(&in);
+  }
+  {  // nothing at all: a message with no descriptor
+    vmmipc__cmsg_t m3 = {0, 1, nullptr, 0, nullptr, 0, nullptr};
+    std::vector<unsigned char> c(vmmipc__cmsg_bytes(&m3));
+    EXPECT_EQ(c.size(), size_t{VMMIPC__CMSG_HEADER_BYTES});
+    vmmipc__cmsg_encode(&m3, c.data());
+    vmmipc__cmsg_in_t in;
+    ASSERT_VMM_OK(vmmipc__cmsg_decode(c.data(), c.size(), nullptr, 0, &in));
+    EXPECT_EQ(in.desc, nullptr);
+    vmmipc__cmsg_in_free(&in);
+  }
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
 }
 
 }  // namespace

@@ -111,6 +111,9 @@ def check_setup(d, require, incomplete):
             need(isinstance(k, dict) and all(isinstance(k.get(x), int) and k[x] >= 0
                                              for x in ("first_hits", "first_misses", "hits", "misses")),
                  f"{w}: no cache counters")
+            # Issue 21: a hit travels without fds (2+ ranks on a node).
+            if isinstance(k, dict) and r["method"] == "vmmipc_again" and (k.get("hits") or 0) > 0:
+                need(k.get("fds_not_sent", 0) > 0, f"{w}: {k['hits']} cache hits, but no fd was left out (fds_not_sent 0)")
         n += 1
     need({r["coll"] for r in res if r["method"] == "vmmipc" and "skipped" not in r} - {"allgather_desc"},
          "no vmmipc collective was measured")

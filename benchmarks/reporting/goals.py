@@ -133,11 +133,10 @@ def issue11_rows(setup, scale):
                                                                             2 * MiB, 1)
     rows.append(ratio_row("i11.first_2m_vs_ipc", pre + "2 MiB x 1 chunk, first mapping vs legacy IPC", lib, ipc, 1.0,
                           missing(setup, "vmmipc" if lib is None else "legacy_ipc", 2 * MiB, 1)))
-    again = [r for r in (setup or {}).get("results", []) if r.get("coll") == "allgather_map"
-             and r.get("method") == "vmmipc_again" and row(setup, "allgather_map", "vmmipc_again", r["size"],
-                                                          r["chunks"])]
+    again = [r for r in (setup or {}).get("results", []) if r.get("coll") in ("allgather_map", "bcast_map", "scatter_map")
+             and r.get("method") == "vmmipc_again" and row(setup, r["coll"], "vmmipc_again", r["size"], r["chunks"])]
     agree = row(setup, "allgather_desc", "vmmipc", 0, 0)
-    text = pre + "mapped again (cache hit), worst size x chunks, vs 0.1 ms + one agreement"
+    text = pre + "mapped again (cache hit), worst collective x size x chunks, vs 0.1 ms + one agreement"
     if not setup or not again or not agree:
         w = "no vmmipc_setup file" if not setup else "no vmmipc_again rows" if not again else \
             "no allgather_desc(NULL) row (the agreement alone)"
@@ -149,7 +148,7 @@ def issue11_rows(setup, scale):
         n = k.get("hits", 0) + k.get("misses", 0)
         hits = f"; cache hits {k.get('hits', 0)} of {n} imports" if n else "; the library counted no cache hits or misses"
         rows.append(ratio_row("i11.again", text, worst["stats"]["wall"]["median"], 1e-4 + a, 1.0, "",
-                              f" (worst: {size_str(worst['size'])} x {worst['chunks']}; agreement {a * 1e3:.3f} ms{hits})"))
+                              f" (worst: {worst['coll']} {size_str(worst['size'])} x {worst['chunks']}; agreement {a * 1e3:.3f} ms{hits})"))
     for gid, chunks, target in (("i11.first_1g256_vs_floor", 256, 0.5), ("i11.first_1g1_vs_floor", 1, 1.0)):
         lib, flo = median(setup, "allgather_map", "vmmipc", GiB, chunks), median(setup, "allgather_map", "floor",
                                                                                  GiB, chunks)

@@ -153,6 +153,7 @@ static void lib_rep(setup_ctx_t *c, void *argp, double v[SF_N]) {
   VCHECK(vmmipc_comm_stats(a->comm, &s1));
   c->rep_k[SK_HITS] = (long long)(s1.map_cache_hits - s0.map_cache_hits);
   c->rep_k[SK_MISSES] = (long long)(s1.map_cache_misses - s0.map_cache_misses);
+  c->rep_k[SK_NOFDS] = (long long)(s1.fds_not_sent - s0.fds_not_sent);
   if (a->check) {
     lib_check(c, a, win, out);
     a->check = 0;

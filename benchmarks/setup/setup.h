@@ -18,7 +18,7 @@ extern const char *const setup_field_names[SF_N];
 
 /* Mapping-cache counters of vmmipc_comm_stats around a call, summed over
  * ranks: they show whether "mapped again" really hit the cache. */
-enum { SK_HITS, SK_MISSES, SK_N };
+enum { SK_HITS, SK_MISSES, SK_NOFDS, SK_N }; /* SK_NOFDS: fds_not_sent (issue 21) */
 
 /* The three mapping collectives, then the collective that moves nothing
  * (vmmipc_allgather_desc of NULL: one exchange and one agreement). */
@@ -142,6 +142,9 @@ void setup_run_ipc(setup_ctx_t *c, size_t size, int fresh);
  * 0 (heap.c; --heap, --heap-only, --heap-windows). Collective. */
 void setup_run_heap(setup_ctx_t *c, int reps, int windows);
 
+/* The anchor of "mapped again": 0.1 ms + the agree phase of
+ * allgather_desc(NULL) in this run (median); NaN when not measured. */
+double setup_again_anchor(const setup_ctx_t *c);
 /* Issue 11's goals from the results (report.c), rank 0. */
 void setup_goals(setup_ctx_t *c);
 /* Output (report.c), rank 0. */

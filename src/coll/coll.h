@@ -76,17 +76,35 @@ typedef vmmipc_result_t (*vmmipc__coll_got_t)(void *arg, int node_rank, vmmipc_d
  * descriptor from every p with from[p] set, handing each to `got` as soon
  * as it arrives. `local` non-zero: this rank already failed and tells the
  * peers instead. *secondary is set when the exchange ended because a peer
- * gave up. Adds the transfer time (without `got`) to the comm's timing. */
+ * gave up. Every message also carries this process's freed-buffer notices
+ * that the peer has not had (vmm/freed.h); received ones drop the entries
+ * of the comm's mapping cache. Adds the transfer time (without `got`) to the comm's timing. */
 vmmipc_result_t vmmipc__coll_exchange(struct vmmipc_comm *c, const vmmipc_desc_t *send_desc, const char *to,
                                       const char *from, vmmipc__coll_got_t got, void *arg, vmmipc_result_t local,
                                       int *secondary);
+/* The exchange of a map collective (allgather_map, bcast_map,
+ * scatter_map): a first round where every importer tells each owner which
+ * of the owner's buffers it holds mapped with `access` (pinned until the
+ * call ends), then the exchange above of bufs[p] (NULL or empty: none)
+ * exported for each p in `to`, where a buffer the receiver holds travels
+ * without fds (and is exported without them when nobody needs them).
+ * per_peer: export errors name the rank the buffer was for. The two rounds
+ * take two epochs. */
+vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_buf_t *bufs, int per_peer,
+                                          const char *to, const char *from, const vmmipc_access_t *access,
+                                          vmmipc__coll_got_t got, void *arg, vmmipc_result_t local,
+                                          int *secondary);
+/* After the agreement of every collective that exchanged: the freed
+ * notices sent (coll/msg.h) count as delivered only when it succeeded. */
+void vmmipc__coll_done(struct vmmipc_comm *c, vmmipc_result_t agreed);
 /* A copy of `d` with duplicated fds (NULL stays NULL). */
 vmmipc_result_t vmmipc__desc_dup(vmmipc_desc_t d, vmmipc_desc_t *out);
 /* Argument checks of the rooted collectives: `out` given and `root` a rank. */
 vmmipc_result_t vmmipc__check_rooted(struct vmmipc_comm *c, const void *out, int root, const char *op);
 /* Resolves the access early, so that an invisible UUID fails before export. */
 vmmipc_result_t vmmipc__check_access(const vmmipc_access_t *a, const char *op);
-/* Exports `b` unless it is NULL or empty (then *d stays NULL); timed. */
+/* Exports `b` unless it is NULL or empty (then *d stays NULL); timed. (The
+ * map collectives export inside vmmipc__coll_map_exchange instead.) */
 vmmipc_result_t vmmipc__export_opt(struct vmmipc_comm *c, vmmipc_buf_t b, vmmipc_desc_t *d);
 /* Imports a peer's descriptor for a collective (timed); messages name the rank. */
 vmmipc_result_t vmmipc__coll_import(struct vmmipc_comm *c, vmmipc_desc_t d, const vmmipc_access_t *a,

@@ -36,6 +36,7 @@ vmmipc_result_t vmmipc_allgather_desc(vmmipc_comm_t c, vmmipc_desc_t desc, vmmip
   vmmipc_result_t x = vmmipc__coll_exchange(c, send, all, all, keep_desc, &k, local, &secondary);
   if (!local) local = x;
   r = vmmipc__agree(c, local, secondary && x == local, op);
+  vmmipc__coll_done(c, r);
   if (r) {
     vmmipc__free_descs(got, got ? n : 0);
     vmmipc_desc_free(own);
@@ -88,6 +89,7 @@ vmmipc_result_t vmmipc_scatter_desc(vmmipc_comm_t c, const vmmipc_desc_t *descs,
   vmmipc_result_t x = vmmipc__coll_exchange(c, send, to, from, keep_desc, &k, local, &secondary);
   if (!local) local = x;
   r = vmmipc__agree(c, local, secondary && x == local, op);
+  vmmipc__coll_done(c, r);
   if (r) {
     vmmipc__free_descs(got, got ? n : 0);
     vmmipc_desc_free(own);

@@ -50,26 +50,25 @@ vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t c, vmmipc_buf_t buf, const vm
   struct vmmipc_win *w = calloc(1, sizeof *w);
   if (w) w->slice = -1;
   if (w) w->peers = calloc((size_t)n, sizeof *w->peers);
-  vmmipc_desc_t *send = calloc((size_t)n, sizeof *send);
+  vmmipc_buf_t *send = calloc((size_t)n, sizeof *send);
   char *all = malloc((size_t)n);
   if (!local && (!w || !w->peers || !send || !all))
     local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: window tables", op);
   if (!local && n > 1) local = vmmipc__check_access(access, op);
   if (!local && w) local = vmmipc__pool_take(c, &w->slice, op);
-  vmmipc_desc_t mine = NULL;
-  if (!local && n > 1) local = vmmipc__export_opt(c, buf, &mine);
   for (int p = 0; all && send && p < n; p++) {
     all[p] = p != c->node_rank;
-    send[p] = mine;
+    send[p] = buf;
   }
   map_ctx_t m = {c, w, access};
   int secondary = 0;
-  vmmipc_result_t x = vmmipc__coll_exchange(c, send, all, all, import_peer, &m, local, &secondary);
+  vmmipc_result_t x =
+      vmmipc__coll_map_exchange(c, send, 0, all, all, access, import_peer, &m, local, &secondary);
   if (!local) local = x;
-  vmmipc_desc_free(mine);
   free(send);
   free(all);
   r = vmmipc__agree(c, local, secondary, op);
+  vmmipc__coll_done(c, r);
   if (r) {
     if (w) vmmipc__pool_give(c, w->slice);
     win_drop(w, n);

@@ -35,7 +35,7 @@ static vmmipc_result_t map_from_root(vmmipc_comm_t c, int scatter, const vmmipc_
   if (!local && is_root && scatter && !bufs)
     local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: bufs is NULL at the root", op);
   if (!local && root_node >= 0 && !is_root) local = vmmipc__check_access(access, op);
-  vmmipc_desc_t *send = calloc((size_t)n, sizeof *send);
+  vmmipc_buf_t *send = calloc((size_t)n, sizeof *send);
   char *to = calloc((size_t)n, 1), *from = calloc((size_t)n, 1);
   if (!local && (!send || !to || !from)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d slots", op, n);
   if (send && to && from && root_node >= 0) {
@@ -43,27 +43,19 @@ static vmmipc_result_t map_from_root(vmmipc_comm_t c, int scatter, const vmmipc_
     if (!is_root) from[root_node] = 1;
     for (int p = 0; is_root && p < n; p++) to[p] = p != c->node_rank;
   }
-  if (!local && is_root && n > 1) {
-    vmmipc_desc_t shared = NULL;
-    if (!scatter) local = vmmipc__export_opt(c, single, &shared);
-    for (int p = 0; !local && p < n; p++) {
-      int rk = c->rank_of[p];
-      if (rk == root) continue;
-      if (!scatter) local = vmmipc__desc_dup(shared, &send[p]); /* bcast: one export */
-      else local = vmmipc__export_opt(c, bufs[rk], &send[p]);
-      if (local) vmmipc__error_prefix("buffer for rank %d: ", rk);
-    }
-    vmmipc_desc_free(shared);
-  }
+  /* bcast: one buffer for all (exported once); scatter: one per rank. */
+  for (int p = 0; !local && is_root && send && p < n; p++)
+    if (c->rank_of[p] != root) send[p] = scatter ? bufs[c->rank_of[p]] : single;
   root_ctx_t m = {c, access, out, root};
   int secondary = 0;
-  vmmipc_result_t x = vmmipc__coll_exchange(c, send, to, from, import_from_root, &m, local, &secondary);
+  vmmipc_result_t x =
+      vmmipc__coll_map_exchange(c, send, scatter, to, from, access, import_from_root, &m, local, &secondary);
   if (!local) local = x;
-  vmmipc__free_descs(send, send ? n : 0);
   free(send);
   free(to);
   free(from);
   r = vmmipc__agree(c, local, secondary, op);
+  vmmipc__coll_done(c, r);
   if (r && out && *out) {
     vmmipc_buf_free(*out);
     *out = NULL;

@@ -90,6 +90,7 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
   free(send);
   free(all);
   vmmipc_result_t r = vmmipc__agree(c, local, secondary, op);
+  vmmipc__coll_done(c, r);
   if (r) {
     vmmipc__error_prefix("making the signal pool: ");
     vmmipc__pool_destroy(p, n);

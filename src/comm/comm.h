@@ -38,6 +38,7 @@ struct vmmipc_comm {
   int open_windows;
   int open_heaps;          /* heaps made on this comm not destroyed yet: comm_destroy is refused */
   struct vmmipc__mapcache *cache; /* NULL: no mapping cache */
+  uint64_t *freed_told;    /* [2 * node_size]: freed-buffer notices delivered / sent (coll/xchg.c) */
   struct vmmipc__pool *pool;      /* signal pads of this comm's windows, made with the first window */
   void (*pool_free)(struct vmmipc__pool *, int node_size); /* set by whoever made the pool (coll) */
   vmmipc_timing_t timing;  /* phases of the last collective */

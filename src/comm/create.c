@@ -89,6 +89,25 @@ static int resolve_cache(const vmmipc_config_t *cfg) {
   return 64;
 }
 
+/* Bytes of idle mappings the cache keeps: the config (>= 0), else
+ * VMMIPC_MAP_CACHE_BYTES (a number, with an optional K, M or G suffix of
+ * 1024 powers), else the default; 0: no byte bound. */
+static uint64_t resolve_cache_bytes(const vmmipc_config_t *cfg) {
+  if (CFG_HAS(cfg, map_cache_bytes) && cfg->map_cache_bytes >= 0) return (uint64_t)cfg->map_cache_bytes;
+  const char *e = getenv("VMMIPC_MAP_CACHE_BYTES");
+  if (e && *e) {
+    char *end = NULL;
+    unsigned long long v = strtoull(e, &end, 10);
+    int shift = 0;
+    if (end && (*end == 'K' || *end == 'k')) shift = 10;
+    else if (end && (*end == 'M' || *end == 'm')) shift = 20;
+    else if (end && (*end == 'G' || *end == 'g')) shift = 30;
+    if (shift) end++;
+    if (end && end != e && *end == '\0' && e[0] != '-' && v <= (~0ULL >> shift)) return (uint64_t)v << shift;
+  }
+  return VMMIPC__DEFAULT_MAP_CACHE_BYTES;
+}
+
 static const char *resolve_dir(const vmmipc_config_t *cfg) {
   if (cfg && cfg->socket_dir && *cfg->socket_dir) return cfg->socket_dir;
   const char *env = getenv("VMMIPC_SOCKET_DIR");
@@ -111,6 +130,7 @@ static void comm_free(struct vmmipc_comm *c) {
   if (!c->broken && c->dup != MPI_COMM_NULL) MPI_Comm_free(&c->dup);
   free(c->node_of);
   free(c->rank_of);
+  free(c->freed_told);
   free(c);
 }
 
@@ -408,6 +428,7 @@ static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
   int idle = resolve_cache(cfg);
   /* Only out of host memory can fail here: the comm then works uncached. */
   if (idle > 0 && vmmipc__mapcache_create(idle, &c->cache) != VMMIPC_SUCCESS) c->cache = NULL;
+  if (c->cache) vmmipc__mapcache_set_max_bytes(c->cache, resolve_cache_bytes(cfg));
   *out = c;
   return VMMIPC_SUCCESS;
 }

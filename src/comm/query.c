@@ -57,6 +57,12 @@ vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t c, vmmipc_comm_stats_t *s) {
     v.map_cache_misses = m.misses;
     v.map_cache_evictions = m.evictions;
     v.map_cache_idle = m.idle;
+    v.map_cache_bytes = m.bytes;
+    v.map_cache_idle_bytes = m.idle_bytes;
+    v.map_cache_entries = m.entries;
+    v.map_cache_handles = m.handles;
+    v.map_cache_freed = m.freed;
+    v.fds_not_sent = m.fds_not_sent;
   }
   v.open_windows = c->open_windows;
   v.broken = c->broken;

@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define VMMIPC__FRAME_MAGIC 0x70746d76u
-#define VMMIPC__FRAME_VERSION 2u
+#define VMMIPC__FRAME_VERSION 3u /* 3 (0.3): collective payloads are coll/msg.h messages */
 #define VMMIPC__FRAME_HEADER_BYTES 64
 /* Payload per frame: far below the default socket buffer, so a frame never
  * fails with EMSGSIZE. */

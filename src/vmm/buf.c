@@ -9,6 +9,7 @@
 #include "common/host.h"
 #include "common/testhooks.h"
 #include "vmm/imported.h"
+#include "vmm/freed.h"
 #include "vmm/vmm.h"
 
 static atomic_uint_fast64_t vmmipc__serials;
@@ -96,6 +97,9 @@ vmmipc_result_t vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b
     return r;
   }
   if (b->listed) vmmipc__imported_remove(b->base);
+  /* Importers that cached this buffer drop it at the next collective. */
+  if (!b->imported && b->serial && __atomic_load_n(&b->exported, __ATOMIC_RELAXED))
+    vmmipc__freed_note(b->serial, b->generation);
   for (int i = 0; i < b->num_chunks; i++)
     if (b->chunks[i].export_fd >= 0) {
       close(b->chunks[i].export_fd);

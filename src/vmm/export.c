@@ -95,7 +95,9 @@ static vmmipc_result_t vmmipc__dup_chunk(const struct vmmipc_buf *b, int i, int 
                              b->num_chunks);
 }
 
-vmmipc_result_t vmmipc_export(vmmipc_buf_t b, vmmipc_desc_t *out) {
+vmmipc_result_t vmmipc_export(vmmipc_buf_t b, vmmipc_desc_t *out) { return vmmipc__export_ex(b, 1, out); }
+
+vmmipc_result_t vmmipc__export_ex(vmmipc_buf_t b, int with_fds, vmmipc_desc_t *out) {
   const char *op = "vmmipc_export";
   if (!b || !out) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: buf or out is NULL", op);
   *out = NULL;
@@ -127,6 +129,12 @@ vmmipc_result_t vmmipc_export(vmmipc_buf_t b, vmmipc_desc_t *out) {
     return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d chunks", op, b->num_chunks);
   }
   if ((r = vmmipc__host_id(d->host))) goto fail;
+  if (!with_fds) { /* the peers hold the mapping: the metadata is all they need */
+    for (int i = 0; i < b->num_chunks; i++) d->sizes[i] = b->chunks[i].size;
+    free(fresh);
+    *out = d;
+    return VMMIPC_SUCCESS;
+  }
   if (b->export_cache) {
     pthread_mutex_lock(&vmmipc__export_mu);
     locked = 1;
@@ -155,6 +163,7 @@ vmmipc_result_t vmmipc_export(vmmipc_buf_t b, vmmipc_desc_t *out) {
   }
   if (locked) pthread_mutex_unlock(&vmmipc__export_mu);
   free(fresh);
+  __atomic_store_n(&b->exported, 1, __ATOMIC_RELAXED);
   *out = d;
   return VMMIPC_SUCCESS;
 fail:

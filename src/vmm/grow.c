@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/testhooks.h"
 #include "desc/desc.h"
+#include "vmm/freed.h"
 #include "vmm/vmm.h"
 
 /* Map the k new chunks (at chunks[num_chunks]) right after the buffer;
@@ -68,6 +69,14 @@ undo_resv:
   return r;
 }
 
+/* A descriptor exported from now on differs, so it is never served from a
+ * stale cache entry; importers that cached the old generation are told
+ * (vmm/freed.h), since its entry can never be hit again. */
+static void vmmipc__retire_generation(struct vmmipc_buf *b) {
+  if (__atomic_exchange_n(&b->exported, 0, __ATOMIC_RELAXED)) vmmipc__freed_note(b->serial, b->generation);
+  b->generation++;
+}
+
 static vmmipc_result_t vmmipc__grow_check(const struct vmmipc_buf *b, size_t new_size, const char *op) {
   if (b->wrapped)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
@@ -96,7 +105,7 @@ vmmipc_result_t vmmipc_grow(vmmipc_buf_t b, size_t new_size) {
   if (new_size == b->size) return VMMIPC_SUCCESS;
   if (new_size <= b->mapped) {
     b->size = new_size;
-    b->generation++; /* a descriptor exported now differs: never served from a stale cache entry */
+    vmmipc__retire_generation(b);
     return VMMIPC_SUCCESS;
   }
   const vmmipc__cu_t *cu;
@@ -133,6 +142,6 @@ vmmipc_result_t vmmipc_grow(vmmipc_buf_t b, size_t new_size) {
   b->num_chunks += (int)k;
   b->mapped += need;
   b->size = new_size;
-  b->generation++;
+  vmmipc__retire_generation(b);
   return VMMIPC_SUCCESS;
 }

@@ -61,6 +61,8 @@ struct vmmipc_buf {
   uint64_t serial;             /* identity: per process, never reused; 0 for imports */
   uint64_t generation;         /* changes whenever the buffer grows */
   struct vmmipc__mapent *cached; /* the entry a view shares, or NULL */
+  int exported;                /* this generation was exported (__atomic builtins): freeing or growing
+                                  it is noted for importers (vmm/freed.h) */
 };
 
 /* Resolve what an importer asks for into access descriptors. NULL or no
@@ -103,6 +105,9 @@ vmmipc_result_t vmmipc__buf_reserve_chunks(struct vmmipc_buf *b, int more, const
 /* Refusal while windows expose `b` (VMMIPC_ERR_INVALID_ARG naming how many). */
 vmmipc_result_t vmmipc__buf_check_unexposed(const struct vmmipc_buf *b, const char *op);
 
+/* vmmipc_export, or (with_fds 0) the same descriptor with every fd -1: what
+ * a peer that holds the buffer mapped needs (coll/xchg.c). */
+vmmipc_result_t vmmipc__export_ex(vmmipc_buf_t b, int with_fds, vmmipc_desc_t *out);
 /* A new buffer serial: unique in this process, never 0. */
 uint64_t vmmipc__next_serial(void);
 /* Whether new buffers keep exported fds: props value (< 0: default), else
