@@ -385,8 +385,20 @@ VMMIPC_API vmmipc_result_t vmmipc_scatter_map(vmmipc_comm_t comm, const vmmipc_b
  * What becomes visible to whom, and when: docs/sync.md. Signal, wait and
  * wait_host may be called from several threads at once. */
 
+/* Values are below 2^63: the top bit is VMMIPC_SIGNAL_FAILED's (else
+ * VMMIPC_ERR_INVALID_ARG). When the comm fails (a peer hung up or aborted, a
+ * timeout, vmmipc_comm_abort, teardown) this rank's slots of every open
+ * window are set to VMMIPC_SIGNAL_FAILED, which satisfies every wait (the
+ * comparison is cyclic, as CU_STREAM_WAIT_VALUE_GEQ's), so no stream waits
+ * forever; the next call on the window or comm returns the failure, naming
+ * the rank. Kernels reading a slot can test the top bit. On a node of one
+ * rank, signal and wait to oneself use one's own slot, and the barrier
+ * completes at once. */
+#define VMMIPC_SIGNAL_FAILED 0x8000000000000000ull
+
 /* Sets the caller's slot in rank's pad to value, once the work enqueued
- * before it on stream is complete and visible to rank. */
+ * before it on stream is complete and visible to rank: one batch of a
+ * system-scope memory barrier (CU_STREAM_MEM_OP_BARRIER) then the write. */
 VMMIPC_API vmmipc_result_t vmmipc_win_signal(vmmipc_win_t win, int rank, uint64_t value, void *stream);
 /* Holds later work on stream until rank's slot in the caller's pad is at
  * least value. */

@@ -38,6 +38,7 @@ struct vmmipc_win {
   int slice;             /* its slice of the comm's signal pool; -1: none (a node of one) */
   uint64_t barriers;     /* barriers entered so far (__atomic builtins) */
   int memops;            /* 0: not checked yet, 1: supported, -1: not supported */
+  uint64_t id;           /* the epoch of the call that made it: the same on every rank */
 };
 
 /* Makes the comm's signal pool (a collective of its own: one exchange, one

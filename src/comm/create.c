@@ -95,6 +95,7 @@ static const char *resolve_dir(const vmmipc_config_t *cfg) {
 
 static void comm_free(struct vmmipc_comm *c) {
   if (!c) return;
+  vmmipc__release_waits(c); /* teardown: nothing waits on the pool once it is gone */
   if (c->pool && c->pool_free) c->pool_free(c->pool, c->node_size);
   /* Mappings still in use (bcast_map/scatter_map outputs) live on and are
    * released with their last buffer. */
@@ -375,6 +376,7 @@ vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
     return r;
   }
   c->timing.struct_size = sizeof c->timing;
+  vmmipc__tp_watch_abort(c->tp, &c->aborted);
   int idle = resolve_cache(cfg);
   /* Only out of host memory can fail here: the comm then works uncached. */
   if (idle > 0 && vmmipc__mapcache_create(idle, &c->cache) != VMMIPC_SUCCESS) c->cache = NULL;
@@ -385,7 +387,7 @@ vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
 vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   const char *op = "vmmipc_comm_destroy";
   if (!c) return VMMIPC_SUCCESS; /* like free(NULL) */
-  if (c->broken) { /* nobody to agree with: clean up locally */
+  if (c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) { /* nobody to agree with: clean up locally */
     int idle = 0;
     if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
       return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: another thread is inside a call on this comm", op);
