@@ -268,6 +268,16 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     vmmipc__break_code(c, rc);
   } else {
     for (int r = 1; r < n; r++) arrived[r] = recvs[r] == MPI_REQUEST_NULL; /* completed ones are NULL */
+    /* A node peer whose connection closed (it hung up, aborted, or broke the
+     * protocol during the exchange) is gone even though its outcome came. */
+    for (int r = 1; r < n && gone < 0; r++) {
+      int p = node_of(c, r);
+      if (p >= 0 && vmmipc__tp_coll_fd(c->tp, p) < 0) {
+        vmmipc__tp_read_coll(c->tp, p, c->epoch); /* the error naming it */
+        gone = p;
+        gone_code = vmmipc__tp_aborted_by(c->tp) == p ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
+      }
+    }
     int gone_rank = gone >= 0 ? c->rank_of[gone] : -1;
     take_withdrawals(a, withdrew);
     int len = pack_verdict(verdict, a, outcomes, arrived, withdrew, gone_rank, gone_code);
