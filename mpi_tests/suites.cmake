@@ -20,6 +20,7 @@ vmmipc_mpi_test(test_faults NP 2 3 4 SOURCES test_faults.cc TIMEOUT 240)
 vmmipc_mpi_test(test_agree NP 2 3 SOURCES test_agree.cc TIMEOUT 240)
 vmmipc_mpi_test(test_agree NP 4 VNODES 2 TIMEOUT 240)
 vmmipc_mpi_test(test_sync NP 1 2 3 4 SOURCES test_sync.cc TIMEOUT 300)
+vmmipc_mpi_test(test_sync NP 2 VNODES 1 TIMEOUT 300)
 if(VMMIPC_TEST_DRIVER STREQUAL "standin")
   vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_STANDIN_CAPS=nomemops SUFFIX .nomemops)
 endif()
@@ -32,3 +33,20 @@ if(VMMIPC_TEST_DRIVER STREQUAL "standin")
   vmmipc_mpi_test(test_xproc NP 2 OWN_GPU SUFFIX .one_gpu ENV VMMIPC_STANDIN_DEVICES=1)
   vmmipc_mpi_test(test_driver_contract NP 2 OWN_GPU SUFFIX .one_gpu ENV VMMIPC_STANDIN_DEVICES=1)
 endif()
+# A rank SIGKILLed in a collective, under a launcher that lets the job go on
+# (its own main: the job cannot finalize; harness/killrun.sh counts the
+# survivors' verdicts). Victim 0 is the agreement's collector.
+add_executable(test_kill test_kill.cc)
+target_link_libraries(test_kill PRIVATE vmmipc_testlib MPI::MPI_CXX)
+if(_launcher_flavor STREQUAL "openmpi")
+  set(_recovery --mca orte_enable_recovery 1)
+else()
+  set(_recovery -disable-auto-cleanup)
+endif()
+foreach(victim 0 last)
+  add_test(NAME test_kill.np3.victim_${victim}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 2 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3
+                   ${VMMIPC_MPIEXEC_ARGS} ${_recovery} $<TARGET_FILE:test_kill>)
+  set_tests_properties(test_kill.np3.victim_${victim} PROPERTIES TIMEOUT 120 PROCESSORS 3
+                       ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim}")
+endforeach()

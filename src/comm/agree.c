@@ -216,9 +216,10 @@ static int take_withdrawals(const agree_call_t *a, char *withdrew) {
     int flag = 0;
     MPI_Status st;
     if (MPI_Iprobe(MPI_ANY_SOURCE, a->wtag, a->c->dup, &flag, &st) != MPI_SUCCESS || !flag) break;
-    unsigned char b[8] = {0};
+    unsigned char b[16] = {0};
     if (MPI_Recv(b, sizeof b, MPI_BYTE, st.MPI_SOURCE, a->wtag, a->c->dup, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
-    if (vmmipc__get64(b) == a->k && st.MPI_SOURCE > 0 && st.MPI_SOURCE < a->c->size) {
+    if (vmmipc__get64(b) == a->k && vmmipc__get64(b + 8) == a->c->id && st.MPI_SOURCE > 0 &&
+        st.MPI_SOURCE < a->c->size) {
       withdrew[st.MPI_SOURCE] = 1;
       any = 1;
     }
@@ -336,13 +337,17 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
   return rc;
 }
 
-/* Tells the collector this rank gives up on agreement k. */
+/* Tells the collector this rank gives up on agreement k of this comm (its
+ * id too: an MPI that reuses a freed communicator's context must not match
+ * it to another comm). */
 static void withdraw(const agree_call_t *a) {
-  unsigned char *b = malloc(8);
+  unsigned char *b = malloc(16);
   if (!b) return;
   vmmipc__put64(b, a->k);
+  vmmipc__put64(b + 8, a->c->id);
+  a->c->mpi_dirty = 1; /* the collector may never receive it */
   MPI_Request req = MPI_REQUEST_NULL;
-  if (MPI_Isend(b, 8, MPI_BYTE, 0, a->wtag, a->c->dup, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+  if (MPI_Isend(b, 16, MPI_BYTE, 0, a->wtag, a->c->dup, &req) == MPI_SUCCESS) MPI_Request_free(&req);
   vmmipc__mpi_keep(b); /* MPI may still read it */
 }
 
@@ -363,7 +368,7 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
   int len = pack_outcome(outcome, a, local, secondary);
   int root_p = node_of(c, 0); /* the collector's node rank, or -1 off-node */
   int by_socket = root_p >= 0 && vmmipc__tp_coll_fd(c->tp, root_p) >= 0;
-  if (by_socket) watch[root_p] = 1;
+  if (root_p >= 0) watch[root_p] = by_socket ? 1 : 2; /* 2: its pid only (the connection is closed) */
   MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}; /* outcome sent, verdict (MPI) */
   int mrc = MPI_SUCCESS;
   if (!by_socket) mrc = MPI_Irecv(verdict, VERDICT_MAX, MPI_BYTE, 0, a->tag, c->dup, &reqs[1]);
@@ -385,20 +390,22 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
       continue; /* the outcome went; the verdict is still to come */
     } else if (w == VMMIPC__WAIT_MPI) {
       rc = vmmipc__mpi_error(mrc, "%s: agreement", a->op);
-    } else if (w == VMMIPC__WAIT_ABORTED) {
-      rc = vmmipc__error(VMMIPC_ERR_ABORTED, "%s: %s", a->op, vmmipc_last_error());
-    } else if (w == VMMIPC__WAIT_GONE && gone_code == VMMIPC_ERR_ABORTED) {
-      rc = vmmipc__error(VMMIPC_ERR_ABORTED, "%s: %s", a->op, vmmipc_last_error());
+    } else if (w == VMMIPC__WAIT_ABORTED || (w == VMMIPC__WAIT_GONE && gone_code == VMMIPC_ERR_ABORTED)) {
+      char why[VMMIPC__ERRMSG_MAX];
+      snprintf(why, sizeof why, "%s", vmmipc_last_error());
+      rc = vmmipc__error(VMMIPC_ERR_ABORTED, "%s: %s", a->op, why);
     } else if (w == VMMIPC__WAIT_GONE) {
       pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(c->tp), root_p);
-      if (vmmipc__pid_gone(pid) || withdrawn) {
+      char why[VMMIPC__ERRMSG_MAX];
+      snprintf(why, sizeof why, "%s", vmmipc_last_error());
+      if (vmmipc__pid_gone(pid) || withdrawn || !by_socket) {
         rc = vmmipc__error(VMMIPC_ERR_PEER,
-                           "%s: rank 0, which collects the agreement, exited (pid %d) or hung up while rank %d "
-                           "waited for its verdict: %s",
-                           a->op, (int)pid, c->rank, vmmipc_last_error());
-      } else { /* it closed our connection, and announces over MPI instead */
+                           "%s: rank 0, which collects the agreement, exited or hung up while rank %d waited for its "
+                           "verdict: %s",
+                           a->op, c->rank, why);
+      } else { /* it closed our connection (or is exiting): it announces over MPI; its pid is watched */
         by_socket = 0;
-        watch[root_p] = 0;
+        watch[root_p] = 2;
         mrc = MPI_Irecv(verdict, VERDICT_MAX, MPI_BYTE, 0, a->tag, c->dup, &reqs[1]);
       }
     } else if (!withdrawn) { /* timed out: withdraw, then a grace for a verdict on its way */

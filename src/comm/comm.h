@@ -31,6 +31,8 @@ struct vmmipc_comm {
   int thread_level;        /* what MPI provides (MPI_Query_thread) */
   uint64_t epoch;          /* collective calls so far: every rank, success or not */
   uint64_t agreements;     /* agreements so far (tags their MPI messages) */
+  uint64_t id;             /* rank 0's random id for this comm (withdrawals carry it) */
+  int mpi_dirty;           /* a message of this rank may never be received: keep the MPI comms */
   int busy;                /* a thread is inside a call on this comm (__atomic builtins) */
   const char *busy_op;     /* which call, for the refusal message (__atomic builtins) */
   int broken;              /* a bounded wait expired or a peer failed: every call fails (__atomic loads
@@ -97,7 +99,7 @@ enum {
   VMMIPC__WAIT_VERDICT = 4   /* a verdict from node rank `verdict_from` arrived (vmmipc__tp_take_verdict) */
 };
 /* vmmipc__mpi_wait that also watches the collective sockets of the node
- * ranks with watch[p] set (NULL: none): reads them as they become readable
+ * ranks with watch[p] == 1 (NULL: none; 2: only the pid of p): reads them as they become readable
  * (vmmipc__tp_read_coll), checks their pids every 100 ms, and ends as soon
  * as one is gone, the comm is aborted here, or (verdict_from >= 0) that
  * rank's verdict is in. Sleeps in poll() between tests, backing off to 1 ms. */

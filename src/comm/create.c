@@ -103,9 +103,11 @@ static void comm_free(struct vmmipc_comm *c) {
   vmmipc__tp_close(c->tp);
   /* A broken comm may have messages in flight that nobody will receive:
    * freeing its MPI communicators would let MPI reuse their context for a
-   * new comm, where those messages would match. They are left to MPI. */
-  if (!c->broken && c->node != MPI_COMM_NULL) MPI_Comm_free(&c->node);
-  if (!c->broken && c->dup != MPI_COMM_NULL) MPI_Comm_free(&c->dup);
+   * new comm, where those messages would match. They are left to MPI, as
+   * are those of a comm where this rank sent a withdrawal the collector may
+   * never receive (agree.c). */
+  if (!c->broken && !c->mpi_dirty && c->node != MPI_COMM_NULL) MPI_Comm_free(&c->node);
+  if (!c->broken && !c->mpi_dirty && c->dup != MPI_COMM_NULL) MPI_Comm_free(&c->dup);
   free(c->node_of);
   free(c->rank_of);
   free(c);
@@ -345,6 +347,7 @@ vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
   /* Every rank now sees every status and configuration: what follows is
    * decided alike everywhere. */
   int failed = first_failure(all, c->size);
+  c->id = all[0].comm_id;
   if (failed < 0) local = check_agreed(all, c->size, op);
   if (failed < 0 && !local) local = check_shared_node(c, all, op);
   if (failed < 0) {

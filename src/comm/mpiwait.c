@@ -100,6 +100,16 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
     if (check_pids) next_liveness = now + 100;
     for (int p = 0; watch && pfd && p < ns; p++) {
       if (!watch[p]) continue;
+      if (watch[p] == 2) { /* its pid only */
+        if (check_pids && vmmipc__pid_gone(vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p))) {
+          vmmipc__error(VMMIPC_ERR_PEER, "rank %d (pid %d) exited", vmmipc__conn_rank(vmmipc__tp_conn(c->tp), p),
+                        (int)vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p));
+          *gone = p;
+          rc = VMMIPC__WAIT_GONE;
+          goto out;
+        }
+        continue;
+      }
       int fd = vmmipc__tp_coll_fd(c->tp, p);
       if (fd < 0 || (check_pids && vmmipc__pid_gone(vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p)))) {
         /* What it sent before it went is taken first. */

@@ -1,0 +1,66 @@
+// Fail fast on death (issue 21, section 2): one rank is SIGKILLed while the
+// others wait in a collective's agreement, under an mpirun that lets the
+// job go on (Open MPI --mca orte_enable_recovery 1, MPICH
+// -disable-auto-cleanup), with a 60 s timeout. Every survivor must get
+// VMMIPC_ERR_PEER naming the dead rank well within the timeout. Not a gtest
+// suite: the job cannot finalize with a dead rank, so each survivor prints
+// one "KILLTEST OK" or "KILLTEST FAIL" line and exits; harness/killrun.sh
+// counts them.
+#include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/testhooks.h"
+#include "vmmipc.h"
+
+int main(int argc, char **argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const char *v = std::getenv("VMMIPC_TEST_VICTIM");
+  int victim = v && std::strcmp(v, "last") == 0 ? size - 1 : (v ? std::atoi(v) : size - 1);
+  const int timeout_ms = 60000;
+  auto fail = [&](const std::string &why) {
+    std::printf("KILLTEST FAIL rank %d: %s\n", rank, why.c_str());
+    std::fflush(stdout);
+    _exit(1);
+  };
+  int n = 0;
+  if (vmmipc_device_count(&n) || n <= 0 || vmmipc_set_device(rank % n)) fail(vmmipc_last_error());
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = timeout_ms;
+  vmmipc_comm_t c = nullptr;
+  if (vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c)) fail(vmmipc_last_error());
+  vmmipc_win_t w = nullptr;
+  if (vmmipc_allgather_map(c, nullptr, nullptr, &w) || vmmipc_win_free(w)) fail(vmmipc_last_error());
+  MPI_Barrier(MPI_COMM_WORLD);
+  // The victim finishes the exchange, never answers the agreement, and dies:
+  // the survivors are in the agreement, waiting on it (or, for rank 0, on
+  // the collector's verdict).
+  if (rank == victim) vmmipc__test_fail_at("agree", 1);
+  vmmipc_buf_t b = nullptr;
+  if (vmmipc_alloc(2u << 20, &b)) fail(vmmipc_last_error());
+  auto t0 = std::chrono::steady_clock::now();
+  vmmipc_result_t r = vmmipc_allgather_map(c, b, nullptr, &w);
+  if (rank == victim) raise(SIGKILL);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string msg = vmmipc_last_error();
+  std::string name = "rank " + std::to_string(victim);
+  if (r != VMMIPC_ERR_PEER) fail(std::string("expected VMMIPC_ERR_PEER, got ") + vmmipc_strerror(r) + ": " + msg);
+  if (msg.find(name) == std::string::npos) fail("the message does not name " + name + ": " + msg);
+  if (s >= timeout_ms / 1000.0 / 2) fail("took " + std::to_string(s) + " s of a " + std::to_string(timeout_ms) +
+                                         " ms timeout: " + msg);
+  if (vmmipc_comm_destroy(c)) fail(std::string("destroy: ") + vmmipc_last_error());
+  vmmipc_buf_free(b);
+  std::printf("KILLTEST OK rank %d: %.3f s: %s\n", rank, s, msg.c_str());
+  std::fflush(stdout);
+  _exit(0);  // no MPI_Finalize: a rank of the job is dead
+}
