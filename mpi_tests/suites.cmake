@@ -45,8 +45,8 @@ else()
 endif()
 foreach(victim 0 last)
   add_test(NAME test_kill.np3.victim_${victim}
-           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 2 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3
-                   ${VMMIPC_MPIEXEC_ARGS} ${_recovery} $<TARGET_FILE:test_kill>)
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 2 ${MPIEXEC_EXECUTABLE} ${_recovery}
+                   ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 3 $<TARGET_FILE:test_kill>)
   set_tests_properties(test_kill.np3.victim_${victim} PROPERTIES TIMEOUT 120 PROCESSORS 3
                        ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim}")
 endforeach()

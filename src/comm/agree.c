@@ -133,7 +133,17 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
   uint32_t code = 0;
   int failing = -1, broken = 0;
   text[0] = '\0';
-  if (gone >= 0) { /* first: the others' failures are most likely its consequence */
+  if (withdrawn) {
+    /* First: those ranks returned VMMIPC_ERR_TIMEOUT naming rank 0 already
+     * (whatever came after, a hang-up of theirs included). The collector
+     * came, or announced, after they gave up on it: it failed them. */
+    code = VMMIPC_ERR_TIMEOUT;
+    failing = 0;
+    broken = 1;
+    vappend(text, &len, "%s: the agreement timed out: rank 0, which collects it, answered after rank(s) ", a->op);
+    append_ranks(text, &len, withdrew, size);
+    vappend(text, &len, " had waited %d ms for it and given up", c->timeout_ms);
+  } else if (gone >= 0) { /* the others' failures are most likely its consequence */
     code = gone_code;
     failing = gone;
     broken = 1;
@@ -154,7 +164,7 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
             "same order",
             a->op, mismatch, (unsigned long long)vmmipc__get64(o + 16), (unsigned long long)a->key);
   }
-  if (missing && gone < 0) {
+  if (missing && gone < 0 && !withdrawn) {
     if (!code) code = VMMIPC_ERR_TIMEOUT;
     if (failing < 0)
       for (int r = 0; r < size && failing < 0; r++)
@@ -169,16 +179,6 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
       free(miss);
     }
     vappend(text, &len, " did not answer (dead, or not in this call)");
-  } else if (withdrawn && gone < 0) {
-    /* The collector came (or announced) after some ranks gave up on it:
-     * it is the one that failed them. */
-    if (!code) code = VMMIPC_ERR_TIMEOUT;
-    if (failing < 0) failing = 0;
-    broken = 1;
-    vappend(text, &len, "%s%s: the agreement timed out: rank 0, which collects it, answered after rank(s) ",
-            len ? "; then " : "", a->op);
-    append_ranks(text, &len, withdrew, size);
-    vappend(text, &len, " had waited %d ms for it and given up", c->timeout_ms);
   }
   if (broken) vappend(text, &len, "%s", k_broken_tail);
   vmmipc__put32(v, code);
@@ -415,7 +415,7 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
     } else { /* the grace is over: the cut decides */
       if (by_socket) {
         vmmipc__tp_cut(c->tp, root_p);
-        vmmipc__tp_read_coll(c->tp, root_p, c->epoch);
+        vmmipc__tp_drain_cut(c->tp, root_p, c->epoch);
         if (vmmipc__tp_take_verdict(c->tp, root_p, a->k, verdict, VERDICT_MAX, &vlen)) {
           got = 1;
           break;

@@ -120,6 +120,9 @@ typedef enum {
  * the agreement of collective `epoch`: keeps a verdict, drops what is left
  * of earlier calls, stops at a verdict. */
 vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch);
+/* After vmmipc__tp_cut: reads what p queued before it (keeping a verdict),
+ * leaving the connection as it is. */
+void vmmipc__tp_drain_cut(vmmipc__tp_t *tp, int p, uint64_t epoch);
 /* Every wait of the transport ends (VMMIPC_ERR_ABORTED) once *flag is set. */
 void vmmipc__tp_watch_abort(vmmipc__tp_t *tp, const int *flag);
 /* The node rank whose comm-wide ABORT arrived, or -1. */

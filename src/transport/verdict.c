@@ -85,7 +85,15 @@ void vmmipc__tp_cut(vmmipc__tp_t *tp, int p) {
   if (fd >= 0) shutdown(fd, SHUT_RD);
 }
 
-vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) {
+static vmmipc__tp_read_t read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch, int after_cut);
+
+vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) { return read_coll(tp, p, epoch, 0); }
+
+void vmmipc__tp_drain_cut(vmmipc__tp_t *tp, int p, uint64_t epoch) { read_coll(tp, p, epoch, 1); }
+
+/* after_cut: this rank shut its reading side, so the end of what is queued
+ * reads as an end of file, and the connection stays as it is. */
+static vmmipc__tp_read_t read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch, int after_cut) {
   int fd = coll_fd(tp, p);
   int R = vmmipc__conn_rank(tp->conn, p);
   if (fd < 0) {
@@ -100,6 +108,7 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
     int e = vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec);
     if (e == EAGAIN || e == EWOULDBLOCK) return VMMIPC__TP_READ_NOTHING;
     char why[400];
+    if (after_cut && !e && rec.len == 0) return VMMIPC__TP_READ_NOTHING;
     if (e || rec.len == 0) {
       vmmipc__close_fds(rec.fds, rec.nfds);
       snprintf(why, sizeof why, "rank %d hung up (%s)", R, e ? vmmipc__errno_name(e) : "end of file");
