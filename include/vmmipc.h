@@ -18,10 +18,20 @@
  *   the same error, which names the rank that failed first.
  * - Waits are bounded: no call waits on a peer longer than the comm's
  *   timeout (vmmipc_config_t.timeout_ms), except that a collective may wait
- *   once in its exchange and once in its agreement. A peer that dies or hangs
- *   gives VMMIPC_ERR_PEER or VMMIPC_ERR_TIMEOUT naming it. After an
- *   agreement times out the comm is broken: every later call on it fails at
- *   once, and vmmipc_comm_destroy frees it locally.
+ *   once in its exchange and once in its agreement (plus a short grace,
+ *   docs/sync.md); the MPI calls vmmipc makes are nonblocking ones tested
+ *   against that bound, except the node split of vmmipc_comm_create. A peer
+ *   that dies or hangs gives VMMIPC_ERR_PEER or VMMIPC_ERR_TIMEOUT naming it:
+ *   a rank of the caller's node that dies within about 100 ms plus one
+ *   agreement, a rank of another node within the timeout. Stream waits have
+ *   no bound of their own, but are released when the comm fails
+ *   (VMMIPC_SIGNAL_FAILED). After an agreement times out or a peer is gone
+ *   the comm is broken: every later call on it fails at once, and
+ *   vmmipc_comm_destroy frees it locally.
+ * - One verdict: every rank of a collective returns the same result, even
+ *   when the rank that collects the agreement (rank 0) is late or stalls
+ *   (docs/sync.md, "One verdict per collective", states the remaining
+ *   window and its bound).
  * - Threads: calls on one comm (and on its windows' vmmipc_win_free) must not
  *   overlap; an overlapping call is refused with VMMIPC_ERR_INVALID_ARG.
  *   Calls on different comms may run at once on different threads when MPI
@@ -362,9 +372,12 @@ VMMIPC_API vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t comm, vmmipc_buf_t
 /* Local, thread-safe: rank's buffer as mapped here: the caller's own buffer
  * for itself, NULL and 0 for ranks of other nodes or that gave none. */
 VMMIPC_API vmmipc_result_t vmmipc_win_query(vmmipc_win_t win, int rank, void **ptr, size_t *size);
-/* Collective: unmaps the peers here, then agrees, so that after it returns
- * nobody maps this rank's buffer through the window. Work enqueued on the
- * window must be complete first. On a broken comm it frees locally. */
+/* Collective: unmaps the peers here, then agrees (on the window too: every
+ * rank must free its windows in the same order, else VMMIPC_ERR_INVALID_ARG
+ * naming the rank), so that after it returns nobody maps this rank's buffer
+ * through the window. Work enqueued on the window must be complete first. On
+ * a broken or aborted comm it frees everything local, then returns the
+ * comm's failure. */
 VMMIPC_API vmmipc_result_t vmmipc_win_free(vmmipc_win_t win);
 /* The root's buf mapped by every other rank of its node. *out: the mapping
  * (vmmipc_buf_free; it may outlive the comm), NULL at the root and off its

@@ -48,5 +48,5 @@ foreach(victim 0 last)
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 2 ${MPIEXEC_EXECUTABLE} ${_recovery}
                    ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 3 $<TARGET_FILE:test_kill>)
   set_tests_properties(test_kill.np3.victim_${victim} PROPERTIES TIMEOUT 120 PROCESSORS 3
-                       ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim}")
+                       ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim};VMMIPC_STANDIN_WAIT_MS=30000")
 endforeach()

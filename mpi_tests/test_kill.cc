@@ -5,12 +5,16 @@
 // VMMIPC_ERR_PEER naming the dead rank well within the timeout. Not a gtest
 // suite: the job cannot finalize with a dead rank, so each survivor prints
 // one "KILLTEST OK" or "KILLTEST FAIL" line and exits; harness/killrun.sh
-// counts them.
+// counts them. A survivor's stream waiting on the dead rank completes too.
 #include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cuda.h>
+
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +45,36 @@ int main(int argc, char **argv) {
   if (vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c)) fail(vmmipc_last_error());
   vmmipc_win_t w = nullptr;
   if (vmmipc_allgather_map(c, nullptr, nullptr, &w) || vmmipc_win_free(w)) fail(vmmipc_last_error());
+  // A window stays open, and each survivor's stream waits on the victim's
+  // signal, which never comes: once the survivor learns of the death, the
+  // wait is released (VMMIPC_SIGNAL_FAILED) and the stream completes.
+  vmmipc_win_t w0 = nullptr;
+  if (vmmipc_allgather_map(c, nullptr, nullptr, &w0)) fail(vmmipc_last_error());
+  using StreamFn = CUresult (*)(CUstream);
+  CUresult (*stream_create)(CUstream *, unsigned) = nullptr;
+  StreamFn stream_sync = nullptr, stream_destroy = nullptr;
+  void *fp = nullptr;
+  if (vmmipc_driver_proc("cuStreamCreate", 0, &fp)) fail(vmmipc_last_error());
+  stream_create = reinterpret_cast<decltype(stream_create)>(fp);
+  if (vmmipc_driver_proc("cuStreamSynchronize", 0, &fp)) fail(vmmipc_last_error());
+  stream_sync = reinterpret_cast<StreamFn>(fp);
+  if (vmmipc_driver_proc("cuStreamDestroy", 0, &fp)) fail(vmmipc_last_error());
+  stream_destroy = reinterpret_cast<StreamFn>(fp);
+  CUstream s0 = nullptr;
+  if (stream_create(&s0, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) fail("cuStreamCreate");
+  std::atomic<int> waiting{0};
+  CUresult wait_rc = CUDA_ERROR_UNKNOWN;
+  std::thread waiter;
+  if (rank != victim) {
+    waiter = std::thread([&] {
+      if (vmmipc_set_device(rank % n)) return;
+      waiting = 1;
+      vmmipc_win_wait(w0, victim, 1, s0);  // blocks here on the stand-in
+      wait_rc = stream_sync(s0);           // here on a GPU
+      waiting = 2;
+    });
+    while (!waiting) std::this_thread::yield();
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   // The victim finishes the exchange, never answers the agreement, and dies:
   // the survivors are in the agreement, waiting on it (or, for rank 0, on
@@ -58,6 +92,11 @@ int main(int argc, char **argv) {
   if (msg.find(name) == std::string::npos) fail("the message does not name " + name + ": " + msg);
   if (s >= timeout_ms / 1000.0 / 2) fail("took " + std::to_string(s) + " s of a " + std::to_string(timeout_ms) +
                                          " ms timeout: " + msg);
+  waiter.join();
+  if (wait_rc != CUDA_SUCCESS) fail("the stream waiting on the dead rank did not complete: " + std::to_string(wait_rc));
+  if (vmmipc_win_wait_host(w0, victim, 1, 100) != VMMIPC_ERR_PEER) fail("a host wait after the death did not fail");
+  if (vmmipc_win_free(w0) != VMMIPC_ERR_PEER) fail("win_free on the broken comm did not report it");
+  stream_destroy(s0);
   if (vmmipc_comm_destroy(c)) fail(std::string("destroy: ") + vmmipc_last_error());
   vmmipc_buf_free(b);
   std::printf("KILLTEST OK rank %d: %.3f s: %s\n", rank, s, msg.c_str());

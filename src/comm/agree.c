@@ -178,9 +178,12 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
       append_ranks(text, &len, miss, size);
       free(miss);
     }
-    vappend(text, &len, " did not answer (dead, or not in this call)");
+    vappend(text, &len,
+            " did not answer (dead, or not in this call); the communicator is broken: every later call on it fails, "
+            "and vmmipc_comm_destroy frees it locally");
+  } else if (broken) {
+    vappend(text, &len, "%s", k_broken_tail);
   }
-  if (broken) vappend(text, &len, "%s", k_broken_tail);
   vmmipc__put32(v, code);
   vmmipc__put32(v + 4, (uint32_t)failing);
   vmmipc__put32(v + 8, (uint32_t)broken);
@@ -423,8 +426,9 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
       }
       rc = vmmipc__error(VMMIPC_ERR_TIMEOUT,
                          "%s: the agreement timed out after %d ms: rank 0, which collects it, did not answer (dead, "
-                         "or not in this call)%s",
-                         a->op, c->timeout_ms, k_broken_tail);
+                         "or not in this call); the communicator is broken: every later call on it fails, and "
+                         "vmmipc_comm_destroy frees it locally",
+                         a->op, c->timeout_ms);
     }
     /* Tests act here: a rank that gives up while the verdict is in flight. */
     if (got && !withdrawn && VMMIPC__INJECT("withdraw")) withdraw(a);
