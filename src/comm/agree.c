@@ -210,21 +210,28 @@ static vmmipc_result_t apply_verdict(struct vmmipc_comm *c, const unsigned char 
   return rc;
 }
 
-/* Receives every withdrawal queued at the collector; those of this
- * agreement mark their rank (earlier ones, of ranks that got their verdict
- * within the grace after all, are dropped). */
-static int take_withdrawals(const agree_call_t *a, char *withdrew) {
+/* Receives every withdrawal and death notice queued at the collector;
+ * those of this agreement mark their rank (earlier ones, of ranks that got
+ * their verdict within the grace after all, are dropped). A notice names a
+ * rank of the sender's node that died (*dead, the first one). */
+static int take_withdrawals(const agree_call_t *a, char *withdrew, int *dead, int *seen_by) {
   int any = 0;
   for (;;) {
     int flag = 0;
     MPI_Status st;
     if (MPI_Iprobe(MPI_ANY_SOURCE, a->wtag, a->c->dup, &flag, &st) != MPI_SUCCESS || !flag) break;
-    unsigned char b[16] = {0};
+    unsigned char b[24] = {0};
     if (MPI_Recv(b, sizeof b, MPI_BYTE, st.MPI_SOURCE, a->wtag, a->c->dup, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
-    if (vmmipc__get64(b) == a->k && vmmipc__get64(b + 8) == a->c->id && st.MPI_SOURCE > 0 &&
-        st.MPI_SOURCE < a->c->size) {
+    if (vmmipc__get64(b) != a->k || vmmipc__get64(b + 8) != a->c->id || st.MPI_SOURCE <= 0 ||
+        st.MPI_SOURCE >= a->c->size)
+      continue;
+    uint32_t d = vmmipc__get32(b + 16);
+    if (d == 0) {
       withdrew[st.MPI_SOURCE] = 1;
       any = 1;
+    } else if (d <= (uint32_t)a->c->size && *dead < 0) {
+      *dead = (int)d - 1;
+      *seen_by = st.MPI_SOURCE;
     }
   }
   return any;
@@ -262,9 +269,20 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     mrc = MPI_Irecv(outcomes + (size_t)r * OUTCOME_MAX, OUTCOME_MAX, MPI_BYTE, r, a->tag, c->dup, &recvs[r]);
   int gone = -1;
   vmmipc_result_t gone_code = VMMIPC_ERR_PEER;
-  int w = mrc == MPI_SUCCESS
-              ? vmmipc__mpi_wait_watch(c, recvs + 1, n - 1, deadline, &mrc, watch, -1, &gone, &gone_code)
-              : VMMIPC__WAIT_MPI;
+  int w = VMMIPC__WAIT_MPI, dead = -1, seen_by = -1;
+  /* In slices, so that a death another node's rank saw (a notice) ends the wait too. */
+  while (mrc == MPI_SUCCESS) {
+    int64_t now = vmmipc__now_ms(), until = deadline < now + 50 ? deadline : now + 50;
+    w = vmmipc__mpi_wait_watch(c, recvs + 1, n - 1, until, &mrc, watch, -1, &gone, &gone_code);
+    if (w != VMMIPC__WAIT_TIMEOUT) break;
+    take_withdrawals(a, withdrew, &dead, &seen_by);
+    if (dead >= 0) {
+      vmmipc__error(VMMIPC_ERR_PEER, "rank %d exited or hung up (rank %d, on its node, saw it go)", dead, seen_by);
+      w = VMMIPC__WAIT_GONE;
+      break;
+    }
+    if (vmmipc__now_ms() >= deadline) break;
+  }
   vmmipc_result_t rc = VMMIPC_SUCCESS;
   if (w == VMMIPC__WAIT_MPI || w == VMMIPC__WAIT_ABORTED) {
     rc = w == VMMIPC__WAIT_MPI ? vmmipc__mpi_error(mrc, "%s: agreement (receiving the outcomes)", a->op)
@@ -274,7 +292,7 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     for (int r = 1; r < n; r++) arrived[r] = recvs[r] == MPI_REQUEST_NULL; /* completed ones are NULL */
     /* A node peer whose connection closed (it hung up, aborted, or broke the
      * protocol during the exchange) is gone even though its outcome came. */
-    for (int r = 1; r < n && gone < 0; r++) {
+    for (int r = 1; r < n && gone < 0 && dead < 0; r++) {
       int p = node_of(c, r);
       if (p >= 0 && vmmipc__tp_coll_fd(c->tp, p) < 0) {
         vmmipc__tp_read_coll(c->tp, p, c->epoch); /* the error naming it */
@@ -282,12 +300,12 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
         gone_code = vmmipc__tp_aborted_by(c->tp) == p ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
       }
     }
-    int gone_rank = gone >= 0 ? c->rank_of[gone] : -1;
-    take_withdrawals(a, withdrew);
+    int gone_rank = gone >= 0 ? c->rank_of[gone] : dead;
+    take_withdrawals(a, withdrew, &dead, &seen_by);
     int len = pack_verdict(verdict, a, outcomes, arrived, withdrew, gone_rank, gone_code);
     /* Tests act here: a collector that stalls between deciding and announcing. */
     if (VMMIPC__INJECT("verdict")) VMMIPC__LATE(c->timeout_ms);
-    if (vmmipc__get32(verdict) == 0 && take_withdrawals(a, withdrew))
+    if (vmmipc__get32(verdict) == 0 && take_withdrawals(a, withdrew, &dead, &seen_by))
       len = pack_verdict(verdict, a, outcomes, arrived, withdrew, gone_rank, gone_code);
     /* Node peers first, each write ordered by the kernel against its cut. */
     int told = 0;
@@ -340,19 +358,23 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
   return rc;
 }
 
-/* Tells the collector this rank gives up on agreement k of this comm (its
- * id too: an MPI that reuses a freed communicator's context must not match
- * it to another comm). */
-static void withdraw(const agree_call_t *a) {
-  unsigned char *b = malloc(16);
+/* Tells the collector this rank gives up on agreement k of this comm
+ * (dead < 0), or that rank `dead` of its node died (a notice). The comm's
+ * id goes too: an MPI that reuses a freed communicator's context must not
+ * match it to another comm. */
+static void tell_collector(const agree_call_t *a, int dead) {
+  unsigned char *b = calloc(1, 24);
   if (!b) return;
   vmmipc__put64(b, a->k);
   vmmipc__put64(b + 8, a->c->id);
+  vmmipc__put32(b + 16, dead < 0 ? 0u : (uint32_t)dead + 1);
   a->c->mpi_dirty = 1; /* the collector may never receive it */
   MPI_Request req = MPI_REQUEST_NULL;
-  if (MPI_Isend(b, 16, MPI_BYTE, 0, a->wtag, a->c->dup, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+  if (MPI_Isend(b, 24, MPI_BYTE, 0, a->wtag, a->c->dup, &req) == MPI_SUCCESS) MPI_Request_free(&req);
   vmmipc__mpi_keep(b); /* MPI may still read it */
 }
+
+static void withdraw(const agree_call_t *a) { tell_collector(a, -1); }
 
 static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local, int secondary) {
   struct vmmipc_comm *c = a->c;
@@ -372,6 +394,10 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
   int root_p = node_of(c, 0); /* the collector's node rank, or -1 off-node */
   int by_socket = root_p >= 0 && vmmipc__tp_coll_fd(c->tp, root_p) >= 0;
   if (root_p >= 0) watch[root_p] = by_socket ? 1 : 2; /* 2: its pid only (the connection is closed) */
+  /* The other node peers, for hang-ups only (3): a death here is told to
+   * the collector, which may be on another node and not see it. */
+  for (int q = 0; c->tp && q < c->node_size; q++)
+    if (q != root_p && q != c->node_rank) watch[q] = 3;
   MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}; /* outcome sent, verdict (MPI) */
   int mrc = MPI_SUCCESS;
   if (!by_socket) mrc = MPI_Irecv(verdict, VERDICT_MAX, MPI_BYTE, 0, a->tag, c->dup, &reqs[1]);
@@ -397,6 +423,9 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
       char why[VMMIPC__ERRMSG_MAX];
       snprintf(why, sizeof why, "%s", vmmipc_last_error());
       rc = vmmipc__error(VMMIPC_ERR_ABORTED, "%s: %s", a->op, why);
+    } else if (w == VMMIPC__WAIT_GONE && gone != root_p) { /* a node peer died: tell the collector */
+      watch[gone] = 0;
+      tell_collector(a, c->rank_of[gone]);
     } else if (w == VMMIPC__WAIT_GONE) {
       pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(c->tp), root_p);
       char why[VMMIPC__ERRMSG_MAX];

@@ -99,12 +99,13 @@ enum {
   VMMIPC__WAIT_VERDICT = 4   /* a verdict from node rank `verdict_from` arrived (vmmipc__tp_take_verdict) */
 };
 /* vmmipc__mpi_wait that also watches the collective sockets of the node
- * ranks with watch[p] == 1 (NULL: none; 2: only the pid of p): reads them as they become readable
+ * ranks with watch[p] == 1 (NULL: none; 2: only the pid of p; 3: hang-ups
+ * and the pid, reading nothing; a hang-up turns 3 into 2): reads them as they become readable
  * (vmmipc__tp_read_coll), checks their pids every 100 ms, and ends as soon
  * as one is gone, the comm is aborted here, or (verdict_from >= 0) that
  * rank's verdict is in. Sleeps in poll() between tests, backing off to 1 ms. */
 int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int64_t deadline_ms, int *mpi_rc,
-                           const char *watch, int verdict_from, int *gone, vmmipc_result_t *gone_code);
+                           char *watch, int verdict_from, int *gone, vmmipc_result_t *gone_code);
 /* Gives up requests that will not complete: point-to-point receives are
  * cancelled if `cancel`, the rest are left to MPI. `keep` (their buffers,
  * malloc'd) stays allocated for the life of the process, since MPI may

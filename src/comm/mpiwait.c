@@ -66,14 +66,16 @@ int vmmipc__mpi_wait(MPI_Request *reqs, int n, int64_t deadline_ms, int *mpi_rc)
 }
 
 int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int64_t deadline_ms, int *mpi_rc,
-                           const char *watch, int verdict_from, int *gone, vmmipc_result_t *gone_code) {
+                           char *watch, int verdict_from, int *gone, vmmipc_result_t *gone_code) {
   int ns = c->tp ? c->node_size : 0;
   struct pollfd *pfd = ns ? calloc((size_t)ns, sizeof *pfd) : NULL;
   int *who = ns ? calloc((size_t)ns, sizeof *who) : NULL;
   *gone = -1;
   *gone_code = VMMIPC_ERR_PEER;
   long pause_ns = 2000;
-  int64_t next_liveness = vmmipc__now_ms() + 100;
+  /* The first pid check after 20 ms: fast agreements do not pay for it,
+   * and callers that wait in slices (50 ms) still get one per slice. */
+  int64_t next_liveness = vmmipc__now_ms() + 20;
   int rc = VMMIPC__WAIT_TIMEOUT;
   for (unsigned spin = 0;; spin++) {
     if (verdict_from >= 0 && vmmipc__tp_has_verdict(c->tp, verdict_from)) {
@@ -111,6 +113,23 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
         continue;
       }
       int fd = vmmipc__tp_coll_fd(c->tp, p);
+      if (watch[p] == 3) { /* hang-ups only: nothing is read */
+        pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p);
+        if (check_pids && vmmipc__pid_gone(pid)) {
+          vmmipc__error(VMMIPC_ERR_PEER, "rank %d (pid %d) exited", vmmipc__conn_rank(vmmipc__tp_conn(c->tp), p),
+                        (int)pid);
+          *gone = p;
+          rc = VMMIPC__WAIT_GONE;
+          goto out;
+        }
+        if (fd >= 0) {
+          pfd[k].fd = fd;
+          pfd[k].events = 0; /* POLLHUP and POLLERR come anyway */
+          pfd[k].revents = 0;
+          who[k++] = p;
+        }
+        continue;
+      }
       if (fd < 0 || (check_pids && vmmipc__pid_gone(vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p)))) {
         /* What it sent before it went is taken first. */
         vmmipc__tp_read_t r = fd < 0 ? VMMIPC__TP_READ_GONE : vmmipc__tp_read_coll(c->tp, p, c->epoch);
@@ -134,6 +153,15 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
     pause_on(pfd, k, spin, &pause_ns);
     for (nfds_t i = 0; i < k; i++) {
       if (!pfd[i].revents) continue;
+      if (watch[who[i]] == 3) {
+        /* Hung up: a death once its pid is gone (a peer that freed its
+         * comm after its verdict is not one). */
+        if (pfd[i].revents & (POLLHUP | POLLERR)) {
+          watch[who[i]] = 2;
+          next_liveness = vmmipc__now_ms() + 5;
+        }
+        continue;
+      }
       vmmipc__tp_read_t r = vmmipc__tp_read_coll(c->tp, who[i], c->epoch);
       if (r == VMMIPC__TP_READ_GONE || r == VMMIPC__TP_READ_ABORTED) {
         *gone = who[i];
