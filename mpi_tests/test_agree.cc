@@ -376,4 +376,49 @@ TEST_F(Agree, AStreamWaitingOnAnAbortedPeerCompletes) {
   EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
 }
 
+// Every rank's stream waits on its own slot; a thread that has no current
+// context (the driver's state is per thread) aborts the comm: the release
+// still lands, the stream completes, and everything is freed.
+TEST_F(Agree, AnAbortFromAThreadWithoutAContextReleasesTheStreams) {
+  StreamDrv d;
+  void *p = nullptr;
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuStreamCreate", 0, &p));
+  d.streamCreate = reinterpret_cast<decltype(d.streamCreate)>(p);
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuStreamDestroy", 0, &p));
+  d.streamDestroy = reinterpret_cast<decltype(d.streamDestroy)>(p);
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuStreamSynchronize", 0, &p));
+  d.streamSync = reinterpret_cast<decltype(d.streamSync)>(p);
+  int before = vt::FdCount();
+  vmmipc_comm_t c = Create(30000);
+  ASSERT_NE(c, nullptr);
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
+  MPI_Barrier(MPI_COMM_WORLD);  // every window is made before any abort
+  CUstream s = nullptr;
+  ASSERT_EQ(d.streamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  std::atomic<int> waiting{0};
+  vmmipc_result_t wrc = VMMIPC_ERR_PEER;
+  CUresult src = CUDA_ERROR_UNKNOWN;
+  std::thread t([&] {
+    if (vmmipc_set_device(dev_) != VMMIPC_SUCCESS) return;
+    waiting = 1;
+    wrc = vmmipc_win_wait(w, vt::Rank(), 1, s);  // nobody signals it
+    src = d.streamSync(s);
+  });
+  while (!waiting) std::this_thread::yield();
+  vmmipc_result_t arc = VMMIPC_ERR_PEER;
+  std::thread a([&] { arc = vmmipc_comm_abort(c); });  // a fresh thread: no current context
+  a.join();
+  t.join();
+  EXPECT_VMM_OK(arc);
+  EXPECT_TRUE(wrc == VMMIPC_SUCCESS || wrc == VMMIPC_ERR_ABORTED) << vmmipc_strerror(wrc);
+  EXPECT_EQ(src, CUDA_SUCCESS) << "the stream did not complete";
+  EXPECT_EQ(vmmipc_win_wait_host(w, vt::Rank(), 1, 100), VMMIPC_ERR_ABORTED);
+  d.streamDestroy(s);
+  EXPECT_EQ(vmmipc_win_free(w), VMMIPC_ERR_ABORTED) << vmmipc_last_error();
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 }  // namespace

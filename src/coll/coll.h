@@ -28,6 +28,7 @@ struct vmmipc__pool {
   int slices;            /* windows the pool holds */
   unsigned char *used;   /* [slices] */
   CUstream stream;       /* private, non-blocking: zeroing slices and host waits */
+  CUcontext ctx;         /* the context it was made in (the release may run on any thread) */
   pthread_mutex_t mu;    /* serialises the private stream */
 };
 

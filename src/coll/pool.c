@@ -66,7 +66,8 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
       if (!p->used) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: signal pool", op);
     }
     if (!local) {
-      CUresult rc = cu->cuStreamCreate(&p->stream, CU_STREAM_NON_BLOCKING);
+      CUresult rc = cu->cuCtxGetCurrent(&p->ctx);
+      if (!rc) rc = cu->cuStreamCreate(&p->stream, CU_STREAM_NON_BLOCKING);
       if (rc) local = vmmipc__cu_error(rc, NULL, "%s: cuStreamCreate for the signal pool", op);
     }
   }

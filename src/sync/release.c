@@ -23,6 +23,11 @@ void vmmipc__sync_release(struct vmmipc_comm *c) {
 #undef F8
   };
   size_t bytes = (size_t)p->per_win * 8;
+  /* Any thread (vmmipc_comm_abort's among them): the pool's context, for
+   * the time of the copies. */
+  CUcontext was = NULL;
+  int switched = cu->cuCtxGetCurrent(&was) == CUDA_SUCCESS && was != p->ctx &&
+                 cu->cuCtxSetCurrent(p->ctx) == CUDA_SUCCESS;
   pthread_mutex_lock(&p->mu);
   for (int k = 0; k < p->slices; k++) {
     if (!p->used[k]) continue;
@@ -34,4 +39,5 @@ void vmmipc__sync_release(struct vmmipc_comm *c) {
   }
   cu->cuStreamSynchronize(p->stream);
   pthread_mutex_unlock(&p->mu);
+  if (switched) cu->cuCtxSetCurrent(was);
 }
