@@ -7,6 +7,7 @@
 // one "KILLTEST OK" or "KILLTEST FAIL" line and exits; harness/killrun.sh
 // counts them. A survivor's stream waiting on the dead rank completes too.
 #include <mpi.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,7 +25,19 @@
 #include "common/testhooks.h"
 #include "vmmipc.h"
 
+static void OnCrash(int sig) {
+  void *f[64];
+  int n = backtrace(f, 64);
+  std::fprintf(stderr, "KILLTEST CRASH signal %d\n", sig);
+  backtrace_symbols_fd(f, n, 2);
+  _exit(3);
+}
+
 int main(int argc, char **argv) {
+  signal(SIGSEGV, OnCrash);
+  // MPICH's launcher (-disable-auto-cleanup) tells the survivors of a death
+  // with SIGUSR1, which would end them: the test is about what vmmipc tells.
+  signal(SIGUSR1, SIG_IGN);
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 0;
@@ -112,5 +125,12 @@ int main(int argc, char **argv) {
   vmmipc_buf_free(b);
   std::printf("KILLTEST OK rank %d: %.3f s: %s\n", rank, s, msg.c_str());
   std::fflush(stdout);
+  // The survivors leave together: a launcher may end the job when one rank
+  // exits without MPI_Finalize (MPICH's does), before the others printed.
+  MPI_Group world = MPI_GROUP_NULL, alive = MPI_GROUP_NULL;
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Group_excl(world, 1, &victim, &alive);
+  MPI_Comm survivors = MPI_COMM_NULL;
+  if (MPI_Comm_create_group(MPI_COMM_WORLD, alive, 5, &survivors) == MPI_SUCCESS) MPI_Barrier(survivors);
   _exit(0);  // no MPI_Finalize: a rank of the job is dead
 }
