@@ -268,9 +268,9 @@ TEST(Codec, EveryKindAndContextDecodes) {
   }
 }
 
-// VERDICT (version 3): one frame of text, no fds, collective context only,
-// never part of a message; an ABORT may carry seq UINT64_MAX (comm-wide).
-TEST(Codec, VerdictFramesAndTheCommWideAbort) {
+// VERDICT and END (version 3): one frame of text, no fds, never part of a
+// message; VERDICT in the collective context only, END with seq 0.
+TEST(Codec, VerdictAndEndFrames) {
   vmmipc__frame_t v = Abort(7, "verdict text", 0);
   v.kind = VMMIPC__KIND_VERDICT;
   Decoded d = Decode(Record(v), 0);
@@ -298,10 +298,18 @@ TEST(Codec, VerdictFramesAndTheCommWideAbort) {
   char w[200] = "";
   EXPECT_EQ(vmmipc__asm_feed(&a, 0, 10, &v, "verdict text", nullptr, 0, &stale, w, sizeof w), VMMIPC__ASM_BAD);
   EXPECT_NE(std::string(w).find("not part of a message"), std::string::npos) << w;
-  // A comm-wide ABORT decodes (the exchange ends every call on it).
-  vmmipc__frame_t ab = Abort(VMMIPC__SEQ_COMM_ABORT, "rank 1 aborted the communicator", VMMIPC_ERR_ABORTED);
-  d = Decode(Record(ab), 0);
+  // END (the sender aborted the comm): text, a known code, seq 0, no fds.
+  vmmipc__frame_t end = Abort(0, "rank 1 aborted the communicator", VMMIPC_ERR_ABORTED);
+  end.kind = VMMIPC__KIND_END;
+  d = Decode(Record(end), 0);
   EXPECT_EQ(d.rc, 0) << d.why;
+  vmmipc__frame_t e2 = end;
+  e2.seq = 3;
+  EXPECT_TRUE(Rejected(Decode(Record(e2), 0), "malformed END frame"));
+  e2 = end;
+  e2.code = 0;
+  EXPECT_TRUE(Rejected(Decode(Record(e2), 0), "malformed END frame"));
+  EXPECT_EQ(vmmipc__asm_feed(&a, 0, 10, &end, "x", nullptr, 0, &stale, w, sizeof w), VMMIPC__ASM_BAD);
   vmmipc__asm_reset(&a);
 }
 
@@ -333,7 +341,7 @@ TEST(Codec, DecodeRejectsEachMalformedField) {
     EXPECT_TRUE(Rejected(Decode(r, 253), "reserved header field"));
   }
   EXPECT_TRUE(Rejected(Decode(Record(with([](auto &f) { f.kind = 0; })), 253), "unknown frame kind 0"));
-  EXPECT_TRUE(Rejected(Decode(Record(with([](auto &f) { f.kind = 5; })), 253), "unknown frame kind 5"));
+  EXPECT_TRUE(Rejected(Decode(Record(with([](auto &f) { f.kind = 6; })), 253), "unknown frame kind 6"));
   EXPECT_TRUE(Rejected(Decode(Record(with([](auto &f) { f.ctx = 0; })), 253), "unknown context 0"));
   EXPECT_TRUE(Rejected(Decode(Record(with([](auto &f) { f.ctx = 3; })), 253), "unknown context 3"));
   EXPECT_TRUE(Rejected(Decode(Record(with([](auto &f) { f.ctx = VMMIPC__CTX_P2P; })), 253),

@@ -1,8 +1,8 @@
 /* vmmipc_comm_abort: local, from any thread, as ncclCommAbort. It marks the
  * comm aborted (every wait of a call blocked on it ends within about 100 ms
  * with VMMIPC_ERR_ABORTED, and every later call fails at once), releases the
- * stream waits on its windows, and tells the node's peers (a comm-wide ABORT
- * frame on every connection), which fail at once naming this rank. The
+ * stream waits on its windows, and tells the node's peers (an END frame
+ * on every connection), which fail at once naming this rank. The
  * sockets belong to whichever thread holds the comm: if a call is inside,
  * that thread tells the peers as it leaves (guard.c), else this one does. */
 #include "comm/comm.h"

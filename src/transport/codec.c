@@ -89,7 +89,7 @@ int vmmipc__frame_decode(const void *rec, size_t len, int nfds, const vmmipc__fr
   f->frame_fds = vmmipc__get32(p + 60);
   if (vmmipc__get16(p + 10) != 0) return why_set(why, cap, "reserved header field is not zero");
   if (f->kind != VMMIPC__KIND_HELLO && f->kind != VMMIPC__KIND_DATA && f->kind != VMMIPC__KIND_ABORT &&
-      f->kind != VMMIPC__KIND_VERDICT)
+      f->kind != VMMIPC__KIND_VERDICT && f->kind != VMMIPC__KIND_END)
     return why_set(why, cap, "unknown frame kind %u", (unsigned)f->kind);
   if (f->ctx != VMMIPC__CTX_P2P && f->ctx != VMMIPC__CTX_COLL)
     return why_set(why, cap, "unknown context %u", (unsigned)f->ctx);
@@ -119,6 +119,14 @@ int vmmipc__frame_decode(const void *rec, size_t len, int nfds, const vmmipc__fr
     if (f->index || f->frame_fds || f->total_fds || f->total_bytes != f->frame_bytes ||
         f->frame_bytes > VMMIPC__ABORT_MAX_BYTES)
       return why_set(why, cap, "malformed ABORT frame (%u bytes, %u fds, index %u)", (unsigned)f->frame_bytes,
+                     (unsigned)f->frame_fds, (unsigned)f->index);
+    return 0;
+  }
+  if (f->kind == VMMIPC__KIND_END) {
+    if (f->code == 0 || f->code > 64 || f->seq || f->index || f->frame_fds || f->total_fds ||
+        f->total_bytes != f->frame_bytes || f->frame_bytes > VMMIPC__ABORT_MAX_BYTES)
+      return why_set(why, cap, "malformed END frame (code %u, seq %llu, %u bytes, %u fds, index %u)",
+                     (unsigned)f->code, (unsigned long long)f->seq, (unsigned)f->frame_bytes,
                      (unsigned)f->frame_fds, (unsigned)f->index);
     return 0;
   }

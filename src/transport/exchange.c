@@ -240,7 +240,7 @@ static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op) {
       vmmipc__tp_keep_verdict(tp, p, &f, tp->rbuf + VMMIPC__FRAME_HEADER_BYTES);
       continue;
     }
-    if (f.kind == VMMIPC__KIND_ABORT && f.seq == VMMIPC__SEQ_COMM_ABORT) { /* every call on the comm ends */
+    if (f.kind == VMMIPC__KIND_END) { /* every call on the comm ends */
       char reason[160];
       snprintf(reason, sizeof reason, "rank %d aborted the communicator (vmmipc_comm_abort)", R);
       tp->aborted_by = p;

@@ -125,10 +125,10 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch);
 void vmmipc__tp_drain_cut(vmmipc__tp_t *tp, int p, uint64_t epoch);
 /* Every wait of the transport ends (VMMIPC_ERR_ABORTED) once *flag is set. */
 void vmmipc__tp_watch_abort(vmmipc__tp_t *tp, const int *flag);
-/* The node rank whose comm-wide ABORT arrived, or -1. */
+/* The node rank whose END frame (comm aborted) arrived, or -1. */
 int vmmipc__tp_aborted_by(const vmmipc__tp_t *tp);
-/* Tells every peer, on both contexts, that this rank aborted the comm:
- * an ABORT frame with seq VMMIPC__SEQ_COMM_ABORT. Best effort, bounded. */
+/* Tells every peer, on both contexts, that this rank aborted the comm: an
+ * END frame. Best effort, bounded. */
 void vmmipc__tp_abort_all(vmmipc__tp_t *tp, uint32_t code, const char *text);
 
 /* Counters for vmmipc_comm_stats. */

@@ -25,7 +25,7 @@ struct vmmipc__tp {
   uint32_t verdict_len;
   unsigned char verdict[VMMIPC__VERDICT_MAX_BYTES];
   const int *aborted;       /* set by vmmipc__tp_watch_abort: non-zero ends every wait */
-  int aborted_by;           /* node rank whose comm-wide ABORT arrived, or -1 */
+  int aborted_by;           /* node rank whose END frame (comm aborted) arrived, or -1 */
 };
 
 /* Keeps a VERDICT frame (decoded, payload after the header) for the agreement. */

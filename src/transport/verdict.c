@@ -2,7 +2,7 @@
  * verdict sent to a node peer as one VERDICT frame, the kernel-atomic cut
  * that decides whether a verdict came before a peer gave up, reading a
  * peer's collective connection while MPI is waited on (hang-ups and aborts
- * seen at once), and the comm-wide ABORT of vmmipc_comm_abort. */
+ * seen at once), and the END frames of vmmipc_comm_abort. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 #include "transport/tp.h"
 #include "transport/tp_priv.h"
 
-/* Total time a verdict or the comm-wide ABORT may wait for room in a socket. */
+/* Total time a verdict or an END frame may wait for room in a socket. */
 #define TP_SEND_BUDGET_MS 100
 
 static int coll_fd(const vmmipc__tp_t *tp, int p) {
@@ -122,7 +122,7 @@ static vmmipc__tp_read_t read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch, int 
     int bad = rec.truncated || rec.odd_cmsg || rec.ctrunc;
     if (bad) snprintf(why, sizeof why, "a malformed record while this rank waited for the agreement");
     if (!bad && vmmipc__frame_decode(tp->rbuf, rec.len, rec.nfds, &want, &f, why, sizeof why) != 0) bad = 1;
-    if (!bad && f.kind == VMMIPC__KIND_ABORT && f.seq == VMMIPC__SEQ_COMM_ABORT) {
+    if (!bad && f.kind == VMMIPC__KIND_END) {
       vmmipc__close_fds(rec.fds, rec.nfds);
       tp->aborted_by = p;
       snprintf(why, sizeof why, "rank %d aborted the communicator (vmmipc_comm_abort)", R);
@@ -177,13 +177,12 @@ void vmmipc__tp_abort_all(vmmipc__tp_t *tp, uint32_t code, const char *text) {
       if (fd < 0) continue;
       vmmipc__frame_t f;
       memset(&f, 0, sizeof f);
-      f.kind = VMMIPC__KIND_ABORT;
+      f.kind = VMMIPC__KIND_END;
       f.ctx = (uint16_t)ctx;
       f.code = code;
       f.sender = (uint32_t)c->node_rank;
       f.receiver = (uint32_t)p;
       f.comm_id = c->comm_id;
-      f.seq = VMMIPC__SEQ_COMM_ABORT;
       f.total_bytes = f.frame_bytes = (uint32_t)len;
       unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
       vmmipc__frame_encode(&f, head);
