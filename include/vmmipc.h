@@ -18,10 +18,20 @@
  *   the same error, which names the rank that failed first.
  * - Waits are bounded: no call waits on a peer longer than the comm's
  *   timeout (vmmipc_config_t.timeout_ms), except that a collective may wait
- *   once in its exchange and once in its agreement. A peer that dies or hangs
- *   gives VMMIPC_ERR_PEER or VMMIPC_ERR_TIMEOUT naming it. After an
- *   agreement times out the comm is broken: every later call on it fails at
- *   once, and vmmipc_comm_destroy frees it locally.
+ *   once in its exchange and once in its agreement (plus a short grace,
+ *   docs/sync.md); the MPI calls vmmipc makes are nonblocking ones tested
+ *   against that bound, except the node split of vmmipc_comm_create. A peer
+ *   that dies or hangs gives VMMIPC_ERR_PEER or VMMIPC_ERR_TIMEOUT naming it:
+ *   a rank of the caller's node that dies within about 100 ms plus one
+ *   agreement, a rank of another node within the timeout. Stream waits have
+ *   no bound of their own, but are released when the comm fails
+ *   (VMMIPC_SIGNAL_FAILED). After an agreement times out or a peer is gone
+ *   the comm is broken: every later call on it fails at once, and
+ *   vmmipc_comm_destroy frees it locally.
+ * - One verdict: every rank of a collective returns the same result, even
+ *   when the rank that collects the agreement (rank 0) is late or stalls
+ *   (docs/sync.md, "One verdict per collective", states the remaining
+ *   window and its bound).
  * - Threads: calls on one comm (and on its windows' vmmipc_win_free) must not
  *   overlap; an overlapping call is refused with VMMIPC_ERR_BUSY.
  *   Calls on different comms may run at once on different threads when MPI
@@ -382,10 +392,12 @@ VMMIPC_API vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t comm, vmmipc_buf_t
 /* Local, thread-safe: rank's buffer as mapped here: the caller's own buffer
  * for itself, NULL and 0 for ranks of other nodes or that gave none. */
 VMMIPC_API vmmipc_result_t vmmipc_win_query(vmmipc_win_t win, int rank, void **ptr, size_t *size);
-/* Collective: unmaps the peers here, then agrees, so that after it returns
- * nobody maps this rank's buffer through the window. Work enqueued on the
- * window must be complete first. A heap window's slice goes back to its
- * heap after the agreement. On a broken comm it frees locally. */
+/* Collective: unmaps the peers here, then agrees (on the window too: every
+ * rank must free its windows in the same order, else VMMIPC_ERR_INVALID_ARG
+ * naming the rank), so that after it returns nobody maps this rank's buffer
+ * through the window. Work enqueued on the window must be complete first. A heap window's slice goes back to
+ * its heap after the agreement. On a broken or aborted comm it frees everything local, then returns the
+ * comm's failure. */
 VMMIPC_API vmmipc_result_t vmmipc_win_free(vmmipc_win_t win);
 /* The root's buf mapped by every other rank of its node. *out: the mapping
  * (vmmipc_buf_free; it may outlive the comm), NULL at the root and off its
@@ -406,8 +418,20 @@ VMMIPC_API vmmipc_result_t vmmipc_scatter_map(vmmipc_comm_t comm, const vmmipc_b
  * What becomes visible to whom, and when: docs/sync.md. Signal, wait and
  * wait_host may be called from several threads at once. */
 
+/* Values are below 2^63: the top bit is VMMIPC_SIGNAL_FAILED's (else
+ * VMMIPC_ERR_INVALID_ARG). When the comm fails (a peer hung up or aborted, a
+ * timeout, vmmipc_comm_abort, teardown) this rank's slots of every open
+ * window are set to VMMIPC_SIGNAL_FAILED, which satisfies every wait (the
+ * comparison is cyclic, as CU_STREAM_WAIT_VALUE_GEQ's), so no stream waits
+ * forever; the next call on the window or comm returns the failure, naming
+ * the rank. Kernels reading a slot can test the top bit. On a node of one
+ * rank, signal and wait to oneself use one's own slot, and the barrier
+ * completes at once. */
+#define VMMIPC_SIGNAL_FAILED 0x8000000000000000ull
+
 /* Sets the caller's slot in rank's pad to value, once the work enqueued
- * before it on stream is complete and visible to rank. */
+ * before it on stream is complete and visible to rank: one batch of a
+ * system-scope memory barrier (CU_STREAM_MEM_OP_BARRIER) then the write. */
 VMMIPC_API vmmipc_result_t vmmipc_win_signal(vmmipc_win_t win, int rank, uint64_t value, void *stream);
 /* Holds later work on stream until rank's slot in the caller's pad is at
  * least value. */

@@ -17,6 +17,8 @@ vmmipc_mpi_test(test_hostile NP 2 4 SOURCES test_hostile.cc)
 vmmipc_mpi_test(test_driver_contract NP 2 SOURCES test_driver_contract.cc)
 vmmipc_mpi_test(test_driver_contract NP 2 OWN_GPU)
 vmmipc_mpi_test(test_faults NP 2 3 4 SOURCES test_faults.cc TIMEOUT 240)
+vmmipc_mpi_test(test_agree NP 2 3 SOURCES test_agree.cc TIMEOUT 240)
+vmmipc_mpi_test(test_agree NP 4 VNODES 2 TIMEOUT 240)
 vmmipc_mpi_test(test_sync NP 1 2 3 4 SOURCES test_sync.cc TIMEOUT 300)
 # Host sync runs on kernels by default (VMMIPC_SYNC=auto; memory operations
 # where node ranks share a GPU, as 3 and 4 ranks on the stand-in's 2 do);
@@ -26,6 +28,7 @@ vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_SYNC=kernel SUFFIX .kernel TIMEOUT 300
 vmmipc_mpi_test(test_device NP 1 2 3 SOURCES test_device.cc)
 vmmipc_mpi_test(test_device NP 2 ENV VMMIPC_SYNC=memops SUFFIX .memops)
 vmmipc_mpi_test(test_device NP 2 3 ENV VMMIPC_SYNC=kernel SUFFIX .kernel)
+vmmipc_mpi_test(test_sync NP 2 VNODES 1 TIMEOUT 300)
 if(VMMIPC_TEST_DRIVER STREQUAL "standin")
   vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_STANDIN_CAPS=nomemops VMMIPC_SYNC=memops SUFFIX .nomemops)
   vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_STANDIN_CAPS=nokernels SUFFIX .nokernels)
@@ -46,3 +49,28 @@ if(VMMIPC_TEST_DRIVER STREQUAL "standin")
   vmmipc_mpi_test(test_xproc NP 2 OWN_GPU SUFFIX .one_gpu ENV VMMIPC_STANDIN_DEVICES=1)
   vmmipc_mpi_test(test_driver_contract NP 2 OWN_GPU SUFFIX .one_gpu ENV VMMIPC_STANDIN_DEVICES=1)
 endif()
+# A rank SIGKILLed in a collective, under a launcher that lets the job go on
+# (its own main: the job cannot finalize; harness/killrun.sh counts the
+# survivors' verdicts). Victim 0 is the agreement's collector.
+add_executable(test_kill test_kill.cc)
+target_link_libraries(test_kill PRIVATE vmmipc_testlib MPI::MPI_CXX)
+if(_launcher_flavor STREQUAL "openmpi")
+  set(_recovery --mca orte_enable_recovery 1)
+else()
+  set(_recovery -disable-auto-cleanup)
+endif()
+foreach(victim 0 last)
+  add_test(NAME test_kill.np3.victim_${victim}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 2 ${MPIEXEC_EXECUTABLE} ${_recovery}
+                   ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 3 $<TARGET_FILE:test_kill>)
+  set_tests_properties(test_kill.np3.victim_${victim} PROPERTIES TIMEOUT 120 PROCESSORS 3 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim};VMMIPC_STANDIN_WAIT_MS=30000")
+endforeach()
+# The dead rank on another node than the collector: its node peer tells the
+# collector (a death notice), so every survivor still learns at once.
+add_test(NAME test_kill.np4.vnodes2.victim_last
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 3 ${MPIEXEC_EXECUTABLE} ${_recovery}
+                 ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 4 ${CMAKE_CURRENT_SOURCE_DIR}/harness/vnode.sh
+                 $<TARGET_FILE:test_kill>)
+set_tests_properties(test_kill.np4.vnodes2.victim_last PROPERTIES TIMEOUT 120 PROCESSORS 4 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=last;VMMIPC_STANDIN_WAIT_MS=30000;VMMIPC_TEST_RANKS_PER_NODE=2")

@@ -268,6 +268,51 @@ TEST(Codec, EveryKindAndContextDecodes) {
   }
 }
 
+// VERDICT and END (version 3): one frame of text, no fds, never part of a
+// message; VERDICT in the collective context only, END with seq 0.
+TEST(Codec, VerdictAndEndFrames) {
+  vmmipc__frame_t v = Abort(7, "verdict text", 0);
+  v.kind = VMMIPC__KIND_VERDICT;
+  Decoded d = Decode(Record(v), 0);
+  EXPECT_EQ(d.rc, 0) << d.why;
+  auto bad = [&](auto mutate, int nfds, const char *why) {
+    vmmipc__frame_t f = v;
+    mutate(f);
+    return Rejected(Decode(Record(f), nfds), why);
+  };
+  EXPECT_TRUE(bad([](auto &f) { f.frame_fds = f.total_fds = 1; }, 1, "malformed VERDICT frame"));
+  EXPECT_TRUE(bad([](auto &f) { f.index = 1; }, 0, "malformed VERDICT frame"));
+  EXPECT_TRUE(bad([](auto &f) { f.total_bytes = 99; }, 0, "malformed VERDICT frame"));
+  EXPECT_TRUE(bad([](auto &f) { f.code = 65; }, 0, "malformed VERDICT frame"));
+  std::vector<unsigned char> big(VMMIPC__VERDICT_MAX_BYTES + 1, 'v');
+  vmmipc__frame_t f = v;
+  f.total_bytes = f.frame_bytes = static_cast<uint32_t>(big.size());
+  EXPECT_TRUE(Rejected(Decode(Record(f), 0), "malformed VERDICT frame"));
+  vmmipc__frame_t p2p = v;
+  p2p.ctx = VMMIPC__CTX_P2P;
+  EXPECT_TRUE(Rejected(Decode(Record(p2p), 0, Want(VMMIPC__CTX_P2P)), "malformed VERDICT frame"));
+  // The assembler takes no VERDICT.
+  vmmipc__asm_t a;
+  std::memset(&a, 0, sizeof a);
+  uint64_t stale = 0;
+  char w[200] = "";
+  EXPECT_EQ(vmmipc__asm_feed(&a, 0, 10, &v, "verdict text", nullptr, 0, &stale, w, sizeof w), VMMIPC__ASM_BAD);
+  EXPECT_NE(std::string(w).find("not part of a message"), std::string::npos) << w;
+  // END (the sender aborted the comm): text, a known code, seq 0, no fds.
+  vmmipc__frame_t end = Abort(0, "rank 1 aborted the communicator", VMMIPC_ERR_ABORTED);
+  end.kind = VMMIPC__KIND_END;
+  d = Decode(Record(end), 0);
+  EXPECT_EQ(d.rc, 0) << d.why;
+  vmmipc__frame_t e2 = end;
+  e2.seq = 3;
+  EXPECT_TRUE(Rejected(Decode(Record(e2), 0), "malformed END frame"));
+  e2 = end;
+  e2.code = 0;
+  EXPECT_TRUE(Rejected(Decode(Record(e2), 0), "malformed END frame"));
+  EXPECT_EQ(vmmipc__asm_feed(&a, 0, 10, &end, "x", nullptr, 0, &stale, w, sizeof w), VMMIPC__ASM_BAD);
+  vmmipc__asm_reset(&a);
+}
+
 // One valid frame at a time, with one field broken.
 TEST(Codec, DecodeRejectsEachMalformedField) {
   const vmmipc__frame_t good = Data(5, 40000, 300, 0);  // 32768 bytes, 253 fds
@@ -286,6 +331,9 @@ TEST(Codec, DecodeRejectsEachMalformedField) {
     r[4] = 1;  // version 1: the old transport
     EXPECT_TRUE(Rejected(Decode(r, 253), "frame version 1"));
     r = Record(good);
+    r[4] = 2;  // version 2: before VERDICT frames and the comm-wide ABORT
+    EXPECT_TRUE(Rejected(Decode(r, 253), "frame version 2"));
+    r = Record(good);
     r[10] = 1;
     EXPECT_TRUE(Rejected(Decode(r, 253), "reserved header field"));
     r = Record(good);
@@ -293,7 +341,7 @@ TEST(Codec, DecodeRejectsEachMalformedField) {
     EXPECT_TRUE(Rejected(Decode(r, 253), "reserved header field"));
   }
   EXPECT_TRUE(Rejected(Decode(Record(with([](auto &f) { f.kind = 0; })), 253), "unknown frame kind 0"));
-  EXPECT_TRUE(Rejected(Decode(Record(with([](auto &f) { f.kind = 4; })), 253), "unknown frame kind 4"));
+  EXPECT_TRUE(Rejected(Decode(Record(with([](auto &f) { f.kind = 6; })), 253), "unknown frame kind 6"));
   EXPECT_TRUE(Rejected(Decode(Record(with([](auto &f) { f.ctx = 0; })), 253), "unknown context 0"));
   EXPECT_TRUE(Rejected(Decode(Record(with([](auto &f) { f.ctx = 3; })), 253), "unknown context 3"));
   EXPECT_TRUE(Rejected(Decode(Record(with([](auto &f) { f.ctx = VMMIPC__CTX_P2P; })), 253),

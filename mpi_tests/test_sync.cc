@@ -3,6 +3,7 @@
 // several windows at once. Runs on the stand-in and on GPUs; the data a
 // rank reads after a wait is checked byte for byte.
 #include <cuda.h>
+#include <dlfcn.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -211,6 +212,83 @@ TEST_F(Sync, HostWaitIsBoundedAndWindowsAreIndependent) {
   EXPECT_EQ(vmmipc_win_wait_host(w3, left, 1, 100), VMMIPC_ERR_TIMEOUT);
   MPI_Barrier(MPI_COMM_WORLD);
   ASSERT_VMM_OK(vmmipc_win_free(w3));
+}
+
+// Many separate writes into the right neighbour's window, one signal; the
+// neighbour waits on its stream, copies its window out and checks every
+// word. On the stand-in, the signal's batch is checked to hold the explicit
+// system-scope barrier before its write (docs/sync.md, item 1).
+TEST_F(Sync, ManyWritesThenASignal) {
+  if (NoMemops()) GTEST_SKIP() << "stand-in without stream memory operations";
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  const size_t words = 4096;  // one 8-byte copy each: 4096 writes before the signal
+  vmmipc_buf_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc(words * 8, &b));
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, nullptr, &w));
+  int right = ranks_[(me_ + 1) % n_], left = ranks_[(me_ + n_ - 1) % n_];
+  void *peer = nullptr, *mine = nullptr;
+  ASSERT_VMM_OK(vmmipc_win_query(w, right, &peer, nullptr));
+  ASSERT_VMM_OK(vmmipc_win_query(w, vt::Rank(), &mine, nullptr));
+  for (int round = 1; round <= 3; round++) {
+    std::vector<uint64_t> host(words), got(words, 0);
+    for (size_t i = 0; i < words; i++) host[i] = (static_cast<uint64_t>(vt::Rank()) << 40) ^ (round * 1000003ull + i);
+    for (size_t i = 0; i < words; i++)
+      ASSERT_EQ(d_.htod(reinterpret_cast<CUdeviceptr>(peer) + i * 8, &host[i], 8, s_), CUDA_SUCCESS);
+    ASSERT_VMM_OK(vmmipc_win_signal(w, right, 2ull * round - 1, s_));
+    if (vt::UsingStandin()) {
+      void *lib = dlopen(std::getenv("VMMIPC_CUDA_DRIVER"), RTLD_NOW | RTLD_NOLOAD);
+      auto last = lib ? reinterpret_cast<unsigned (*)(int *, unsigned)>(dlsym(lib, "vmmipc_standin_last_batch"))
+                      : nullptr;
+      ASSERT_NE(last, nullptr) << "the stand-in records its last batch";
+      int ops[16] = {0};
+      ASSERT_EQ(last(ops, 16), 2u);
+      EXPECT_EQ(ops[0], CU_STREAM_MEM_OP_BARRIER) << "the signal's barrier comes first";
+      EXPECT_EQ(ops[1], CU_STREAM_MEM_OP_WRITE_VALUE_64);
+      dlclose(lib);
+    }
+    ASSERT_VMM_OK(vmmipc_win_wait(w, left, 2ull * round - 1, s_));
+    ASSERT_EQ(d_.dtoh(got.data(), reinterpret_cast<CUdeviceptr>(mine), words * 8, s_), CUDA_SUCCESS);
+    ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+    size_t bad = 0;
+    for (size_t i = 0; i < words; i++) {
+      uint64_t want = (static_cast<uint64_t>(left) << 40) ^ (round * 1000003ull + i);
+      if (got[i] != want && bad++ < 5) ADD_FAILURE() << "round " << round << " word " << i << ": " << got[i];
+    }
+    EXPECT_EQ(bad, 0u);
+    // The reader is done before the writer writes again (values grow per
+    // slot: with two ranks, left and right are one rank and one slot).
+    ASSERT_VMM_OK(vmmipc_win_signal(w, left, 2ull * round, s_));
+    ASSERT_VMM_OK(vmmipc_win_wait(w, right, 2ull * round, s_));
+    ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  }
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+  vmmipc_buf_free(b);
+}
+
+// Signal and wait to oneself use one's own slot, on any node (a node of one
+// rank included); the barrier of a node of one completes at once. Values
+// with the top bit set are reserved for VMMIPC_SIGNAL_FAILED.
+TEST_F(Sync, SignalAndWaitToSelfAndANodeOfOne) {
+  if (NoMemops()) GTEST_SKIP() << "stand-in without stream memory operations";
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  int self = vt::Rank();
+  EXPECT_EQ(vmmipc_win_wait_host(w, self, 5, 50), VMMIPC_ERR_TIMEOUT) << "a fresh slot holds 0";
+  ASSERT_VMM_OK(vmmipc_win_signal(w, self, 5, s_));
+  ASSERT_VMM_OK(vmmipc_win_wait(w, self, 5, s_));
+  ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  ASSERT_VMM_OK(vmmipc_win_wait_host(w, self, 5, 1000));
+  EXPECT_EQ(vmmipc_win_wait_host(w, self, 6, 50), VMMIPC_ERR_TIMEOUT);
+  EXPECT_EQ(vmmipc_win_signal(w, self, VMMIPC_SIGNAL_FAILED, s_), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(vmmipc_win_wait(w, self, VMMIPC_SIGNAL_FAILED | 1, s_), VMMIPC_ERR_INVALID_ARG);
+  if (n_ == 1) {
+    ASSERT_VMM_OK(vmmipc_win_barrier(w, s_));  // nobody to wait for
+    ASSERT_VMM_OK(vmmipc_win_barrier(w, s_));
+  }
+  ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
 }
 
 TEST_F(Sync, RanksOffTheNodeOrOutOfRangeAreInvalid) {

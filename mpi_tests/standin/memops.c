@@ -4,7 +4,8 @@
  * and a wait blocks the calling thread until the condition holds (polling
  * the shared page, outside the lock). A GPU would wait forever; the
  * stand-in gives up after VMMIPC_STANDIN_WAIT_MS (default 120000) with
- * CUDA_ERROR_LAUNCH_TIMEOUT, so that a test bug ends instead of hanging. */
+ * CUDA_ERROR_LAUNCH_TIMEOUT, so that a test bug ends instead of hanging.
+ * CU_STREAM_MEM_OP_BARRIER in a batch is a full fence. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -79,18 +80,42 @@ CUresult cuStreamWaitValue64(CUstream s, CUdeviceptr addr, cuuint64_t value, uns
   return rc ? rc : sti_wait(addr, value, flags);
 }
 
+/* The operation types of this thread's last batch, for tests
+ * (vmmipc_standin_last_batch). */
+static _Thread_local int sti_batch_ops[16];
+static _Thread_local unsigned sti_batch_count;
+
+STI_EXPORT unsigned vmmipc_standin_last_batch(int *ops, unsigned max) {
+  unsigned n = sti_batch_count < 16 ? sti_batch_count : 16;
+  for (unsigned i = 0; i < n && i < max; i++) ops[i] = sti_batch_ops[i];
+  return sti_batch_count;
+}
+
 CUresult cuStreamBatchMemOp(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags) {
   if (!ops || count == 0 || flags) return CUDA_ERROR_INVALID_VALUE;
+  sti_batch_count = count;
+  for (unsigned i = 0; i < count && i < 16; i++) sti_batch_ops[i] = (int)ops[i].operation;
   /* Every operation is checked before any runs, as an enqueue would. */
   for (unsigned i = 0; i < count; i++) {
     CUstreamBatchMemOpType t = ops[i].operation;
     if (t == CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES) return CUDA_ERROR_NOT_SUPPORTED;
+    if (t == CU_STREAM_MEM_OP_BARRIER) {
+      if (ops[i].memoryBarrier.flags != CU_STREAM_MEMORY_BARRIER_TYPE_SYS &&
+          ops[i].memoryBarrier.flags != CU_STREAM_MEMORY_BARRIER_TYPE_GPU)
+        return CUDA_ERROR_INVALID_VALUE;
+      if (!sti.cap_memops) return CUDA_ERROR_NOT_SUPPORTED;
+      continue;
+    }
     if (t != CU_STREAM_MEM_OP_WRITE_VALUE_64 && t != CU_STREAM_MEM_OP_WAIT_VALUE_64) return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = sti_memop_check(s, t == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? ops[i].writeValue.address
                                                                           : ops[i].waitValue.address);
     if (rc) return rc;
   }
   for (unsigned i = 0; i < count; i++) {
+    if (ops[i].operation == CU_STREAM_MEM_OP_BARRIER) { /* the stream's earlier writes are done: a full fence */
+      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+      continue;
+    }
     CUresult rc = ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_64
                       ? sti_write(ops[i].writeValue.address, ops[i].writeValue.value64, ops[i].writeValue.flags)
                       : sti_wait(ops[i].waitValue.address, ops[i].waitValue.value64, ops[i].waitValue.flags);

@@ -29,6 +29,7 @@ struct vmmipc__pool {
   int slices;            /* windows the pool holds */
   unsigned char *used;   /* [slices]: 0 free, 1 taken, 2 free and already zeroed here */
   CUstream stream;       /* private, non-blocking: zeroing slices and host waits */
+  CUcontext ctx;         /* the context it was made in (the release may run on any thread) */
   pthread_mutex_t mu;    /* serialises the private stream */
 };
 
@@ -48,6 +49,7 @@ struct vmmipc_win {
   struct vmmipc_heap *heap;
   size_t heap_off, heap_span; /* the slice: offset in every segment, bytes carved */
   vmmipc_result_t (*free_hook)(struct vmmipc_win *w);
+  uint64_t id;           /* the epoch of the call that made it: the same on every rank */
 };
 
 /* Frees what the device API made for a window (sync/device.c); every

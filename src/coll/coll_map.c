@@ -74,6 +74,7 @@ vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t c, vmmipc_buf_t buf, const vm
     win_drop(w, n);
   } else {
     w->comm = c;
+    w->id = c->epoch;
     w->own = buf;
     if (buf) __atomic_fetch_add(&buf->exposed, 1, __ATOMIC_ACQ_REL);
     c->open_windows++;
@@ -102,17 +103,28 @@ vmmipc_result_t vmmipc_win_free(vmmipc_win_t w) {
   if (!w) return VMMIPC_SUCCESS; /* like free(NULL) */
   if (w->free_hook) return w->free_hook(w); /* a heap window: the slice goes back to its heap */
   vmmipc_comm_t c = w->comm;
-  int broken = c->broken;
-  vmmipc_result_t r = broken ? VMMIPC_SUCCESS : vmmipc__enter(c, op, 1);
-  if (r) return r;
-  /* Unmap first: after the agreement no rank maps this window any more. */
+  int failed = c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE);
+  vmmipc_result_t r = failed ? VMMIPC_SUCCESS : vmmipc__enter(c, op, 1);
+  if (r && !c->broken && !__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) return r; /* refused: still open */
+  int held = !failed && !r;
+  uint64_t id = w->id;
+  /* Unmap first: after the agreement no rank maps this window any more. A
+   * failed comm frees everything local all the same. */
   if (w->own) __atomic_fetch_sub(&w->own->exposed, 1, __ATOMIC_ACQ_REL);
   c->open_windows--;
   vmmipc__pool_give(c, w->slice);
   win_drop(w, c->node_size);
-  if (broken) return VMMIPC_SUCCESS; /* nobody to agree with: freed locally */
+  if (!held) { /* nobody to agree with: freed locally, and the comm's failure reported */
+    if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
+      return vmmipc__error(VMMIPC_ERR_ABORTED, "%s: freed locally; the communicator was aborted (vmmipc_comm_abort)",
+                           op);
+    return vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER,
+                         "%s: freed locally; the communicator is broken: %s", op, c->broken_msg);
+  }
   double t0 = vmmipc__now();
-  r = vmmipc__agree(c, VMMIPC_SUCCESS, 0, op);
+  /* The window's id is agreed: ranks that free windows in different orders
+   * get an error naming the rank, not each other's windows. */
+  r = vmmipc__agree_key(c, VMMIPC_SUCCESS, 0, op, 1, id);
   c->timing.total_s = vmmipc__now() - t0;
   vmmipc__leave(c);
   return r;

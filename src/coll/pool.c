@@ -7,6 +7,7 @@
 
 #include "coll/coll.h"
 #include "driver/device.h"
+#include "sync/release.h"
 #include "vmm/vmm.h"
 
 typedef struct {
@@ -55,8 +56,8 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
     if (!p->peer || !p->base) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: signal pool", op);
   }
   const vmmipc__cu_t *cu = NULL;
-  if (!local && n > 1) local = vmmipc__cu_load(&cu);
-  if (!local && n > 1) {
+  if (!local) local = vmmipc__cu_load(&cu);
+  if (!local) { /* a node of one has a pool too: signal and wait to itself */
     /* One granule; the stream is non-blocking so that host waits never
      * queue behind the user's work on the legacy stream. */
     vmmipc_alloc_props_t props = VMMIPC_ALLOC_PROPS_INIT;
@@ -69,7 +70,8 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
       if (!p->used) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: signal pool", op);
     }
     if (!local) {
-      CUresult rc = cu->cuStreamCreate(&p->stream, CU_STREAM_NON_BLOCKING);
+      CUresult rc = cu->cuCtxGetCurrent(&p->ctx);
+      if (!rc) rc = cu->cuStreamCreate(&p->stream, CU_STREAM_NON_BLOCKING);
       if (rc) local = vmmipc__cu_error(rc, NULL, "%s: cuStreamCreate for the signal pool", op);
     }
   }
@@ -99,13 +101,13 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
   for (int q = 0; q < n; q++) p->base[q] = q == c->node_rank ? (p->local ? p->local->base : 0) : p->peer[q]->base;
   c->pool = p;
   c->pool_free = vmmipc__pool_destroy;
+  c->release = vmmipc__sync_release;
   return VMMIPC_SUCCESS;
 }
 
 vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char *op) {
   struct vmmipc__pool *p = c->pool;
   *slice = -1;
-  if (c->node_size <= 1) return VMMIPC_SUCCESS;
   int k = 0;
   while (k < p->slices && p->used[k] == 1) k++;
   if (k == p->slices)

@@ -31,10 +31,20 @@ struct vmmipc_comm {
   int thread_level;        /* what MPI provides (MPI_Query_thread) */
   uint64_t epoch;          /* collective calls so far: every rank, success or not */
   uint64_t agreements;     /* agreements so far (tags their MPI messages) */
+  uint64_t id;             /* rank 0's random id for this comm (withdrawals carry it) */
+  int mpi_dirty;           /* a message of this rank may never be received: keep the MPI comms */
   int busy;                /* a thread is inside a call on this comm (__atomic builtins) */
   const char *busy_op;     /* which call, for the refusal message (__atomic builtins) */
-  int broken;              /* a bounded wait on MPI expired: every call fails */
+  int broken;              /* a bounded wait expired or a peer failed: every call fails (__atomic loads
+                              from other threads) */
+  vmmipc_result_t broken_code; /* what every later call returns (VMMIPC_ERR_PEER unless aborted) */
   char broken_msg[VMMIPC__ERRMSG_MAX];
+  int aborted;             /* vmmipc_comm_abort was called (__atomic builtins; any thread) */
+  int abort_told;          /* the peers were told (__atomic builtins) */
+  /* Releases the stream waits enqueued on this comm's windows (set by whoever
+   * made the signal pool: sync/release.c); called once the comm fails. */
+  void (*release)(struct vmmipc_comm *);
+  int released;            /* (__atomic builtins) */
   int open_windows;
   int open_heaps;          /* heaps made on this comm not destroyed yet: comm_destroy is refused */
   struct vmmipc__mapcache *cache; /* NULL: no mapping cache */
@@ -57,8 +67,16 @@ void vmmipc__leave(struct vmmipc_comm *c);
  * when the thread level does not allow it. vmmipc__leave_process follows. */
 vmmipc_result_t vmmipc__enter_process(int thread_level, const char *op);
 void vmmipc__leave_process(void);
-/* Marks the comm broken with the current error message. */
+/* Marks the comm broken with the current error message (every later call
+ * returns VMMIPC_ERR_PEER, or `code` for vmmipc__break_code), and releases
+ * the stream waits on its windows. */
 void vmmipc__break(struct vmmipc_comm *c);
+void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code);
+/* Releases the stream waits on the comm's windows (once; any thread). */
+void vmmipc__release_waits(struct vmmipc_comm *c);
+/* Tells the node's peers that this rank aborted the comm, once. The caller
+ * holds the comm (its busy flag). */
+void vmmipc__tell_abort(struct vmmipc_comm *c);
 
 /* ---- agreement (agree.c) ---- */
 /* All-or-nothing outcome of a collective over comm->dup, bounded by the
@@ -68,12 +86,34 @@ void vmmipc__break(struct vmmipc_comm *c);
  * on rank R: <its message>". A rank that does not answer in time gives
  * VMMIPC_ERR_TIMEOUT naming it, and the comm is broken. */
 vmmipc_result_t vmmipc__agree(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op);
+/* The same, and `keyed` ranks must all bring the same key (a window's id):
+ * else VMMIPC_ERR_INVALID_ARG naming the first rank whose key differs from
+ * rank 0's, and the comm is broken. */
+vmmipc_result_t vmmipc__agree_key(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
+                                  int keyed, uint64_t key);
 
 /* ---- bounded MPI waits (mpiwait.c) ---- */
 /* Waits until every request completes or deadline_ms passes; 0 if all
  * completed, 1 on timeout (requests left pending), -1 on an MPI error
  * (*mpi_rc). */
 int vmmipc__mpi_wait(MPI_Request *reqs, int n, int64_t deadline_ms, int *mpi_rc);
+enum {
+  VMMIPC__WAIT_MPI = -1,     /* an MPI call failed (*mpi_rc) */
+  VMMIPC__WAIT_DONE = 0,     /* every request completed */
+  VMMIPC__WAIT_TIMEOUT = 1,  /* the deadline passed */
+  VMMIPC__WAIT_GONE = 2,     /* watched node rank *gone hung up, exited, broke the protocol or aborted the
+                                comm (error set; *gone_code: VMMIPC_ERR_ABORTED for an abort) */
+  VMMIPC__WAIT_ABORTED = 3,  /* vmmipc_comm_abort on this rank (error set) */
+  VMMIPC__WAIT_VERDICT = 4   /* a verdict from node rank `verdict_from` arrived (vmmipc__tp_take_verdict) */
+};
+/* vmmipc__mpi_wait that also watches the collective sockets of the node
+ * ranks with watch[p] == 1 (NULL: none; 2: only the pid of p; 3: hang-ups
+ * and the pid, reading nothing; a hang-up turns 3 into 2): reads them as they become readable
+ * (vmmipc__tp_read_coll), checks their pids every 100 ms, and ends as soon
+ * as one is gone, the comm is aborted here, or (verdict_from >= 0) that
+ * rank's verdict is in. Sleeps in poll() between tests, backing off to 1 ms. */
+int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int64_t deadline_ms, int *mpi_rc,
+                           char *watch, int verdict_from, int *gone, vmmipc_result_t *gone_code);
 /* Gives up requests that will not complete: point-to-point receives are
  * cancelled if `cancel`, the rest are left to MPI. `keep` (their buffers,
  * malloc'd) stays allocated for the life of the process, since MPI may

@@ -118,6 +118,7 @@ static const char *resolve_dir(const vmmipc_config_t *cfg) {
 
 static void comm_free(struct vmmipc_comm *c) {
   if (!c) return;
+  vmmipc__release_waits(c); /* teardown: nothing waits on the pool once it is gone */
   if (c->pool && c->pool_free) c->pool_free(c->pool, c->node_size);
   /* Mappings still in use (bcast_map/scatter_map outputs) live on and are
    * released with their last buffer. */
@@ -125,9 +126,11 @@ static void comm_free(struct vmmipc_comm *c) {
   vmmipc__tp_close(c->tp);
   /* A broken comm may have messages in flight that nobody will receive:
    * freeing its MPI communicators would let MPI reuse their context for a
-   * new comm, where those messages would match. They are left to MPI. */
-  if (!c->broken && c->node != MPI_COMM_NULL) MPI_Comm_free(&c->node);
-  if (!c->broken && c->dup != MPI_COMM_NULL) MPI_Comm_free(&c->dup);
+   * new comm, where those messages would match. They are left to MPI, as
+   * are those of a comm where this rank sent a withdrawal the collector may
+   * never receive (agree.c). */
+  if (!c->broken && !c->mpi_dirty && c->node != MPI_COMM_NULL) MPI_Comm_free(&c->node);
+  if (!c->broken && !c->mpi_dirty && c->dup != MPI_COMM_NULL) MPI_Comm_free(&c->dup);
   free(c->node_of);
   free(c->rank_of);
   free(c->freed_told);
@@ -384,6 +387,7 @@ static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
   /* Every rank now sees every status and configuration: what follows is
    * decided alike everywhere. */
   int failed = first_failure(all, c->size);
+  c->id = all[0].comm_id;
   if (failed < 0) local = check_agreed(all, c->size, op);
   if (failed < 0 && !local) local = check_shared_node(c, all, op);
   if (failed < 0) {
@@ -425,6 +429,7 @@ static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
     return r;
   }
   c->timing.struct_size = sizeof c->timing;
+  vmmipc__tp_watch_abort(c->tp, &c->aborted);
   int idle = resolve_cache(cfg);
   /* Only out of host memory can fail here: the comm then works uncached. */
   if (idle > 0 && vmmipc__mapcache_create(idle, &c->cache) != VMMIPC_SUCCESS) c->cache = NULL;
@@ -436,7 +441,7 @@ static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
 vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   const char *op = "vmmipc_comm_destroy";
   if (!c) return VMMIPC_SUCCESS; /* like free(NULL) */
-  if (c->broken) { /* nobody to agree with: clean up locally */
+  if (c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) { /* nobody to agree with: clean up locally */
     int idle = 0;
     if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
       return vmmipc__error(VMMIPC_ERR_BUSY, "%s: another thread is inside a call on this comm", op);

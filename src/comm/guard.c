@@ -64,9 +64,14 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
     __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
     return r;
   }
+  if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
+    vmmipc__leave(c);
+    return vmmipc__error(VMMIPC_ERR_ABORTED, "%s: the communicator was aborted (vmmipc_comm_abort) on this rank", op);
+  }
   if (c->broken) {
     vmmipc__leave(c);
-    return vmmipc__error(VMMIPC_ERR_PEER, "%s: the communicator is broken: %s", op, c->broken_msg);
+    return vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER, "%s: the communicator is broken: %s", op,
+                         c->broken_msg);
   }
   if (collective) {
     c->epoch++; /* on every rank, whatever the outcome: frames of this call carry it */
@@ -77,13 +82,37 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
 }
 
 void vmmipc__leave(struct vmmipc_comm *c) {
-  __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
-  __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+  if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c);
   vmmipc__leave_process();
+  __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
+  /* vmmipc_comm_abort from another thread while this call held the comm,
+   * after the test above: it could not tell the peers, so this thread does. */
+  int idle = 0;
+  if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST) && !__atomic_load_n(&c->abort_told, __ATOMIC_SEQ_CST) &&
+      __atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+    vmmipc__tell_abort(c);
+    __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
+  }
 }
 
-void vmmipc__break(struct vmmipc_comm *c) {
-  if (c->broken) return;
-  c->broken = 1;
-  snprintf(c->broken_msg, sizeof c->broken_msg, "%s", vmmipc_last_error());
+void vmmipc__tell_abort(struct vmmipc_comm *c) {
+  if (__atomic_exchange_n(&c->abort_told, 1, __ATOMIC_SEQ_CST)) return;
+  char text[160];
+  snprintf(text, sizeof text, "rank %d aborted the communicator (vmmipc_comm_abort)", c->rank);
+  vmmipc__tp_abort_all(c->tp, VMMIPC_ERR_ABORTED, text);
 }
+
+void vmmipc__release_waits(struct vmmipc_comm *c) {
+  if (c->release && !__atomic_exchange_n(&c->released, 1, __ATOMIC_ACQ_REL)) c->release(c);
+}
+
+void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code) {
+  if (c->broken) return;
+  snprintf(c->broken_msg, sizeof c->broken_msg, "%s", vmmipc_last_error());
+  c->broken_code = code == VMMIPC_ERR_ABORTED ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
+  __atomic_store_n(&c->broken, 1, __ATOMIC_RELEASE);
+  vmmipc__release_waits(c);
+}
+
+void vmmipc__break(struct vmmipc_comm *c) { vmmipc__break_code(c, VMMIPC_ERR_PEER); }

@@ -3,10 +3,11 @@
  * does not end the job). */
 #include <poll.h>
 #include <pthread.h>
-#include <time.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "comm/comm.h"
 
@@ -21,37 +22,160 @@ vmmipc_result_t vmmipc__mpi_error(int mpi_rc, const char *fmt, ...) {
   return vmmipc__error(VMMIPC_ERR_MPI, "%s failed: %s", call, text);
 }
 
-int vmmipc__mpi_wait(MPI_Request *reqs, int n, int64_t deadline_ms, int *mpi_rc) {
-  /* One MPI_Test per request (not MPI_Testall): completed requests become
-   * MPI_REQUEST_NULL as they finish, so after a timeout the caller can tell
-   * which ones did. */
-  long pause_ns = 1000;
-  for (unsigned spin = 0;; spin++) {
-    int left = 0;
-    for (int i = 0; i < n; i++) {
-      if (reqs[i] == MPI_REQUEST_NULL) continue;
-      int done = 0;
-      int rc = MPI_Test(&reqs[i], &done, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) {
-        *mpi_rc = rc;
-        return -1;
-      }
-      left += !done;
+/* One MPI_Test per request (not MPI_Testall): completed requests become
+ * MPI_REQUEST_NULL as they finish, so after a timeout the caller can tell
+ * which ones did. Returns how many are left, or -1 on an MPI error. */
+static int test_each(MPI_Request *reqs, int n, int *mpi_rc) {
+  int left = 0;
+  for (int i = 0; i < n; i++) {
+    if (reqs[i] == MPI_REQUEST_NULL) continue;
+    int done = 0;
+    int rc = MPI_Test(&reqs[i], &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      *mpi_rc = rc;
+      return -1;
     }
-    if (!left) return 0;
-    /* The clock is cheap (vDSO). */
-    int64_t now = vmmipc__now_ms();
-    if (now >= deadline_ms) return 1;
-    /* Test at once for a while (an agreement among live ranks completes in
-     * microseconds), then sleep in ppoll with a backoff that doubles up to
-     * 1 ms: a rank that waits long on a late peer costs little CPU, and an
-     * oversubscribed node's other ranks get the core. */
-    if (spin < 64) continue;
-    int64_t left_ms = deadline_ms - now;
-    struct timespec ts = {0, pause_ns < left_ms * 1000000 ? pause_ns : left_ms * 1000000};
-    ppoll(NULL, 0, &ts, NULL);
-    if (pause_ns < 1000000) pause_ns *= 2;
+    left += !done;
   }
+  return left;
+}
+
+/* Sleeps in poll() on the watched sockets (or none): a few yields first
+ * (latency when the answer is close), then a pause that doubles to 1 ms
+ * (little CPU on an oversubscribed node when it is not). */
+static void pause_on(struct pollfd *pfd, nfds_t k, unsigned spin, long *pause_ns) {
+  if (spin < 64) {
+    if (k) poll(pfd, k, 0);
+    else if (spin > 16) sched_yield();
+    return;
+  }
+  struct timespec ts = {0, *pause_ns};
+  ppoll(pfd, k, &ts, NULL);
+  if (*pause_ns < 1000000) *pause_ns *= 2;
+}
+
+int vmmipc__mpi_wait(MPI_Request *reqs, int n, int64_t deadline_ms, int *mpi_rc) {
+  long pause_ns = 2000;
+  for (unsigned spin = 0;; spin++) {
+    int left = test_each(reqs, n, mpi_rc);
+    if (left <= 0) return left < 0 ? -1 : 0;
+    /* The clock is cheap (vDSO). */
+    if (vmmipc__now_ms() >= deadline_ms) return 1;
+    pause_on(NULL, 0, spin, &pause_ns);
+  }
+}
+
+int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int64_t deadline_ms, int *mpi_rc,
+                           char *watch, int verdict_from, int *gone, vmmipc_result_t *gone_code) {
+  int ns = c->tp ? c->node_size : 0;
+  struct pollfd *pfd = ns ? calloc((size_t)ns, sizeof *pfd) : NULL;
+  int *who = ns ? calloc((size_t)ns, sizeof *who) : NULL;
+  *gone = -1;
+  *gone_code = VMMIPC_ERR_PEER;
+  long pause_ns = 2000;
+  /* The first pid check after 20 ms: fast agreements do not pay for it,
+   * and callers that wait in slices (50 ms) still get one per slice. */
+  int64_t next_liveness = vmmipc__now_ms() + 20;
+  int rc = VMMIPC__WAIT_TIMEOUT;
+  for (unsigned spin = 0;; spin++) {
+    if (verdict_from >= 0 && vmmipc__tp_has_verdict(c->tp, verdict_from)) {
+      rc = VMMIPC__WAIT_VERDICT;
+      break;
+    }
+    int left = test_each(reqs, n, mpi_rc);
+    if (left < 0) {
+      rc = VMMIPC__WAIT_MPI;
+      break;
+    }
+    if (!left && verdict_from < 0) {
+      rc = VMMIPC__WAIT_DONE;
+      break;
+    }
+    if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
+      vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d: the communicator was aborted (vmmipc_comm_abort)", c->rank);
+      rc = VMMIPC__WAIT_ABORTED;
+      break;
+    }
+    int64_t now = vmmipc__now_ms();
+    nfds_t k = 0;
+    int check_pids = now >= next_liveness;
+    if (check_pids) next_liveness = now + 100;
+    for (int p = 0; watch && pfd && p < ns; p++) {
+      if (!watch[p]) continue;
+      if (watch[p] == 2) { /* its pid only */
+        if (check_pids && vmmipc__pid_gone(vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p))) {
+          vmmipc__error(VMMIPC_ERR_PEER, "rank %d (pid %d) exited", vmmipc__conn_rank(vmmipc__tp_conn(c->tp), p),
+                        (int)vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p));
+          *gone = p;
+          rc = VMMIPC__WAIT_GONE;
+          goto out;
+        }
+        continue;
+      }
+      int fd = vmmipc__tp_coll_fd(c->tp, p);
+      if (watch[p] == 3) { /* hang-ups only: nothing is read */
+        pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p);
+        if (check_pids && vmmipc__pid_gone(pid)) {
+          vmmipc__error(VMMIPC_ERR_PEER, "rank %d (pid %d) exited", vmmipc__conn_rank(vmmipc__tp_conn(c->tp), p),
+                        (int)pid);
+          *gone = p;
+          rc = VMMIPC__WAIT_GONE;
+          goto out;
+        }
+        if (fd >= 0) {
+          pfd[k].fd = fd;
+          pfd[k].events = 0; /* POLLHUP and POLLERR come anyway */
+          pfd[k].revents = 0;
+          who[k++] = p;
+        }
+        continue;
+      }
+      if (fd < 0 || (check_pids && vmmipc__pid_gone(vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p)))) {
+        /* What it sent before it went is taken first. */
+        vmmipc__tp_read_t r = fd < 0 ? VMMIPC__TP_READ_GONE : vmmipc__tp_read_coll(c->tp, p, c->epoch);
+        if (r == VMMIPC__TP_READ_VERDICT) continue;
+        if (r == VMMIPC__TP_READ_NOTHING)
+          vmmipc__error(VMMIPC_ERR_PEER, "rank %d (pid %d) exited", vmmipc__conn_rank(vmmipc__tp_conn(c->tp), p),
+                        (int)vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p));
+        else if (fd < 0)
+          vmmipc__tp_read_coll(c->tp, p, c->epoch); /* sets the error naming it */
+        *gone = p;
+        *gone_code = r == VMMIPC__TP_READ_ABORTED ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
+        rc = VMMIPC__WAIT_GONE;
+        goto out;
+      }
+      pfd[k].fd = fd;
+      pfd[k].events = POLLIN;
+      pfd[k].revents = 0;
+      who[k++] = p;
+    }
+    if (now >= deadline_ms) break;
+    pause_on(pfd, k, spin, &pause_ns);
+    for (nfds_t i = 0; i < k; i++) {
+      if (!pfd[i].revents) continue;
+      if (watch[who[i]] == 3) {
+        /* Hung up: a death once its pid is gone (a peer that freed its
+         * comm after its verdict is not one). */
+        if (pfd[i].revents & (POLLHUP | POLLERR)) {
+          watch[who[i]] = 2;
+          next_liveness = vmmipc__now_ms() + 5;
+        }
+        continue;
+      }
+      vmmipc__tp_read_t r = vmmipc__tp_read_coll(c->tp, who[i], c->epoch);
+      if (r == VMMIPC__TP_READ_GONE || r == VMMIPC__TP_READ_ABORTED) {
+        *gone = who[i];
+        *gone_code = r == VMMIPC__TP_READ_ABORTED ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
+        rc = VMMIPC__WAIT_GONE;
+        goto out;
+      }
+      pause_ns = 2000; /* something moved: look again soon */
+    }
+  }
+out:
+  free(pfd);
+  free(who);
+  return rc;
 }
 
 /* Buffers MPI may still write or read: kept for the life of the process

@@ -5,6 +5,12 @@
 #include "comm/comm.h"
 #include "desc/desc.h"
 
+/* A peer that aborted the comm, or a connection now closed, fails the comm
+ * (its stream waits are released); a slow peer (a timeout) does not. */
+static void fail_if_gone(vmmipc_comm_t c, int peer, vmmipc_result_t r) {
+  if (r == VMMIPC_ERR_ABORTED || vmmipc__tp_conn(c->tp)->fd[VMMIPC__CTX_P2P - 1][peer] < 0) vmmipc__break_code(c, r);
+}
+
 vmmipc_result_t vmmipc_send(vmmipc_comm_t c, vmmipc_desc_t d, int dest) {
   const char *op = "vmmipc_send";
   if (!c || !d) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm or desc is NULL", op);
@@ -24,6 +30,7 @@ vmmipc_result_t vmmipc_send(vmmipc_comm_t c, vmmipc_desc_t d, int dest) {
   r = vmmipc__tp_exchange(c->tp, &x);
   free(bytes);
   if (r) vmmipc__error_prefix("%s to rank %d: ", op, dest);
+  if (r) fail_if_gone(c, peer, r);
 out:
   vmmipc__leave(c);
   return r;
@@ -42,6 +49,7 @@ vmmipc_result_t vmmipc_recv(vmmipc_comm_t c, int source, vmmipc_desc_t *out) {
   r = vmmipc__tp_exchange(c->tp, &x);
   if (!r) r = vmmipc__desc_adopt(m.bytes, m.num_bytes, m.fds, m.num_fds, out);
   if (r) vmmipc__error_prefix("%s from rank %d: ", op, source);
+  if (r) fail_if_gone(c, peer, r);
   free(m.bytes);
   free(m.fds);
 out:

@@ -4,9 +4,11 @@
  * slots live in the comm's signal pool (coll/pool.c); docs/sync.md states
  * what becomes visible to whom, and when.
  *
- * Ordering: cuStreamWriteValue64 without CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
- * fences the stream's earlier writes (system scope) before the flag lands;
- * cuStreamWaitValue64 holds later work on the stream until the flag is set.
+ * Ordering: the signal is one cuStreamBatchMemOp of an explicit system-scope
+ * barrier (CU_STREAM_MEM_OP_BARRIER, CU_STREAM_MEMORY_BARRIER_TYPE_SYS) then
+ * the 64-bit write (with its default fence as well): the stream's earlier
+ * writes are visible system-wide before the flag lands. cuStreamWaitValue64
+ * holds later work on the stream until the flag is set.
  * CU_STREAM_WAIT_VALUE_FLUSH is used where the device reports
  * CAN_FLUSH_REMOTE_WRITES (it concerns writes from NICs; H200 reports 0). */
 #include <sched.h>
@@ -67,8 +69,25 @@ static CUdeviceptr slot_addr(vmmipc_win_t w, int q, int slot) {
   return p->base[q] + ((CUdeviceptr)w->slice * (CUdeviceptr)p->per_win + (CUdeviceptr)slot) * 8;
 }
 
+/* The window given, and its comm not failed: after a failure the stream
+ * waits were released (release.c) and nothing more is enqueued. */
 static vmmipc_result_t sync_args(vmmipc_win_t w, const char *op) {
   if (!w) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: win is NULL", op);
+  vmmipc_comm_t c = w->comm;
+  if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
+    return vmmipc__error(VMMIPC_ERR_ABORTED, "%s: the communicator was aborted (vmmipc_comm_abort) on this rank", op);
+  if (__atomic_load_n(&c->broken, __ATOMIC_ACQUIRE))
+    return vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER, "%s: the communicator is broken: %s", op,
+                         c->broken_msg);
+  return VMMIPC_SUCCESS;
+}
+
+/* Values with the top bit set are reserved for VMMIPC_SIGNAL_FAILED. */
+static vmmipc_result_t sync_value(uint64_t value, const char *op) {
+  if (value & VMMIPC_SIGNAL_FAILED)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: value 0x%llx has the top bit set, which is reserved for VMMIPC_SIGNAL_FAILED", op,
+                         (unsigned long long)value);
   return VMMIPC_SUCCESS;
 }
 
@@ -89,13 +108,21 @@ vmmipc_result_t vmmipc_win_signal(vmmipc_win_t w, int rank, uint64_t value, void
   const vmmipc__cu_t *cu;
   unsigned wf;
   int p = 0, kernel = 0;
-  vmmipc_result_t r = sync_begin(w, rank, op, &p, &cu, &wf, &kernel);
-  if (r || w->slice < 0) return r; /* a node of one: nobody to tell */
+  vmmipc_result_t r = sync_value(value, op);
+  if (!r) r = sync_begin(w, rank, op, &p, &cu, &wf, &kernel);
+  if (r || w->slice < 0) return r;
   if (kernel) return vmmipc__kern_signal(w, rank, value, stream, op);
-  /* The caller's slot in rank's part: the default flags fence earlier work first. */
-  CUresult rc = cu->cuStreamWriteValue64((CUstream)stream, slot_addr(w, p, w->comm->node_rank), value,
-                                         CU_STREAM_WRITE_VALUE_DEFAULT);
-  if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamWriteValue64 to rank %d", op, rank);
+  /* The caller's slot in rank's part, after an explicit system-scope barrier. */
+  CUstreamBatchMemOpParams ops[2];
+  memset(ops, 0, sizeof ops);
+  ops[0].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+  ops[0].memoryBarrier.flags = CU_STREAM_MEMORY_BARRIER_TYPE_SYS;
+  ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  ops[1].writeValue.address = slot_addr(w, p, w->comm->node_rank);
+  ops[1].writeValue.value64 = value;
+  ops[1].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  CUresult rc = cu->cuStreamBatchMemOp((CUstream)stream, 2, ops, 0);
+  if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamBatchMemOp (barrier, write) to rank %d", op, rank);
   return VMMIPC_SUCCESS;
 }
 
@@ -104,7 +131,8 @@ vmmipc_result_t vmmipc_win_wait(vmmipc_win_t w, int rank, uint64_t value, void *
   const vmmipc__cu_t *cu;
   unsigned wf;
   int p = 0, kernel = 0;
-  vmmipc_result_t r = sync_begin(w, rank, op, &p, &cu, &wf, &kernel);
+  vmmipc_result_t r = sync_value(value, op);
+  if (!r) r = sync_begin(w, rank, op, &p, &cu, &wf, &kernel);
   if (r || w->slice < 0) return r;
   if (kernel) return vmmipc__kern_wait(w, rank, value, stream, op);
   CUresult rc = cu->cuStreamWaitValue64((CUstream)stream, slot_addr(w, w->comm->node_rank, p), value, wf);
@@ -173,7 +201,8 @@ static vmmipc_result_t read_slot(const vmmipc__cu_t *cu, vmmipc_win_t w, int p, 
 
 vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, int timeout_ms) {
   const char *op = "vmmipc_win_wait_host";
-  vmmipc_result_t r = sync_args(w, op);
+  vmmipc_result_t r = sync_value(value, op);
+  if (!r) r = sync_args(w, op);
   int p = 0;
   if (r || (r = sync_peer(w, rank, op, &p)) || (r = vmmipc__windev_check(w, op))) return r;
   const vmmipc__cu_t *cu;
@@ -185,6 +214,10 @@ vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, i
   for (unsigned polls = 0;; polls++) {
     uint64_t v = 0;
     if ((r = read_slot(cu, w, p, &v, op))) return r;
+    if (v & VMMIPC_SIGNAL_FAILED) { /* released: the comm failed */
+      if ((r = sync_args(w, op))) return r;
+      return vmmipc__error(VMMIPC_ERR_PEER, "%s: the slot of rank %d holds VMMIPC_SIGNAL_FAILED", op, rank);
+    }
     if ((int64_t)(v - value) >= 0) return VMMIPC_SUCCESS; /* the same test as CU_STREAM_WAIT_VALUE_GEQ */
     int64_t now = vmmipc__now_ms();
     if (now >= next_liveness) {

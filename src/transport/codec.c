@@ -88,7 +88,8 @@ int vmmipc__frame_decode(const void *rec, size_t len, int nfds, const vmmipc__fr
   f->frame_bytes = vmmipc__get32(p + 56);
   f->frame_fds = vmmipc__get32(p + 60);
   if (vmmipc__get16(p + 10) != 0) return why_set(why, cap, "reserved header field is not zero");
-  if (f->kind != VMMIPC__KIND_HELLO && f->kind != VMMIPC__KIND_DATA && f->kind != VMMIPC__KIND_ABORT)
+  if (f->kind != VMMIPC__KIND_HELLO && f->kind != VMMIPC__KIND_DATA && f->kind != VMMIPC__KIND_ABORT &&
+      f->kind != VMMIPC__KIND_VERDICT && f->kind != VMMIPC__KIND_END)
     return why_set(why, cap, "unknown frame kind %u", (unsigned)f->kind);
   if (f->ctx != VMMIPC__CTX_P2P && f->ctx != VMMIPC__CTX_COLL)
     return why_set(why, cap, "unknown context %u", (unsigned)f->ctx);
@@ -124,6 +125,22 @@ int vmmipc__frame_decode(const void *rec, size_t len, int nfds, const vmmipc__fr
         f->frame_bytes > VMMIPC__ABORT_MAX_BYTES)
       return why_set(why, cap, "malformed ABORT frame (%u bytes, %u fds, index %u)", (unsigned)f->frame_bytes,
                      (unsigned)f->frame_fds, (unsigned)f->index);
+    return 0;
+  }
+  if (f->kind == VMMIPC__KIND_END) {
+    if (f->code == 0 || f->code > 64 || f->seq || f->index || f->frame_fds || f->total_fds ||
+        f->total_bytes != f->frame_bytes || f->frame_bytes > VMMIPC__ABORT_MAX_BYTES)
+      return why_set(why, cap, "malformed END frame (code %u, seq %llu, %u bytes, %u fds, index %u)",
+                     (unsigned)f->code, (unsigned long long)f->seq, (unsigned)f->frame_bytes,
+                     (unsigned)f->frame_fds, (unsigned)f->index);
+    return 0;
+  }
+  if (f->kind == VMMIPC__KIND_VERDICT) {
+    if (f->ctx != VMMIPC__CTX_COLL || f->code > 64 || f->index || f->frame_fds || f->total_fds ||
+        f->total_bytes != f->frame_bytes || f->frame_bytes > VMMIPC__VERDICT_MAX_BYTES)
+      return why_set(why, cap, "malformed VERDICT frame (context %u, code %u, %u bytes, %u fds, index %u)",
+                     (unsigned)f->ctx, (unsigned)f->code, (unsigned)f->frame_bytes, (unsigned)f->frame_fds,
+                     (unsigned)f->index);
     return 0;
   }
   if (f->code) return why_set(why, cap, "DATA frame with result code %u", (unsigned)f->code);
@@ -224,6 +241,9 @@ static vmmipc__asm_rc_t asm_refuse(const int *fds, int nfds, vmmipc__asm_rc_t rc
 vmmipc__asm_rc_t vmmipc__asm_feed(vmmipc__asm_t *a, uint64_t lo, uint64_t hi, const vmmipc__frame_t *f,
                                   const void *payload, const int *fds, int nfds, uint64_t *stale_fds, char *why,
                                   size_t cap) {
+  if (f->kind != VMMIPC__KIND_DATA && f->kind != VMMIPC__KIND_ABORT)
+    return asm_refuse(fds, nfds, VMMIPC__ASM_BAD, why, cap, "a frame of kind %u is not part of a message",
+                      (unsigned)f->kind);
   if (f->seq > hi)
     return asm_refuse(fds, nfds, VMMIPC__ASM_BAD, why, cap,
                       "a frame of message #%llu arrived while this rank expects at most #%llu",

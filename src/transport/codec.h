@@ -7,14 +7,15 @@
  *   offset size field
  *        0    4 magic        "vmtp" (0x70746d76)
  *        4    2 version      VMMIPC__FRAME_VERSION
- *        6    2 kind         HELLO, DATA or ABORT
+ *        6    2 kind         HELLO, DATA, ABORT, VERDICT or END
  *        8    2 ctx          VMMIPC__CTX_P2P or VMMIPC__CTX_COLL
  *       10    2 reserved     0
- *       12    4 code         ABORT: the sender's vmmipc_result_t; else 0
+ *       12    4 code         ABORT, VERDICT, END: a vmmipc_result_t; else 0
  *       16    4 sender       node rank of the sender
  *       20    4 receiver     node rank the frame is meant for
  *       24    8 comm_id      the communicator's random id
- *       32    8 seq          COLL: the collective's epoch; P2P: message number of the pair
+ *       32    8 seq          COLL: the collective's epoch (VERDICT: the agreement's number);
+ *                            P2P: message number of the pair; END: 0
  *       40    8 total_bytes  payload bytes of the whole message
  *       48    4 total_fds    fds of the whole message
  *       52    4 index        frame number within the message, from 0
@@ -32,7 +33,7 @@ extern "C" {
 #endif
 
 #define VMMIPC__FRAME_MAGIC 0x70746d76u
-#define VMMIPC__FRAME_VERSION 3u /* 3 (0.3): collective payloads are coll/msg.h messages */
+#define VMMIPC__FRAME_VERSION 3u /* 3 (0.3): coll/msg.h collective payloads; VERDICT and END frames */
 #define VMMIPC__FRAME_HEADER_BYTES 64
 /* Payload per frame: far below the default socket buffer, so a frame never
  * fails with EMSGSIZE. */
@@ -44,7 +45,18 @@ extern "C" {
 /* Longest text an ABORT carries. */
 #define VMMIPC__ABORT_MAX_BYTES 1023u
 
-enum { VMMIPC__KIND_HELLO = 1, VMMIPC__KIND_DATA = 2, VMMIPC__KIND_ABORT = 3 };
+/* VERDICT: the agreement's verdict from its collector to a node peer, on the
+ * COLL connection, one frame (no fds), at most VMMIPC__VERDICT_MAX_BYTES.
+ * END: the sender aborted the comm (vmmipc_comm_abort): every call on it,
+ * past or future, in either context, ends; text only, seq 0. */
+enum {
+  VMMIPC__KIND_HELLO = 1,
+  VMMIPC__KIND_DATA = 2,
+  VMMIPC__KIND_ABORT = 3,
+  VMMIPC__KIND_VERDICT = 4,
+  VMMIPC__KIND_END = 5
+};
+#define VMMIPC__VERDICT_MAX_BYTES 2048u
 /* Contexts, as in MPI: point-to-point traffic and collectives never match
  * each other (each has its own connection per pair of ranks, too). */
 enum { VMMIPC__CTX_P2P = 1, VMMIPC__CTX_COLL = 2 };

@@ -16,6 +16,7 @@
 #include "common/host.h"
 #include "common/le.h"
 #include "transport/tp.h"
+#include "transport/tp_priv.h"
 
 /* Longest single poll(): liveness of pending peers is checked this often. */
 #define TP_SLICE_MS 100
@@ -23,17 +24,6 @@
 #define TP_RETRY_MS 2
 /* Total time one exchange may spend telling peers it gave up. */
 #define TP_ABORT_BUDGET_MS 200
-
-struct vmmipc__tp {
-  vmmipc__conn_t *conn;
-  int timeout_ms;
-  vmmipc__asm_t *rx[2];     /* [ctx - 1][node rank]: the stream from that peer */
-  uint64_t *p2p_next_out;   /* [node rank]: number of the next message to it */
-  uint64_t *p2p_next_in;    /* [node rank]: lowest number still expected from it */
-  unsigned char *rbuf;      /* one frame: header + the largest payload + 1 */
-  size_t rbuf_cap;
-  uint64_t stale_frames, stale_fds;
-};
 
 static int tp_rank(const vmmipc__tp_t *tp, int p) { return vmmipc__conn_rank(tp->conn, p); }
 
@@ -43,6 +33,7 @@ vmmipc_result_t vmmipc__tp_open(const vmmipc__tp_opts_t *o, vmmipc__tp_t **out) 
   if (!tp) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "opening the transport");
   size_t n = o->node_size > 0 ? (size_t)o->node_size : 1;
   tp->timeout_ms = o->timeout_ms;
+  tp->aborted_by = -1;
   tp->rx[0] = calloc(n, sizeof(vmmipc__asm_t));
   tp->rx[1] = calloc(n, sizeof(vmmipc__asm_t));
   tp->p2p_next_out = calloc(n, sizeof(uint64_t));
@@ -250,6 +241,18 @@ static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op) {
     if (f.kind == VMMIPC__KIND_HELLO) {
       vmmipc__close_fds(rec.fds, rec.nfds);
       return bad_stream(tp, p, "a HELLO frame after the connection was set up");
+    }
+    if (f.kind == VMMIPC__KIND_VERDICT) { /* the collector's, early: the agreement takes it */
+      vmmipc__tp_keep_verdict(tp, p, &f, tp->rbuf + VMMIPC__FRAME_HEADER_BYTES);
+      continue;
+    }
+    if (f.kind == VMMIPC__KIND_END) { /* every call on the comm ends */
+      char reason[160];
+      snprintf(reason, sizeof reason, "rank %d aborted the communicator (vmmipc_comm_abort)", R);
+      tp->aborted_by = p;
+      x->aborted_by = p;
+      vmmipc__conn_drop(tp->conn, p, reason);
+      return vmmipc__error(VMMIPC_ERR_ABORTED, "%s", reason);
     }
     const unsigned char *payload = tp->rbuf + VMMIPC__FRAME_HEADER_BYTES;
     vmmipc__asm_rc_t rc = vmmipc__asm_feed(a, op->lo, op->hi, &f, payload, rec.fds, rec.nfds, &tp->stale_fds,
@@ -540,6 +543,11 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
     s.retry_soon = 0;
     if ((rc = progress(&s, &pending))) goto fail;
     if (!pending) break;
+    if (tp->aborted && __atomic_load_n(tp->aborted, __ATOMIC_ACQUIRE)) {
+      rc = vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d: the communicator was aborted (vmmipc_comm_abort)",
+                         tp_rank(tp, tp->conn->node_rank));
+      goto fail;
+    }
     int64_t now = vmmipc__now_ms();
     if (now >= next_liveness) {
       next_liveness = now + TP_SLICE_MS;

@@ -1,0 +1,20 @@
+#!/bin/sh
+# Runs a job in which one rank is killed, and passes when exactly $1
+# survivors printed "KILLTEST OK" and none "KILLTEST FAIL" (the launcher's
+# own exit status reports the killed rank, so it is not used). When the
+# launcher itself killed survivors before they could print, or crashed (MPICH's Hydra
+# may, even with -disable-auto-cleanup), the run is skipped (77), not
+# passed: a survivor that printed nothing cannot be judged.
+want=$1
+shift
+out=$("$@" 2>&1)
+printf '%s\n' "$out"
+ok=$(printf '%s\n' "$out" | grep -c '^KILLTEST OK')
+bad=$(printf '%s\n' "$out" | grep -c '^KILLTEST FAIL')
+[ "$bad" -eq 0 ] || exit 1
+[ "$ok" -eq "$want" ] && exit 0
+if printf '%s\n' "$out" | grep -Eq 'TERMINATED WITH THE EXIT STRING: Killed \(signal 9\)|process manager error'; then
+  echo "killrun.sh: the launcher killed survivors before they printed ($ok of $want did): skipped"
+  exit 77
+fi
+exit 1

@@ -1,0 +1,424 @@
+// One verdict per collective and failing fast (issue 21): every rank of a
+// collective returns the same verdict, all success with the data or all an
+// error naming a failing rank, whatever rank is late, gives up, or stalls;
+// window identity in the agreement; win_free on a failed comm; comm abort
+// from another thread; stream waits released when the comm fails. Every
+// case is injected (src/common/testhooks.c) and counts fds.
+#include <cuda.h>
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/comm.h"
+#include "common/testhooks.h"
+#include "harness/bufs.h"
+
+namespace {
+
+using vt::kGran;
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool Has(const std::string &msg, const std::string &what) { return msg.find(what) != std::string::npos; }
+
+class Agree : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_GE(dev_ = vt::UseRankDevice(), 0); }
+  int dev_ = -1;
+  void TearDown() override { vmmipc__test_fail_at(nullptr, 0); }
+  static vmmipc_comm_t Create(int timeout_ms) {
+    vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+    cfg.timeout_ms = timeout_ms;
+    cfg.map_cache_entries = 0;  // the tests count fds; the cache would keep some
+    vmmipc_comm_t c = nullptr;
+    EXPECT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+    // The first window makes the signal pool: made here, outside the baselines.
+    vmmipc_win_t w = nullptr;
+    EXPECT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
+    EXPECT_VMM_OK(vmmipc_win_free(w));
+    return c;
+  }
+  static bool OneNode(vmmipc_comm_t c) {
+    MPI_Comm node;
+    vmmipc_comm_node_comm(c, &node);
+    int n = 0;
+    MPI_Comm_size(node, &n);
+    return n == vt::Size();
+  }
+  static bool Same(vmmipc_comm_t c, int r) {
+    int s = 0;
+    vmmipc_comm_same_node(c, r, &s);
+    return s != 0;
+  }
+  // allgather_map of a pattern buffer per rank; on success every node
+  // peer's bytes are checked.
+  static vmmipc_result_t MapAndCheck(vmmipc_comm_t c, unsigned round, vmmipc_win_t *out = nullptr) {
+    int me = vt::Rank(), n = vt::Size();
+    vmmipc_buf_t b = vt::PatternBuf(1 + me % 2, round * 100 + me);
+    vmmipc_win_t w = nullptr;
+    vmmipc_result_t r = vmmipc_allgather_map(c, b, nullptr, &w);
+    if (!r) {
+      for (int q = 0; q < n; q++) {
+        if (!Same(c, q)) continue;
+        void *p = nullptr;
+        size_t sz = 0;
+        EXPECT_VMM_OK(vmmipc_win_query(w, q, &p, &sz));
+        EXPECT_EQ(sz, static_cast<size_t>(1 + q % 2) * kGran);
+        EXPECT_TRUE(vt::CheckPattern(p, sz, round * 100 + q)) << "rank " << q << "'s window holds other bytes";
+      }
+      if (out) {
+        *out = w;
+        return r;  // the caller frees w, then the buffer leaks into the window's life: freed below
+      }
+      EXPECT_VMM_OK(vmmipc_win_free(w));
+    } else {
+      EXPECT_EQ(w, nullptr);
+    }
+    vmmipc_buf_free(b);
+    return r;
+  }
+};
+
+// The collecting rank (0) comes to the agreement after the others' timeout,
+// for an agreement alone (win_free) and after an exchange (allgather_map):
+// it must not find the queued outcomes and succeed; every rank returns
+// VMMIPC_ERR_TIMEOUT naming rank 0, and the comm is broken everywhere.
+TEST_F(Agree, ALateCollectorGivesOneVerdict) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int timeout_ms = 1000;
+  for (int with_exchange = 0; with_exchange < 2; with_exchange++) {
+    int before = vt::FdCount();
+    vmmipc_comm_t c = Create(timeout_ms);
+    ASSERT_NE(c, nullptr);
+    vmmipc_win_t w = nullptr;
+    if (!with_exchange) ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
+    if (vt::Rank() == 0) vmmipc__test_fail_at("agree_late", 1);
+    vmmipc_result_t r = with_exchange ? MapAndCheck(c, 1) : vmmipc_win_free(w);
+    vmmipc__test_fail_at(nullptr, 0);
+    std::string msg = vmmipc_last_error();
+    EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << msg;
+    EXPECT_TRUE(vt::SameEverywhere(r)) << "split verdict: " << msg;
+    EXPECT_TRUE(Has(msg, "rank 0")) << msg;
+    vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
+    ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
+    EXPECT_EQ(st.broken, 1);
+    MPI_Barrier(MPI_COMM_WORLD);
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+// The collector decides, then stalls past the others' timeout before it
+// announces: they withdraw and cut; it must find that out and announce the
+// failure instead. One verdict: VMMIPC_ERR_TIMEOUT naming rank 0.
+TEST_F(Agree, ACollectorThatStallsBeforeAnnouncingGivesOneVerdict) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  int before = vt::FdCount();
+  vmmipc_comm_t c = Create(1000);
+  ASSERT_NE(c, nullptr);
+  if (vt::Rank() == 0) vmmipc__test_fail_at("verdict", 1);
+  vmmipc_result_t r = MapAndCheck(c, 2);
+  vmmipc__test_fail_at(nullptr, 0);
+  std::string msg = vmmipc_last_error();
+  EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << msg;
+  EXPECT_TRUE(vt::SameEverywhere(r)) << "split verdict: " << msg;
+  EXPECT_TRUE(Has(msg, "rank 0")) << msg;
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+}
+
+// Every other rank gives up (withdraws) while the verdict is already on its
+// way: it takes the verdict within the grace, so all succeed with the data;
+// the withdrawals left at the collector do not disturb later calls.
+TEST_F(Agree, ARankThatGivesUpWhileTheVerdictIsInFlightStillAgrees) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  int before = vt::FdCount();
+  vmmipc_comm_t c = Create(5000);
+  ASSERT_NE(c, nullptr);
+  for (unsigned round = 0; round < 3; round++) {
+    if (vt::Rank() != 0) vmmipc__test_fail_at("withdraw", 1);
+    vmmipc_result_t r = MapAndCheck(c, 10 + round);
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(r, VMMIPC_SUCCESS) << vmmipc_last_error();
+    EXPECT_TRUE(vt::SameEverywhere(r)) << "split verdict: " << vmmipc_last_error();
+  }
+  EXPECT_EQ(MapAndCheck(c, 20), VMMIPC_SUCCESS) << vmmipc_last_error();
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+}
+
+// Rank 0 frees windows A then B, the others B then A: the first win_free
+// fails on every rank naming rank 1, instead of matching A with B; both
+// windows are freed locally all the same, and nothing is left behind.
+TEST_F(Agree, WindowsFreedInDifferentOrdersAreNamedNotMisrouted) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  int before = vt::FdCount();
+  vmmipc_comm_t c = Create(5000);
+  ASSERT_NE(c, nullptr);
+  vmmipc_buf_t ba = vt::PatternBuf(1, 1), bb = vt::PatternBuf(1, 2);
+  vmmipc_win_t a = nullptr, b = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, ba, nullptr, &a));
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, bb, nullptr, &b));
+  bool first_a = vt::Rank() == 0;
+  vmmipc_result_t r1 = vmmipc_win_free(first_a ? a : b);
+  std::string m1 = vmmipc_last_error();
+  EXPECT_EQ(r1, VMMIPC_ERR_INVALID_ARG) << m1;
+  EXPECT_TRUE(vt::SameEverywhere(r1)) << m1;
+  EXPECT_TRUE(Has(m1, "rank 1 passed window")) << m1;
+  EXPECT_TRUE(Has(m1, "same order")) << m1;
+  vmmipc_result_t r2 = vmmipc_win_free(first_a ? b : a);
+  EXPECT_EQ(r2, VMMIPC_ERR_PEER) << "the comm is broken after the mismatch: " << vmmipc_last_error();
+  EXPECT_TRUE(Has(vmmipc_last_error(), "freed locally")) << vmmipc_last_error();
+  EXPECT_VMM_OK(vmmipc_buf_free(ba));  // no window exposes them any more
+  EXPECT_VMM_OK(vmmipc_buf_free(bb));
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+}
+
+// win_free on a broken comm unmaps and closes everything local, then
+// returns the comm's failure (not success).
+TEST_F(Agree, WinFreeOnABrokenCommFreesLocallyAndReportsTheFailure) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  int me = vt::Rank(), last = vt::Size() - 1;
+  int before = vt::FdCount();
+  vmmipc_comm_t c = Create(1000);
+  ASSERT_NE(c, nullptr);
+  vmmipc_buf_t buf = vt::PatternBuf(2, 7);
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, buf, nullptr, &w));
+  int mapped = vt::FdCount();
+  // The last rank skips the next agreement: the comm breaks everywhere.
+  std::vector<vmmipc_desc_t> out(vt::Size(), nullptr);
+  if (me == last) vmmipc__test_fail_at("agree", 1);
+  EXPECT_EQ(vmmipc_allgather_desc(c, nullptr, out.data()), VMMIPC_ERR_TIMEOUT) << vmmipc_last_error();
+  vmmipc__test_fail_at(nullptr, 0);
+  EXPECT_EQ(vt::FdCount(), mapped);
+  vmmipc_result_t r = vmmipc_win_free(w);
+  EXPECT_EQ(r, VMMIPC_ERR_PEER) << vmmipc_last_error();
+  EXPECT_TRUE(Has(vmmipc_last_error(), "freed locally; the communicator is broken")) << vmmipc_last_error();
+  EXPECT_VMM_OK(vmmipc_buf_free(buf));  // the window let go of it
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+}
+
+// Calls until `c` is held by a call (its busy flag), then aborts it: the
+// thread acts while the other is inside, on an event, not after a sleep.
+void AbortWhenInside(vmmipc_comm_t c, vmmipc_result_t *rc) {
+  while (!__atomic_load_n(&c->busy, __ATOMIC_ACQUIRE)) std::this_thread::yield();
+  *rc = vmmipc_comm_abort(c);
+}
+
+// Rank 1 blocks in vmmipc_recv from rank 0, which sends nothing; a thread
+// of rank 1 aborts the comm: the recv returns VMMIPC_ERR_ABORTED, the node's
+// other ranks, blocked in vmmipc_recv from rank 1, fail at once naming it,
+// and vmmipc_comm_destroy frees everything.
+TEST_F(Agree, AbortFromAnotherThreadEndsABlockedRecv) {
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (provided < MPI_THREAD_MULTIPLE) GTEST_SKIP() << "MPI does not provide MPI_THREAD_MULTIPLE";
+  const int timeout_ms = 30000;
+  int before = vt::FdCount();
+  vmmipc_comm_t c = Create(timeout_ms);
+  ASSERT_NE(c, nullptr);
+  int me = vt::Rank();
+  if (!OneNode(c)) {  // other nodes would learn only from a collective, within its timeout
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    GTEST_SKIP() << "needs every rank on one node";
+  }
+  {
+    auto t0 = std::chrono::steady_clock::now();
+    vmmipc_desc_t got = nullptr;
+    if (me == 1) {
+      vmmipc_result_t arc = VMMIPC_ERR_PEER;
+      std::thread t(AbortWhenInside, c, &arc);
+      vmmipc_result_t r = vmmipc_recv(c, 0, &got);
+      t.join();
+      EXPECT_VMM_OK(arc);
+      EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << vmmipc_last_error();
+      // Every later call fails at once.
+      EXPECT_EQ(vmmipc_recv(c, 0, &got), VMMIPC_ERR_ABORTED);
+      vmmipc_win_t w = nullptr;
+      EXPECT_EQ(vmmipc_allgather_map(c, nullptr, nullptr, &w), VMMIPC_ERR_ABORTED);
+    } else {
+      vmmipc_result_t r = vmmipc_recv(c, 1, &got);
+      EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << vmmipc_last_error();
+      EXPECT_TRUE(Has(vmmipc_last_error(), "rank 1 aborted the communicator")) << vmmipc_last_error();
+    }
+    EXPECT_EQ(got, nullptr);
+    EXPECT_LT(Since(t0), timeout_ms / 1000.0) << "the abort did not end the waits";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+}
+
+// Rank 1 is blocked in a collective (rank 0 enters only once rank 1 has
+// returned); a thread of rank 1 aborts the comm. Rank 1 gets
+// VMMIPC_ERR_ABORTED; every other rank fails well within the timeout with
+// an error naming rank 1.
+TEST_F(Agree, AbortFromAnotherThreadEndsABlockedCollective) {
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (provided < MPI_THREAD_MULTIPLE) GTEST_SKIP() << "MPI does not provide MPI_THREAD_MULTIPLE";
+  const int timeout_ms = 30000;
+  int before = vt::FdCount();
+  vmmipc_comm_t c = Create(timeout_ms);
+  ASSERT_NE(c, nullptr);
+  int me = vt::Rank();
+  auto t0 = std::chrono::steady_clock::now();
+  vmmipc_result_t r;
+  int token = 0;
+  if (me == 1) {
+    vmmipc_result_t arc = VMMIPC_ERR_PEER;
+    std::thread t(AbortWhenInside, c, &arc);
+    r = MapAndCheck(c, 3);
+    t.join();
+    EXPECT_VMM_OK(arc);
+    EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << vmmipc_last_error();
+    MPI_Send(&token, 1, MPI_INT, 0, 77, MPI_COMM_WORLD);
+  } else {
+    if (me == 0) MPI_Recv(&token, 1, MPI_INT, 1, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    r = MapAndCheck(c, 3);
+    EXPECT_NE(r, VMMIPC_SUCCESS);
+    EXPECT_TRUE(r == VMMIPC_ERR_ABORTED || r == VMMIPC_ERR_PEER) << vmmipc_strerror(r) << ": "
+                                                                  << vmmipc_last_error();
+    EXPECT_TRUE(Has(vmmipc_last_error(), "rank 1")) << vmmipc_last_error();
+  }
+  EXPECT_LT(Since(t0), timeout_ms / 2000.0) << "the abort was not reported fast";
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+}
+
+struct StreamDrv {
+  CUresult (*streamCreate)(CUstream *, unsigned) = nullptr;
+  CUresult (*streamDestroy)(CUstream) = nullptr;
+  CUresult (*streamSync)(CUstream) = nullptr;
+};
+
+// Rank 1's stream waits on a signal that rank 0 will never give; rank 0
+// aborts instead. Once rank 1 learns of it (its next call), the wait is
+// released: the stream completes, and the host calls on the window fail
+// naming rank 0.
+TEST_F(Agree, AStreamWaitingOnAnAbortedPeerCompletes) {
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (provided < MPI_THREAD_MULTIPLE) GTEST_SKIP() << "MPI does not provide MPI_THREAD_MULTIPLE";
+  StreamDrv d;
+  void *p = nullptr;
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuStreamCreate", 0, &p));
+  d.streamCreate = reinterpret_cast<decltype(d.streamCreate)>(p);
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuStreamDestroy", 0, &p));
+  d.streamDestroy = reinterpret_cast<decltype(d.streamDestroy)>(p);
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuStreamSynchronize", 0, &p));
+  d.streamSync = reinterpret_cast<decltype(d.streamSync)>(p);
+  const int timeout_ms = 30000;
+  int before = vt::FdCount();
+  vmmipc_comm_t c = Create(timeout_ms);
+  ASSERT_NE(c, nullptr);
+  int me = vt::Rank();
+  if (!OneNode(c)) {  // the others would wait for rank 0's verdict over MPI, up to the timeout
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    GTEST_SKIP() << "needs every rank on one node";
+  }
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
+  if (me <= 1) {
+    if (me == 0) {
+      MPI_Barrier(MPI_COMM_WORLD);  // rank 1's wait is enqueued (or running)
+      ASSERT_VMM_OK(vmmipc_comm_abort(c));
+    } else {
+      CUstream s = nullptr;
+      ASSERT_EQ(d.streamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+      std::atomic<int> waiting{0};
+      vmmipc_result_t wrc = VMMIPC_ERR_PEER;
+      CUresult src = CUDA_ERROR_UNKNOWN;
+      auto t0 = std::chrono::steady_clock::now();
+      std::thread t([&] {
+        if (vmmipc_set_device(dev_) != VMMIPC_SUCCESS) return;  // the driver's context on this thread
+        waiting = 1;
+        wrc = vmmipc_win_wait(w, 0, 1, s);  // blocks here on the stand-in (synchronous streams)
+        src = d.streamSync(s);              // blocks here on a GPU
+      });
+      while (!waiting) std::this_thread::yield();
+      MPI_Barrier(MPI_COMM_WORLD);
+      vmmipc_desc_t got = nullptr;
+      EXPECT_EQ(vmmipc_recv(c, 0, &got), VMMIPC_ERR_ABORTED) << vmmipc_last_error();
+      t.join();
+      EXPECT_LT(Since(t0), timeout_ms / 1000.0);
+      EXPECT_TRUE(wrc == VMMIPC_SUCCESS || wrc == VMMIPC_ERR_ABORTED) << vmmipc_last_error();
+      EXPECT_EQ(src, CUDA_SUCCESS) << "the stream did not complete";
+      EXPECT_EQ(vmmipc_win_wait_host(w, 0, 1, 100), VMMIPC_ERR_ABORTED);
+      EXPECT_TRUE(Has(vmmipc_last_error(), "rank 0 aborted")) << vmmipc_last_error();
+      EXPECT_EQ(vmmipc_win_signal(w, 0, 1, s), VMMIPC_ERR_ABORTED);
+      d.streamDestroy(s);
+    }
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  vmmipc_result_t fr = vmmipc_win_free(w);
+  EXPECT_EQ(fr, VMMIPC_ERR_ABORTED) << vmmipc_last_error();  // rank 2 and up: told by rank 0
+  vmmipc_comm_destroy(c);  // local on the failed ranks; the others' agreement may fail too
+  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+}
+
+// Every rank's stream waits on its own slot; a thread that has no current
+// context (the driver's state is per thread) aborts the comm: the release
+// still lands, the stream completes, and everything is freed.
+TEST_F(Agree, AnAbortFromAThreadWithoutAContextReleasesTheStreams) {
+  StreamDrv d;
+  void *p = nullptr;
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuStreamCreate", 0, &p));
+  d.streamCreate = reinterpret_cast<decltype(d.streamCreate)>(p);
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuStreamDestroy", 0, &p));
+  d.streamDestroy = reinterpret_cast<decltype(d.streamDestroy)>(p);
+  ASSERT_VMM_OK(vmmipc_driver_proc("cuStreamSynchronize", 0, &p));
+  d.streamSync = reinterpret_cast<decltype(d.streamSync)>(p);
+  int before = vt::FdCount();
+  vmmipc_comm_t c = Create(30000);
+  ASSERT_NE(c, nullptr);
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
+  MPI_Barrier(MPI_COMM_WORLD);  // every window is made before any abort
+  CUstream s = nullptr;
+  ASSERT_EQ(d.streamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  std::atomic<int> waiting{0};
+  vmmipc_result_t wrc = VMMIPC_ERR_PEER;
+  CUresult src = CUDA_ERROR_UNKNOWN;
+  std::thread t([&] {
+    if (vmmipc_set_device(dev_) != VMMIPC_SUCCESS) return;
+    waiting = 1;
+    wrc = vmmipc_win_wait(w, vt::Rank(), 1, s);  // nobody signals it
+    src = d.streamSync(s);
+  });
+  while (!waiting) std::this_thread::yield();
+  vmmipc_result_t arc = VMMIPC_ERR_PEER;
+  std::thread a([&] { arc = vmmipc_comm_abort(c); });  // a fresh thread: no current context
+  a.join();
+  t.join();
+  EXPECT_VMM_OK(arc);
+  EXPECT_TRUE(wrc == VMMIPC_SUCCESS || wrc == VMMIPC_ERR_ABORTED) << vmmipc_strerror(wrc);
+  EXPECT_EQ(src, CUDA_SUCCESS) << "the stream did not complete";
+  EXPECT_EQ(vmmipc_win_wait_host(w, vt::Rank(), 1, 100), VMMIPC_ERR_ABORTED);
+  d.streamDestroy(s);
+  EXPECT_EQ(vmmipc_win_free(w), VMMIPC_ERR_ABORTED) << vmmipc_last_error();
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace

@@ -1,0 +1,19 @@
+/* The release of stream waits when a comm fails (release.c). */
+#ifndef VMMIPC_SYNC_RELEASE_H
+#define VMMIPC_SYNC_RELEASE_H
+
+#include "comm/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Writes VMMIPC_SIGNAL_FAILED into every slot of this rank's part of the
+ * comm's signal pool that an open window uses. Any thread; the pool's
+ * private stream, under its lock. The comm's `release` hook. */
+void vmmipc__sync_release(struct vmmipc_comm *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

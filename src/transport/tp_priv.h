@@ -1,0 +1,34 @@
+/* The transport's state, shared by its own files (exchange.c, verdict.c);
+ * nothing above the transport includes this. */
+#ifndef VMMIPC_TRANSPORT_TP_PRIV_H
+#define VMMIPC_TRANSPORT_TP_PRIV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport/codec.h"
+#include "transport/conn.h"
+
+struct vmmipc__tp {
+  vmmipc__conn_t *conn;
+  int timeout_ms;
+  vmmipc__asm_t *rx[2];     /* [ctx - 1][node rank]: the stream from that peer */
+  uint64_t *p2p_next_out;   /* [node rank]: number of the next message to it */
+  uint64_t *p2p_next_in;    /* [node rank]: lowest number still expected from it */
+  unsigned char *rbuf;      /* one frame: header + the largest payload + 1 */
+  size_t rbuf_cap;
+  uint64_t stale_frames, stale_fds;
+  /* A VERDICT frame that arrived while an exchange read the collector's
+   * connection, kept for the agreement (verdict.c). */
+  int verdict_have, verdict_from;
+  uint64_t verdict_seq;
+  uint32_t verdict_len;
+  unsigned char verdict[VMMIPC__VERDICT_MAX_BYTES];
+  const int *aborted;       /* set by vmmipc__tp_watch_abort: non-zero ends every wait */
+  int aborted_by;           /* node rank whose END frame (comm aborted) arrived, or -1 */
+};
+
+/* Keeps a VERDICT frame (decoded, payload after the header) for the agreement. */
+void vmmipc__tp_keep_verdict(struct vmmipc__tp *tp, int p, const vmmipc__frame_t *f, const unsigned char *payload);
+
+#endif
