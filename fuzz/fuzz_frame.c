@@ -3,20 +3,29 @@
  * as exchange.c's receive path does: decode and check each record, feed
  * DATA and ABORT frames to the peer's assembler with real fds (duplicates
  * of a pipe: an fd is known by its number while it is open) attached as
- * the header says, skip a message whose fds were cut short,
- * start over after a protocol break. Checked after every record or input:
- *   - encode(decode(x)) == x for every accepted header;
+ * the header says, skip a message whose fds were cut short, keep a VERDICT,
+ * start over after a protocol break or an END. A complete message is
+ * decoded as its receiver does: a collective one with vmmipc__cmsg_decode
+ * (coll/xchg.c), a point-to-point one with vmmipc__desc_adopt (comm/p2p.c).
+ * Checked after every record or input:
+ *   - encode(decode(x)) == x for every accepted header, collective message
+ *     and descriptor;
  *   - a complete message holds exactly the payloads and fds of the frames
- *     the assembler took for it, in order (a shadow copy tracks them);
+ *     the assembler took for it, in order (a shadow copy tracks them); a
+ *     decoded descriptor owns exactly those fds, and after the decode every
+ *     one is closed or owned;
  *   - every fd attached is delivered, counted stale, or closed on a
  *     refusal, and the count of open fds is back where it was (abort()
  *     otherwise). */
+#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "coll/msg.h"
 #include "common/le.h"
+#include "desc/desc.h"
 #include "fuzz.h"
 #include "transport/codec.h"
 
@@ -62,6 +71,50 @@ static void shadow_add(shadow_t *s, const unsigned char *p, size_t n, const int 
   }
   if (k) memcpy(s->fds + s->nfds, fds, k * sizeof *fds);
   s->nfds += k;
+}
+
+/* Decodes a complete message as its receiver does, which takes its fds:
+ * each ends up owned by the decoded descriptor, or closed. */
+static void consume(uint16_t ctx, const unsigned char *b, size_t nb, int *mf, int nm) {
+  vmmipc__cmsg_in_t in;
+  memset(&in, 0, sizeof in);
+  vmmipc_desc_t d = NULL;
+  vmmipc_result_t r = ctx == VMMIPC__CTX_COLL ? vmmipc__cmsg_decode(b, nb, mf, nm, &in)
+                                              : vmmipc__desc_adopt(b, nb, mf, nm, &d);
+  if (ctx == VMMIPC__CTX_COLL) d = in.desc;
+  if (r) {
+    FUZZ_CHECK(r == VMMIPC_ERR_INVALID_DESC || r == VMMIPC_ERR_NO_MEMORY, "decode: %d (%s)", (int)r,
+               vmmipc_last_error());
+    FUZZ_CHECK(d == NULL && in.freed == NULL && in.have == NULL, "a refused message was returned");
+    FUZZ_CHECK(vmmipc_last_error()[0] != '\0', "a refused message without a reason");
+  } else {
+    const int with_fds = ctx == VMMIPC__CTX_P2P || ((in.flags & VMMIPC__CMSG_DESC) && !(in.flags & VMMIPC__CMSG_NO_FDS));
+    FUZZ_CHECK(ctx == VMMIPC__CTX_P2P || (d != NULL) == ((in.flags & VMMIPC__CMSG_DESC) != 0),
+               "flags 0x%x, but %s descriptor", (unsigned)in.flags, d ? "a" : "no");
+    FUZZ_CHECK(with_fds ? d && d->num_chunks == nm : nm == 0, "%d fds taken by a message that %s", nm,
+               with_fds ? "owns them" : "has none");
+    for (int i = 0; d && i < d->num_chunks; i++)
+      FUZZ_CHECK(d->fds[i] == (with_fds ? mf[i] : -1), "chunk %d of %d holds fd %d", i, d->num_chunks, d->fds[i]);
+    /* Round trip: the same bytes again. */
+    size_t n = 0;
+    vmmipc__cmsg_t m = {in.flags, in.nonce, in.freed, in.num_freed, in.have, in.num_have, d};
+    n = ctx == VMMIPC__CTX_COLL ? vmmipc__cmsg_bytes(&m) : vmmipc__desc_wire_bytes(d);
+    FUZZ_CHECK(n == nb, "decoded %zu bytes, encoded again %zu", nb, n);
+    unsigned char *again = malloc(n ? n : 1);
+    if (!again) abort();
+    if (ctx == VMMIPC__CTX_COLL)
+      vmmipc__cmsg_encode(&m, again);
+    else
+      vmmipc__desc_encode(d, again);
+    FUZZ_CHECK(memcmp(again, b, n) == 0, "encode(decode(x)) != x for a message of %zu bytes", nb);
+    free(again);
+  }
+  if (ctx == VMMIPC__CTX_COLL)
+    vmmipc__cmsg_in_free(&in);
+  else
+    vmmipc_desc_free(d);
+  for (int i = 0; i < nm; i++)
+    FUZZ_CHECK(fcntl(mf[i], F_GETFD) < 0 && errno == EBADF, "fd %d of %d still open after the decode", i, nm);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -130,6 +183,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(f.frame_bytes == len - VMMIPC__FRAME_HEADER_BYTES && f.frame_fds == (uint32_t)nfds,
                "accepted a frame whose header does not match the record");
 
+    if (f.kind == VMMIPC__KIND_VERDICT) { /* exchange.c: kept for the agreement, the stream goes on */
+      FUZZ_CHECK(f.ctx == VMMIPC__CTX_COLL && nfds == 0 && f.frame_bytes <= VMMIPC__VERDICT_MAX_BYTES,
+                 "accepted a VERDICT of context %u with %ld fds and %u bytes", (unsigned)f.ctx, nfds,
+                 (unsigned)f.frame_bytes);
+      continue;
+    }
+    if (f.kind == VMMIPC__KIND_END) { /* exchange.c: the comm is over, the connection dropped */
+      FUZZ_CHECK(nfds == 0 && f.seq == 0 && f.code != 0, "accepted an END of seq %llu, code %u with %ld fds",
+                 (unsigned long long)f.seq, (unsigned)f.code, nfds);
+      reset += a.active ? a.fds_done : 0;
+      vmmipc__asm_reset(&a);
+      shadow_reset(&sh);
+      continue;
+    }
     const unsigned char *payload = rec + VMMIPC__FRAME_HEADER_BYTES;
     const uint64_t stale0 = stale;
     const uint32_t held0 = a.active ? a.fds_done : 0;
@@ -158,7 +225,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FUZZ_CHECK(mf[i] == sh.fds[i], "fd %d of %d is another one", i, nm);
             FUZZ_CHECK(fcntl(mf[i], F_GETFD) >= 0, "delivered fd %d of %d is closed", i, nm);
           }
-          vmmipc__close_fds(mf, nm);
+          consume(ctx, b, nb, mf, nm);
           delivered += (uint64_t)nm;
           free(mf);
           free(b);

@@ -2,11 +2,14 @@
  *   <out>/desc/   descriptors that vmmipc_export made of stand-in buffers of
  *                 1 to 3 chunks (and an empty one), packed with
  *                 vmmipc_desc_pack, behind the control byte of fuzz.h;
- *   <out>/frame/  the records a sender puts on a connection for such
- *                 messages, cut and encoded by the transport's own codec as
- *                 exchange.c does (DATA frames of single- and multi-frame
- *                 messages, a genuine ABORT, point-to-point numbering,
- *                 epochs that advance, a message cut short by MSG_CTRUNC).
+ *   <out>/frame/  the records a sender puts on a connection, cut and encoded
+ *                 by the transport's own codec as exchange.c does: collective
+ *                 messages encoded by coll/msg.c (with and without a
+ *                 descriptor, its fds left out, freed and held identity
+ *                 lists, "drop everything"), point-to-point descriptors,
+ *                 single- and multi-frame messages, a genuine ABORT, VERDICT
+ *                 and END frames, point-to-point numbering, epochs that
+ *                 advance, a message cut short by MSG_CTRUNC, a HELLO.
  * Usage: vmmipc_fuzz_corpus <out-dir>   (VMMIPC_CUDA_DRIVER: the stand-in) */
 #include <errno.h>
 #include <stdio.h>
@@ -14,8 +17,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "coll/msg.h"
 #include "common/error.h"
+#include "common/host.h"
 #include "common/le.h"
+#include "desc/desc.h"
 #include "fuzz.h"
 #include "transport/codec.h"
 #include "vmmipc.h"
@@ -83,6 +89,52 @@ static void message(bytes_t *b, unsigned op, uint16_t ctx, uint64_t seq, const u
   }
 }
 
+/* A frame of one of the one-frame kinds (ABORT, VERDICT, END): no fds. */
+static void text_frame(bytes_t *b, uint16_t kind, uint16_t ctx, uint64_t seq, uint32_t code,
+                       const unsigned char *payload, size_t n) {
+  vmmipc__frame_t f;
+  memset(&f, 0, sizeof f);
+  f.kind = kind;
+  f.ctx = ctx;
+  f.code = code;
+  f.sender = 1;
+  f.receiver = 0;
+  f.comm_id = FUZZ_COMM_ID;
+  f.seq = seq;
+  f.frame_bytes = (uint32_t)n;
+  f.total_bytes = n;
+  record(b, 0, &f, payload);
+}
+
+/* A collective message (coll/msg.c) of this process, as one exchange sends it. */
+static void coll_message(bytes_t *b, unsigned op, uint64_t epoch, uint32_t flags, const struct vmmipc_desc *d,
+                         const vmmipc__freed_id_t *freed, uint32_t nfreed, const vmmipc__freed_id_t *have,
+                         uint32_t nhave) {
+  vmmipc__cmsg_t m = {flags, vmmipc__process_nonce(), freed, nfreed, have, nhave, d};
+  size_t n = vmmipc__cmsg_bytes(&m);
+  unsigned char *bytes = malloc(n);
+  if (!bytes) abort();
+  vmmipc__cmsg_encode(&m, bytes);
+  uint32_t nfds = d && !(flags & VMMIPC__CMSG_NO_FDS) ? (uint32_t)d->num_chunks : 0;
+  message(b, op, VMMIPC__CTX_COLL, epoch, bytes, n, nfds);
+  free(bytes);
+}
+
+/* An agreement's verdict (comm/agree.c: code, failing rank, broken, blamed
+ * rank, driver and OS errors, then the text with its NUL). */
+static void verdict_frame(bytes_t *b, uint64_t k, uint32_t code, uint32_t failing, const char *text) {
+  unsigned char v[VMMIPC__VERDICT_MAX_BYTES];
+  size_t n = strlen(text) + 1;
+  if (24 + n > sizeof v) n = sizeof v - 24;
+  memset(v, 0, 24);
+  vmmipc__put32(v, code);
+  vmmipc__put32(v + 4, failing);
+  vmmipc__put32(v + 8, code != 0);
+  vmmipc__put32(v + 12, failing);
+  memcpy(v + 24, text, n);
+  text_frame(b, VMMIPC__KIND_VERDICT, VMMIPC__CTX_COLL, k, code, v, 24 + n);
+}
+
 static void abort_frame(bytes_t *b, uint16_t ctx, uint64_t seq, vmmipc_result_t code, const char *text) {
   vmmipc__frame_t f;
   memset(&f, 0, sizeof f);
@@ -125,6 +177,8 @@ int main(int argc, char **argv) {
   unsigned char *packed[4] = {0};
   size_t packed_len[4] = {0};
   int packed_fds[4] = {0};
+  vmmipc_buf_t bufs[4] = {0};  /* kept until the end: freeing them would note them freed */
+  vmmipc_desc_t descs[4] = {0};
   for (int chunks = 0; chunks <= 3; chunks++) {
     vmmipc_buf_t buf = NULL;
     vmmipc_desc_t d = NULL;
@@ -151,47 +205,113 @@ int main(int argc, char **argv) {
       write_file("desc", "export-2-chunks-read-only", packed[chunks], nb + 1);
       packed[chunks][0] &= (unsigned char)~FUZZ_DESC_READ_ONLY;
     }
-    vmmipc_desc_free(d);
-    vmmipc_buf_free(buf);
+    bufs[chunks] = buf;
+    descs[chunks] = d;
     continue;
   fail:
     fprintf(stderr, "gen_corpus: a buffer of %d chunks: %s\n", chunks, vmmipc_last_error());
     return 1;
   }
 
+  /* Genuine freed identities: a buffer exported, grown (its first layout
+   * is gone), exported again and freed. */
+  vmmipc__freed_id_t freed[8];
+  uint32_t nfreed = 0;
+  {
+    vmmipc_buf_t gone = NULL;
+    vmmipc_desc_t d1 = NULL, d2 = NULL;
+    uint64_t next = 0;
+    int overflow = 0;
+    if (vmmipc_alloc(gran, &gone) || vmmipc_export(gone, &d1) || vmmipc_grow(gone, 2 * gran) ||
+        vmmipc_export(gone, &d2) || vmmipc_buf_free(gone)) {
+      fprintf(stderr, "gen_corpus: a freed buffer: %s\n", vmmipc_last_error());
+      return 1;
+    }
+    vmmipc_desc_free(d1);
+    vmmipc_desc_free(d2);
+    nfreed = (uint32_t)vmmipc__freed_since(0, freed, 8, &next, &overflow);
+    if (nfreed != 2 || overflow) {
+      fprintf(stderr, "gen_corpus: %u freed identities noted, 2 expected\n", (unsigned)nfreed);
+      return 1;
+    }
+  }
+  /* The identities of the exported buffers, as a peer that maps them lists them. */
+  vmmipc__freed_id_t held[3];
+  for (int i = 1; i <= 3; i++) held[i - 1] = (vmmipc__freed_id_t){descs[i]->serial, descs[i]->generation};
+  /* Many identities: a message of two frames by its bytes. */
+  const uint32_t nmany = VMMIPC__FRAME_MAX_BYTES / 16 + 100;
+  vmmipc__freed_id_t *many = malloc(nmany * sizeof *many);
+  if (!many) abort();
+  for (uint32_t i = 0; i < nmany; i++) many[i] = (vmmipc__freed_id_t){held[0].serial + 100 + i, 1};
+
   bytes_t b = {0, 0, 0};
-  /* A collective: one descriptor per peer, epoch after epoch. */
+  /* A collective: one descriptor per peer. */
   for (int chunks = 0; chunks <= 3; chunks++) {
-    message(&b, 0, VMMIPC__CTX_COLL, 1, packed[chunks] + 1, packed_len[chunks], (uint32_t)packed_fds[chunks]);
+    coll_message(&b, 0, 1, 0, descs[chunks], NULL, 0, NULL, 0);
     char name[64];
     snprintf(name, sizeof name, "coll-desc-%d-chunks", chunks);
     save_frames(name, FUZZ_MODE_COLL, &b);
   }
-  /* bcast_map's "nothing for you", then the next epoch's descriptor. */
-  message(&b, 0, VMMIPC__CTX_COLL, 1, NULL, 0, 0);
-  message(&b, FUZZ_OP_NEXT_EPOCH, VMMIPC__CTX_COLL, 2, packed[3] + 1, packed_len[3], 3);
-  save_frames("coll-empty-then-desc", FUZZ_MODE_COLL, &b);
-  /* A large message: two frames by bytes and by fds. */
+  /* bcast_map's "nothing for you" (only notices), then the next epoch's descriptor. */
+  coll_message(&b, 0, 1, 0, NULL, NULL, 0, NULL, 0);
+  coll_message(&b, FUZZ_OP_NEXT_EPOCH, 2, 0, descs[3], NULL, 0, NULL, 0);
+  save_frames("coll-none-then-desc", FUZZ_MODE_COLL, &b);
+  /* A map collective's two rounds: what the sender holds, then a
+   * descriptor the receiver holds (no fds) and one it does not. */
+  coll_message(&b, 0, 1, 0, NULL, NULL, 0, held, 3);
+  coll_message(&b, FUZZ_OP_NEXT_EPOCH, 2, VMMIPC__CMSG_NO_FDS, descs[2], NULL, 0, NULL, 0);
+  coll_message(&b, FUZZ_OP_NEXT_EPOCH, 3, 0, descs[1], NULL, 0, NULL, 0);
+  save_frames("coll-held-then-no-fds", FUZZ_MODE_COLL, &b);
+  /* Freed notices with a descriptor, then "drop every mapping of mine". */
+  coll_message(&b, 0, 1, 0, descs[2], freed, nfreed, NULL, 0);
+  coll_message(&b, FUZZ_OP_NEXT_EPOCH, 2, VMMIPC__CMSG_FREED_ALL, NULL, NULL, 0, NULL, 0);
+  save_frames("coll-freed-then-all", FUZZ_MODE_COLL, &b);
+  /* Every list at once, in a message of two frames by bytes. */
+  coll_message(&b, 0, 1, 0, descs[3], freed, nfreed, many, nmany);
+  save_frames("coll-multi-frame", FUZZ_MODE_COLL, &b);
+  /* Bytes that are no message, in two frames by fds (the receiver refuses them). */
   size_t big_len = VMMIPC__FRAME_MAX_BYTES + 1000;
   unsigned char *big = malloc(big_len);
   for (size_t i = 0; i < big_len; i++) big[i] = (unsigned char)(i * 131 + 7);
   message(&b, 0, VMMIPC__CTX_COLL, 1, big, big_len, 300);
-  save_frames("coll-multi-frame", FUZZ_MODE_COLL, &b);
+  save_frames("coll-multi-frame-fds", FUZZ_MODE_COLL, &b);
   /* A peer that gave up: the genuine text of a failed import. */
   vmmipc_desc_t none = NULL;
   vmmipc_desc_unpack(packed[1] + 1, packed_len[1] - 1, NULL, 0, &none); /* truncated: refused */
   char text[VMMIPC__ABORT_MAX_BYTES + 1];
   snprintf(text, sizeof text, "%s", vmmipc_last_error());
-  message(&b, 0, VMMIPC__CTX_COLL, 1, big, big_len, 1);
-  b.n -= 3 + VMMIPC__FRAME_HEADER_BYTES + 1000; /* the last frame never went */
+  const size_t last_frame = 3 + VMMIPC__FRAME_HEADER_BYTES + (size_t)(nmany * 16u + 32u + nfreed * 16u +
+                                                                      vmmipc__desc_wire_bytes(descs[3]) -
+                                                                      VMMIPC__FRAME_MAX_BYTES);
+  coll_message(&b, 0, 1, 0, descs[3], freed, nfreed, many, nmany);
+  b.n -= last_frame; /* the last frame never went */
   abort_frame(&b, VMMIPC__CTX_COLL, 1, VMMIPC_ERR_INVALID_DESC, text);
   save_frames("coll-abort-mid-message", FUZZ_MODE_COLL, &b);
   /* Frames of an earlier call, then the current one's message. */
-  message(&b, 0, VMMIPC__CTX_COLL, 1, big, big_len, 2);
-  b.n -= 3 + VMMIPC__FRAME_HEADER_BYTES + 1000; /* half of epoch 1's message */
-  message(&b, FUZZ_OP_NEXT_EPOCH, VMMIPC__CTX_COLL, 2, packed[2] + 1, packed_len[2], 2);
+  coll_message(&b, 0, 1, 0, NULL, freed, nfreed, many, nmany);
+  b.n -= last_frame - vmmipc__desc_wire_bytes(descs[3]); /* half of epoch 1's message */
+  coll_message(&b, FUZZ_OP_NEXT_EPOCH, 2, 0, descs[2], NULL, 0, NULL, 0);
   save_frames("coll-stale-then-current", FUZZ_MODE_COLL, &b);
-  /* Point to point: messages 0, 1, a gap, and an old one. */
+  /* Agreements: a success verdict between two calls, then a failure. */
+  verdict_frame(&b, 1, 0, UINT32_MAX, "");
+  coll_message(&b, FUZZ_OP_NEXT_EPOCH, 2, 0, descs[1], NULL, 0, NULL, 0);
+  verdict_frame(&b, 2, VMMIPC_ERR_INVALID_DESC, 1, text);
+  save_frames("coll-verdicts", FUZZ_MODE_COLL, &b);
+  /* vmmipc_comm_abort on the sender: END in the middle of a message. */
+  {
+    char end[160];
+    snprintf(end, sizeof end, "rank %d aborted the communicator (vmmipc_comm_abort)", 1);
+    coll_message(&b, 0, 1, 0, descs[3], freed, nfreed, many, nmany);
+    b.n -= last_frame;
+    text_frame(&b, VMMIPC__KIND_END, VMMIPC__CTX_COLL, 0, VMMIPC_ERR_ABORTED, (const unsigned char *)end,
+               strlen(end));
+    save_frames("coll-end-mid-message", FUZZ_MODE_COLL, &b);
+    message(&b, 0, VMMIPC__CTX_P2P, 0, packed[1] + 1, packed_len[1], 1);
+    text_frame(&b, VMMIPC__KIND_END, VMMIPC__CTX_P2P, 0, VMMIPC_ERR_ABORTED, (const unsigned char *)end,
+               strlen(end));
+    save_frames("p2p-end", 0, &b);
+  }
+  /* Point to point (comm/p2p.c: a bare descriptor): messages 0, 1, a gap, and an old one. */
   message(&b, 0, VMMIPC__CTX_P2P, 0, packed[1] + 1, packed_len[1], 1);
   message(&b, 0, VMMIPC__CTX_P2P, 1, packed[3] + 1, packed_len[3], 3);
   message(&b, 0, VMMIPC__CTX_P2P, 3, packed[2] + 1, packed_len[2], 2);
@@ -214,6 +334,11 @@ int main(int argc, char **argv) {
   }
   free(b.p);
   free(big);
-  for (int i = 0; i < 4; i++) free(packed[i]);
+  free(many);
+  for (int i = 0; i < 4; i++) {
+    free(packed[i]);
+    vmmipc_desc_free(descs[i]);
+    vmmipc_buf_free(bufs[i]);
+  }
   return 0;
 }
