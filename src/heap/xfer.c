@@ -37,8 +37,11 @@ static vmmipc_result_t too_late(struct vmmipc_comm *c, const unsigned char *all,
                 "given up); the communicator is broken: every later call on it fails, and vmmipc_comm_destroy frees "
                 "it locally",
                 op, late, (long long)((last - first) / 1000), c->timeout_ms);
+  /* Ranks that gave up wait in the agreement (below): join it, so that
+   * every rank returns its one verdict, this explanation included. */
+  vmmipc_result_t r = vmmipc__agree(c, VMMIPC_ERR_TIMEOUT, 0, op);
   vmmipc__break(c);
-  return VMMIPC_ERR_TIMEOUT;
+  return r ? r : VMMIPC_ERR_TIMEOUT;
 }
 
 vmmipc_result_t vmmipc__heap_allgather(struct vmmipc_comm *c, unsigned char **bufs, size_t len, const char *op) {
@@ -69,7 +72,8 @@ vmmipc_result_t vmmipc__heap_allgather(struct vmmipc_comm *c, unsigned char **bu
     *bufs = NULL;
     /* Which ranks are missing: the agreement names them (and breaks the comm). */
     vmmipc__error(VMMIPC_ERR_TIMEOUT, "%s: not every rank came within %d ms", op, c->timeout_ms);
-    r = vmmipc__agree(c, VMMIPC_ERR_TIMEOUT, 0, op);
+    /* Secondary: a late rank's own account (too_late) names who was late. */
+    r = vmmipc__agree(c, VMMIPC_ERR_TIMEOUT, 1, op);
   }
   vmmipc__break(c);
   return r ? r : VMMIPC_ERR_TIMEOUT;
