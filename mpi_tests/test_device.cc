@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/bufs.h"
@@ -278,27 +279,48 @@ TEST_F(DeviceTimeout, ABarrierWithoutAPeerIsRecorded) {
 TEST_F(DeviceTimeout, AFailureValueReleasesTheWait) {
   if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
   if (!kernel_) GTEST_SKIP() << "runs on the kernel path";
+  // A comm of its own: rank 0 aborts it while a kernel waits on a slot that
+  // nobody signals. The release (sync/release.c) writes VMMIPC_SIGNAL_FAILED
+  // into rank 0's slots, and the kernel's wait sees the top bit and ends.
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = 20000;
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
   vmmipc_win_t w = nullptr;
-  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
-  const uint64_t failed = VMMIPC_DEV_FAILED_BIT | 7;
-  if (me_ == 1) {
-    ASSERT_VMM_OK(vmmipc_win_signal(w, ranks_[0], failed, s_));
-    ASSERT_EQ(streamSync(s_), CUDA_SUCCESS);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
   if (me_ == 0) {
-    ASSERT_VMM_OK(vmmipc_win_wait(w, ranks_[1], 3, s_));
-    ASSERT_EQ(streamSync(s_), CUDA_SUCCESS);
-    EXPECT_EQ(vmmipc_win_wait(w, ranks_[1], 3, s_), VMMIPC_ERR_PEER);
-    EXPECT_TRUE(Has("failure value")) << vmmipc_last_error();
+    long before = 0;
+    std::thread aborter;
+    if (KernelCounts(nullptr, nullptr, &before)) {
+      // The stand-in runs a launch on the calling thread to its end: the
+      // abort comes from another thread once the wait kernel has started.
+      aborter = std::thread([&] {
+        long now = before;
+        while (KernelCounts(nullptr, nullptr, &now) && now == before) std::this_thread::yield();
+        EXPECT_VMM_OK(vmmipc_comm_abort(c));
+      });
+    }
+    EXPECT_VMM_OK(vmmipc_win_wait(w, ranks_[1], 3, s_));
+    if (aborter.joinable()) {
+      aborter.join();
+    } else {
+      EXPECT_VMM_OK(vmmipc_comm_abort(c)); // a GPU: the launch returned at once, the kernel waits
+    }
+    ASSERT_EQ(streamSync(s_), CUDA_SUCCESS) << "the aborted comm released the kernel's wait";
+    EXPECT_EQ(vmmipc_win_wait(w, ranks_[1], 3, s_), VMMIPC_ERR_ABORTED);
     vmmipc_win_device_status_t st = Status(w);
     EXPECT_EQ(st.state, VMMIPC_DEV_FAILED);
     EXPECT_EQ(st.rank, ranks_[1]);
     EXPECT_EQ(st.value, 3u);
-    EXPECT_EQ(st.seen, failed);
+    EXPECT_EQ(st.seen, VMMIPC_SIGNAL_FAILED);
+    EXPECT_EQ(vmmipc_win_free(w), VMMIPC_ERR_ABORTED) << "freed locally";
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  ASSERT_VMM_OK(vmmipc_win_free(w));
+  if (me_ != 0) {
+    EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS) << "a peer aborted: no verdict of success";
+  }
+  EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // VMMIPC_SYNC=kernel where the kernels cannot load fails the call, naming

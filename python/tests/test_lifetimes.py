@@ -119,7 +119,10 @@ def run_child(tmp_path, text, *flags):
     """Runs text as a singleton MPI process (not part of this job); (ok, detail) on rank 0."""
     script = tmp_path / "child.py"
     script.write_text(text)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_"))}
+    # A singleton, not a rank of this job: no launcher variables, except the
+    # run-as-root permission that Open MPI's singleton start needs as root.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_")) or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
     p = subprocess.run([sys.executable, *flags, str(script)], env=env, capture_output=True, text=True, timeout=120)
     return p, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
 

@@ -103,9 +103,9 @@ vmmipc_result_t vmmipc_win_free(vmmipc_win_t w) {
   if (!w) return VMMIPC_SUCCESS; /* like free(NULL) */
   if (w->free_hook) return w->free_hook(w); /* a heap window: the slice goes back to its heap */
   vmmipc_comm_t c = w->comm;
-  int failed = c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE);
+  int failed = vmmipc__failed(c);
   vmmipc_result_t r = failed ? VMMIPC_SUCCESS : vmmipc__enter(c, op, 1);
-  if (r && !c->broken && !__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) return r; /* refused: still open */
+  if (r && !vmmipc__failed(c)) return r; /* refused: still open */
   int held = !failed && !r;
   uint64_t id = w->id;
   /* Unmap first: after the agreement no rank maps this window any more. A
@@ -114,13 +114,7 @@ vmmipc_result_t vmmipc_win_free(vmmipc_win_t w) {
   c->open_windows--;
   vmmipc__pool_give(c, w->slice);
   win_drop(w, c->node_size);
-  if (!held) { /* nobody to agree with: freed locally, and the comm's failure reported */
-    if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
-      return vmmipc__error(VMMIPC_ERR_ABORTED, "%s: freed locally; the communicator was aborted (vmmipc_comm_abort)",
-                           op);
-    return vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER,
-                         "%s: freed locally; the communicator is broken: %s", op, c->broken_msg);
-  }
+  if (!held) return vmmipc__freed_locally(c, op); /* nobody to agree with: the comm's failure reported */
   double t0 = vmmipc__now();
   /* The window's id is agreed: ranks that free windows in different orders
    * get an error naming the rank, not each other's windows. */

@@ -71,6 +71,11 @@ void vmmipc__leave_process(void);
  * returns VMMIPC_ERR_PEER, or `code` for vmmipc__break_code), and releases
  * the stream waits on its windows. */
 void vmmipc__break(struct vmmipc_comm *c);
+/* Whether the comm failed (broken, or aborted here): calls then free locally. */
+int vmmipc__failed(struct vmmipc_comm *c);
+/* The error of a call that freed its object locally on a failed comm:
+ * ABORTED, or the comm's broken code, with "<op>: freed locally; ...". */
+vmmipc_result_t vmmipc__freed_locally(struct vmmipc_comm *c, const char *op);
 void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code);
 /* Releases the stream waits on the comm's windows (once; any thread). */
 void vmmipc__release_waits(struct vmmipc_comm *c);

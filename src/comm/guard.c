@@ -116,3 +116,14 @@ void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code) {
 }
 
 void vmmipc__break(struct vmmipc_comm *c) { vmmipc__break_code(c, VMMIPC_ERR_PEER); }
+
+int vmmipc__failed(struct vmmipc_comm *c) {
+  return __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE) || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE);
+}
+
+vmmipc_result_t vmmipc__freed_locally(struct vmmipc_comm *c, const char *op) {
+  if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
+    return vmmipc__error(VMMIPC_ERR_ABORTED, "%s: freed locally; the communicator was aborted (vmmipc_comm_abort)", op);
+  return vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER,
+                       "%s: freed locally; the communicator is broken: %s", op, c->broken_msg);
+}

@@ -189,9 +189,10 @@ static vmmipc_result_t heap_win_free(struct vmmipc_win *w) {
   const char *op = "vmmipc_win_free";
   struct vmmipc_comm *c = w->comm;
   struct vmmipc_heap *h = w->heap;
-  int broken = c->broken;
+  int broken = vmmipc__failed(c);
   vmmipc_result_t r = broken ? VMMIPC_SUCCESS : vmmipc__enter(c, op, 1);
-  if (r) return r;
+  if (r && !vmmipc__failed(c)) return r; /* refused: still open */
+  if (r) broken = 1; /* it failed meanwhile: freed locally */
   double t0 = vmmipc__now();
   if (!broken) {
     r = vmmipc__agree(c, vmmipc__heap_room(h), 0, op);
@@ -210,7 +211,7 @@ static vmmipc_result_t heap_win_free(struct vmmipc_win *w) {
   else
     vmmipc__pool_give(c, w->slice);
   drop_window(w, c->node_size);
-  if (broken) return VMMIPC_SUCCESS;
+  if (broken) return vmmipc__freed_locally(c, op); /* freed all the same; the comm's failure reported */
   c->timing.total_s = vmmipc__now() - t0;
   vmmipc__leave(c);
   return r;

@@ -196,7 +196,7 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
   const char *op = "vmmipc_heap_destroy";
   if (!h) return VMMIPC_SUCCESS; /* like free(NULL) */
   struct vmmipc_comm *c = h->c;
-  if (c->broken) { /* nobody to agree with: locally */
+  if (vmmipc__failed(c)) { /* nobody to agree with: locally */
     if (h->live) return refuse_live(h, op);
     return heap_teardown(h, op);
   }
