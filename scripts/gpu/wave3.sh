@@ -54,18 +54,18 @@ case "$phase" in
       log "build exited $?"
     }
     b="$build/benchmarks"
-    timeout 150 "${mpi[@]}" 2 "$b/vmmipc_setup" --points 2Mx1,32Mx16,512Mx256,1Gx256 --modes first,again \
-      --methods vmmipc,floor,legacy_ipc --reps 10 --time-limit 120 --json "$out/setup_again.json" > "$out/setup_again.log" 2>&1
+    timeout 110 "${mpi[@]}" 2 "$b/vmmipc_setup" --points 2Mx1,32Mx16,512Mx256,1Gx256 --modes first,again \
+      --methods vmmipc,floor,legacy_ipc --reps 10 --time-limit 80 --json "$out/setup_again.json" > "$out/setup_again.log" 2>&1
     log "setup, mapped again (2 ranks, one GPU) exited $?"
-    timeout 100 "${mpi[@]}" 2 "$b/vmmipc_setup" --heap-only --reps 50 > "$out/heap_np2.log" 2>&1
+    timeout 60 "${mpi[@]}" 2 "$b/vmmipc_setup" --heap-only --reps 50 > "$out/heap_np2.log" 2>&1
     log "heap, 2 ranks exited $?"
-    timeout 120 "${mpi[@]}" 8 "$b/vmmipc_setup" --heap-only --reps 20 --heap-windows 300 > "$out/heap_np8.log" 2>&1
+    timeout 90 "${mpi[@]}" 8 "$b/vmmipc_setup" --heap-only --reps 20 --heap-windows 300 > "$out/heap_np8.log" 2>&1
     log "heap, 8 ranks on one GPU exited $?"
     for path in memops kernel; do
-      VMMIPC_SYNC=$path timeout 60 "${mpi[@]}" 2 "$b/vmmipc_device_bench" "${ITERS:-1000}" > "$out/device_$path.log" 2>&1
+      VMMIPC_SYNC=$path timeout 40 "${mpi[@]}" 2 "$b/vmmipc_device_bench" "${ITERS:-1000}" > "$out/device_$path.log" 2>&1
       log "device_bench VMMIPC_SYNC=$path exited $?"
     done
-    PYTHONPATH="$build/python" timeout 60 "${mpi[@]}" 2 python3 benchmarks/python/overhead.py --json "$out/py.json" \
+    PYTHONPATH="$build/python" timeout 40 "${mpi[@]}" 2 python3 benchmarks/python/overhead.py --json "$out/py.json" \
       > "$out/python_overhead.log" 2>&1
     log "python overhead exited $?"
     ;;
