@@ -53,6 +53,7 @@ with vmmipc.Comm(world) as comm:
             else:
                 p, n = win.query(r)
                 ok &= vmmipc.copy_from_device(p, n) == bytes([r]) * n
+        win.barrier(stream=stream)                     # every rank has read before anyone writes
         # Change the next rank's data through its mapping.
         if torch is not None:
             torch.from_dlpack(win.mapping(nxt, dtype=torch.float32))[:16] = 100.0 + rank
