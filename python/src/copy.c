@@ -43,6 +43,15 @@ int vmp_ensure_context(int device) {
   return 0;
 }
 
+static PyObject *cu_failed(const char *op, int rc);
+
+int vmp_ctx_synchronize(void) {
+  vmp_cu_ctx_sync fn = (vmp_cu_ctx_sync)proc("cuCtxSynchronize");
+  return fn ? fn() : -1;
+}
+
+PyObject *vmp_cu_failed(const char *op, int rc) { return cu_failed(op, rc); }
+
 static PyObject *cu_failed(const char *op, int rc) {
   return vmp_raise_msg(VMMIPC_ERR_CUDA, "%s: the driver returned CUresult %d", op, rc);
 }

@@ -88,6 +88,11 @@ void vmp_link_del(vmp_link *node);
 extern int vmp_finalized;
 /* The device of the current context, for views (-1 if none). */
 int vmp_current_device(void);
+/* cuCtxSynchronize of the current context (GIL released by the caller):
+ * 0, or the CUresult; -1 without a driver. */
+int vmp_ctx_synchronize(void);
+/* Raises vmmipc.Error for a failed driver call; NULL. */
+PyObject *vmp_cu_failed(const char *op, int rc);
 /* Makes `device` current on this thread if no context is (copy.c); -1 raised. */
 int vmp_ensure_context(int device);
 

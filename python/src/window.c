@@ -60,7 +60,12 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   vmmipc_win_t h = self->h;
   self->busy++;
   self->comm->busy++;
+  int rc;
   Py_BEGIN_ALLOW_THREADS
+  /* vmmipc_win_free unmaps the peers: the signals, waits and barriers that
+   * this rank enqueued on the window (on any stream) must be done first,
+   * and in Python nobody should have to remember that. */
+  rc = vmp_ctx_synchronize();
   r = vmmipc_win_free(h);
   Py_END_ALLOW_THREADS
   self->comm->busy--;
@@ -69,6 +74,7 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   self->h = NULL;
   vmp_link_del(&self->link);
   window_drop_refs(self);
+  if (rc > 0) return vmp_cu_failed("vmmipc.Window.close: cuCtxSynchronize before the window was freed", rc);
   Py_RETURN_NONE;
 }
 
