@@ -171,7 +171,10 @@ VMMIPC_API vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config
                                                  vmmipc_comm_t *out);
 /* Collective. Refused on every rank (the comm stays usable) while windows
  * of it are open, or heaps (VMMIPC_ERR_BUSY); on a broken comm, frees it
- * locally without waiting. */
+ * locally without waiting. The comm is still open after VMMIPC_ERR_BUSY or
+ * VMMIPC_ERR_INVALID_ARG (a thread MPI does not allow); after any other
+ * result it is freed: an agreement that fails (a peer dead or late) frees
+ * it locally and returns why. */
 VMMIPC_API vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t comm);
 /* Local: the ranks of the caller's node, as an MPI communicator owned by the
  * comm (do not free it). */
@@ -397,7 +400,8 @@ VMMIPC_API vmmipc_result_t vmmipc_win_query(vmmipc_win_t win, int rank, void **p
  * naming the rank), so that after it returns nobody maps this rank's buffer
  * through the window. Work enqueued on the window must be complete first. A heap window's slice goes back to
  * its heap after the agreement. On a broken or aborted comm it frees everything local, then returns the
- * comm's failure. */
+ * comm's failure. Whether a failed call freed the window: the comm's open_windows count
+ * (vmmipc_comm_stats) went down (a refusal, e.g. another thread inside, leaves it open). */
 VMMIPC_API vmmipc_result_t vmmipc_win_free(vmmipc_win_t win);
 /* The root's buf mapped by every other rank of its node. *out: the mapping
  * (vmmipc_buf_free; it may outlive the comm), NULL at the root and off its
@@ -513,7 +517,9 @@ VMMIPC_API vmmipc_result_t vmmipc_heap_stats(vmmipc_heap_t heap, vmmipc_heap_sta
  * live slice uses (memory is never given back otherwise). */
 VMMIPC_API vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t heap);
 /* Collective. Refused on every rank (VMMIPC_ERR_BUSY, naming how many) while
- * heap windows are open; on a broken comm, local. NULL: nothing. */
+ * heap windows are open; on a broken comm, local. NULL: nothing. As for
+ * vmmipc_comm_destroy, the heap is still open after VMMIPC_ERR_BUSY or
+ * VMMIPC_ERR_INVALID_ARG, and freed after any other result. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t heap);
 
 /* ---- device API (include/vmmipc_device.cuh, docs/device-api.md) ------------ */

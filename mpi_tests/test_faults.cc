@@ -298,6 +298,35 @@ TEST_F(Faults, TheAgreementIsBoundedAndBreaksTheComm) {
   }
 }
 
+// A destroy whose agreement breaks (a rank skips it) while windows are
+// open: refused with VMMIPC_ERR_BUSY on every rank, so the handle is still
+// valid (vmmipc.h: only BUSY and INVALID_ARG leave it open); the windows
+// then free locally, and so does the comm.
+TEST_F(Faults, ADestroyThatBreaksWithWindowsOpenLeavesTheCommOpen) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  int before = vt::FdCount();
+  vmmipc_comm_t c = Create(1000);
+  ASSERT_NE(c, nullptr);
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
+  if (vt::Rank() == vt::Size() - 1) vmmipc__test_fail_at("agree", 1);
+  vmmipc_result_t r = vmmipc_comm_destroy(c);
+  vmmipc__test_fail_at(nullptr, 0);
+  EXPECT_EQ(r, VMMIPC_ERR_BUSY) << vmmipc_last_error();
+  EXPECT_TRUE(Has(vmmipc_last_error(), "window(s)")) << vmmipc_last_error();
+  vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
+  ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));  // the handle is still valid
+  EXPECT_EQ(st.broken, 1);
+  EXPECT_EQ(st.open_windows, 1);
+  EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS);  // freed locally; the comm's failure reported
+  ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
+  EXPECT_EQ(st.open_windows, 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  EXPECT_EQ(vt::FdCount(), before);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // Threads: two threads on two comms at once (MPI_THREAD_MULTIPLE); two
 // threads on one comm: the second is refused, never corrupted.
 TEST_F(Faults, TwoThreadsOnTwoCommsAtOnce) {

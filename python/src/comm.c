@@ -127,9 +127,11 @@ static PyObject *comm_close(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
   r = vmmipc_comm_destroy(h);
   Py_END_ALLOW_THREADS
   self->busy--;
-  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  /* Only a refusal leaves the comm open; any other failure freed it (vmmipc.h). */
+  if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) return vmp_raise(r);
   self->h = NULL;
   vmp_link_del(&self->link);
+  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
   Py_RETURN_NONE;
 }
 

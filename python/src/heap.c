@@ -107,10 +107,12 @@ static PyObject *heap_close(VmpHeap *self, PyObject *Py_UNUSED(ignored)) {
   Py_END_ALLOW_THREADS
   self->comm->busy--;
   self->busy--;
-  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  /* Only a refusal leaves the heap open; any other failure freed it (vmmipc.h). */
+  if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) return vmp_raise(r);
   self->h = NULL;
   vmp_link_del(&self->link);
   Py_CLEAR(self->comm);
+  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
   Py_RETURN_NONE;
 }
 

@@ -58,6 +58,8 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   if (vmp_mpi_check("vmmipc.Window.close") < 0 || vmp_ensure_context(self->device) < 0) return NULL;
   vmmipc_result_t r;
   vmmipc_win_t h = self->h;
+  vmmipc_comm_stats_t before = VMMIPC_COMM_STATS_INIT, after = VMMIPC_COMM_STATS_INIT;
+  vmmipc_comm_stats(self->comm->h, &before);
   self->busy++;
   self->comm->busy++;
   int rc;
@@ -70,10 +72,15 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   Py_END_ALLOW_THREADS
   self->comm->busy--;
   self->busy--;
-  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  /* A failure that freed the window (a broken comm, a peer gone) still
+   * frees it: only a refusal leaves it open (vmmipc.h). */
+  if (r != VMMIPC_SUCCESS && (vmmipc_comm_stats(self->comm->h, &after) != VMMIPC_SUCCESS ||
+                              after.open_windows >= before.open_windows))
+    return vmp_raise(r);
   self->h = NULL;
   vmp_link_del(&self->link);
   window_drop_refs(self);
+  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
   if (rc > 0) return vmp_cu_failed("vmmipc.Window.close: cuCtxSynchronize before the window was freed", rc);
   Py_RETURN_NONE;
 }

@@ -441,6 +441,7 @@ static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
 vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   const char *op = "vmmipc_comm_destroy";
   if (!c) return VMMIPC_SUCCESS; /* like free(NULL) */
+again:
   if (c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) { /* nobody to agree with: clean up locally */
     int idle = 0;
     if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
@@ -461,6 +462,7 @@ vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
     return VMMIPC_SUCCESS;
   }
   vmmipc_result_t r = vmmipc__enter(c, op, 1);
+  if (r && (c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))) goto again; /* it failed meanwhile */
   if (r) return r;
   vmmipc_result_t local = VMMIPC_SUCCESS;
   if (c->open_heaps)
@@ -475,6 +477,13 @@ vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   if (r && !c->broken) { /* refused everywhere: the comm stays usable */
     vmmipc__leave(c);
     return r;
+  }
+  if (local) { /* it broke meanwhile, but windows or heaps of it are still open here */
+    vmmipc__leave(c);
+    return vmmipc__error(VMMIPC_ERR_BUSY,
+                         "%s: the comm broke in this call, and %d window(s) and %d heap(s) of it are still open here; "
+                         "hint: free them (locally now), then destroy the comm",
+                         op, c->open_windows, c->open_heaps);
   }
   /* Freeing calls MPI_Comm_free: this thread stays counted inside until it
    * is done (nobody else may use the comm by now). */

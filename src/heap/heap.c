@@ -212,7 +212,7 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
   }
   if (h->live) { /* the comm broke in the agreement: the windows still need the heap */
     vmmipc__leave(c);
-    return r;
+    return refuse_live(h, op);
   }
   vmmipc_result_t t = heap_teardown(h, op);
   vmmipc__leave(c);

@@ -403,6 +403,15 @@ int vmmipc__conn_recv(int fd, void *buf, size_t cap, vmmipc__rec_t *r) {
   ssize_t n;
   do n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
+  /* A peer that closed with records of ours unread makes the kernel report
+   * ECONNRESET once, before the records it sent us (SOCK_SEQPACKET checks
+   * the error first): those are taken first (a verdict may be among them),
+   * and the hang-up shows as the end of file after them. */
+  if (n < 0 && errno == ECONNRESET) {
+    do n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) errno = ECONNRESET;
+  }
   if (n < 0) return errno;
   /* Own every fd that arrived first, whatever else is wrong. */
   for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {

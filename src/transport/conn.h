@@ -89,7 +89,8 @@ typedef struct vmmipc__rec {
 int vmmipc__conn_send(int fd, const void *head, size_t head_len, const void *payload, size_t len, const int *fds,
                       int nfds);
 /* One recvmsg(MSG_CMSG_CLOEXEC) into buf, retried on EINTR. Returns 0 or an
- * errno value (EAGAIN when nothing is queued); no fd leaks on error. */
+ * errno value (EAGAIN when nothing is queued); no fd leaks on error. Records
+ * a peer sent before it closed are read before its hang-up shows. */
 int vmmipc__conn_recv(int fd, void *buf, size_t cap, vmmipc__rec_t *r);
 
 /* 1 if process pid has exited (gone, or a zombie). */
