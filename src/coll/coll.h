@@ -27,7 +27,10 @@ struct vmmipc__pool {
   CUdeviceptr *base;     /* [node_size]: where each rank's pool is seen here */
   int per_win;           /* slots per window: 3 * node_size */
   int slices;            /* windows the pool holds */
-  unsigned char *used;   /* [slices]: 0 free, 1 taken, 2 free and already zeroed here */
+  unsigned char *used;   /* [slices]: 0 free, 1 taken, 2 free and zeroed here (or its zeroing queued) */
+  uint64_t *zgen;        /* [slices]: the zeroing that made it so (queued ones are > synced) */
+  uint64_t gen, synced;  /* zeroings queued on the private stream; those known complete */
+  int next;              /* next-fit: a freed slice is taken again last, its zeroing long done */
   CUstream stream;       /* private, non-blocking: zeroing slices and host waits */
   CUcontext ctx;         /* the context it was made in (the release may run on any thread) */
   pthread_mutex_t mu;    /* serialises the private stream */
@@ -59,13 +62,21 @@ void vmmipc__windev_free(struct vmmipc_win *w);
 /* Makes the comm's signal pool (a collective of its own: one exchange, one
  * agreement) unless it exists. Every rank calls it with its first window. */
 vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op);
-/* Takes the lowest free slice and zeroes this rank's part of it. */
+/* Takes the next free slice (next-fit, the same one on every rank, which
+ * take and give alike) with this rank's part zeroed: a driver call only if
+ * its zeroing is still queued (rare: every other slice comes first) or it
+ * came back dirty. */
 vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char *op);
+/* Undoes a take whose window never existed (its call failed): still
+ * zeroed, and the next take picks it again, as on the ranks that failed
+ * before taking. */
+void vmmipc__pool_undo(struct vmmipc_comm *c, int slice);
+/* Gives a used slice back dirty (the comm failed): zeroed when taken again. */
 void vmmipc__pool_give(struct vmmipc_comm *c, int slice);
-/* Gives the slice back zeroed (this rank's part), so that the next window
- * to take it needs no driver call. Only once no peer can still write to
- * it: after the agreement of the window's free. Falls back to
- * vmmipc__pool_give if zeroing fails. */
+/* Gives a used slice back with the zeroing of this rank's part queued (not
+ * waited for), so that taking it again costs no copy. Only once no peer can
+ * still write to it: after the agreement of the window's free. Falls back
+ * to vmmipc__pool_give if queueing fails. */
 void vmmipc__pool_give_zeroed(struct vmmipc_comm *c, int slice);
 void vmmipc__pool_destroy(struct vmmipc__pool *p, int node_size);
 

@@ -70,7 +70,7 @@ vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t c, vmmipc_buf_t buf, const vm
   r = vmmipc__agree(c, local, secondary, op);
   vmmipc__coll_done(c, r);
   if (r) {
-    if (w) vmmipc__pool_give(c, w->slice);
+    if (w) vmmipc__pool_undo(c, w->slice);
     win_drop(w, n);
   } else {
     w->comm = c;
@@ -112,13 +112,22 @@ vmmipc_result_t vmmipc_win_free(vmmipc_win_t w) {
    * failed comm frees everything local all the same. */
   if (w->own) __atomic_fetch_sub(&w->own->exposed, 1, __ATOMIC_ACQ_REL);
   c->open_windows--;
-  vmmipc__pool_give(c, w->slice);
+  int slice = w->slice;
   win_drop(w, c->node_size);
-  if (!held) return vmmipc__freed_locally(c, op); /* nobody to agree with: the comm's failure reported */
+  if (!held) { /* nobody to agree with: the comm's failure reported */
+    vmmipc__pool_give(c, slice);
+    return vmmipc__freed_locally(c, op);
+  }
   double t0 = vmmipc__now();
   /* The window's id is agreed: ranks that free windows in different orders
    * get an error naming the rank, not each other's windows. */
   r = vmmipc__agree_key(c, VMMIPC_SUCCESS, 0, op, 1, id);
+  /* Its slots are zeroed only now: until every rank freed it, a peer's
+   * signal may still land. */
+  if (!r)
+    vmmipc__pool_give_zeroed(c, slice);
+  else
+    vmmipc__pool_give(c, slice);
   c->timing.total_s = vmmipc__now() - t0;
   vmmipc__leave(c);
   return r;

@@ -17,6 +17,21 @@ typedef struct {
 
 static vmmipc_result_t pool_zero(struct vmmipc__pool *p, int me, int k, const char *op);
 
+/* The whole local pool, once, in one copy (a fresh allocation is not
+ * promised to be zero). Synchronous: a pageable copy may return before the
+ * data lands. */
+static vmmipc_result_t zero_all(const vmmipc__cu_t *cu, struct vmmipc__pool *p, const char *op) {
+  size_t bytes = (size_t)p->slices * (size_t)p->per_win * 8;
+  void *zeros = calloc(1, bytes);
+  if (!zeros) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: zeroing the signal pool (%zu bytes)", op, bytes);
+  CUresult rc = cu->cuMemcpyHtoDAsync(p->local->base, zeros, bytes, p->stream);
+  if (!rc) rc = cu->cuStreamSynchronize(p->stream);
+  free(zeros);
+  if (rc) return vmmipc__cu_error(rc, NULL, "%s: zeroing the signal pool", op);
+  memset(p->used, 2, (size_t)p->slices);
+  return VMMIPC_SUCCESS;
+}
+
 static vmmipc_result_t import_pool(void *arg, int q, vmmipc_desc_t d) {
   pool_ctx_t *m = arg;
   vmmipc_result_t r = VMMIPC_SUCCESS;
@@ -41,6 +56,7 @@ void vmmipc__pool_destroy(struct vmmipc__pool *p, int node_size) {
   free(p->peer);
   free(p->base);
   free(p->used);
+  free(p->zgen);
   free(p);
 }
 
@@ -67,13 +83,15 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
       p->per_win = 3 * n;
       p->slices = (int)(p->local->mapped / 8 / (size_t)p->per_win);
       p->used = calloc((size_t)p->slices, 1);
-      if (!p->used) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: signal pool", op);
+      p->zgen = calloc((size_t)p->slices, sizeof *p->zgen);
+      if (!p->used || !p->zgen) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: signal pool", op);
     }
     if (!local) {
       CUresult rc = cu->cuCtxGetCurrent(&p->ctx);
       if (!rc) rc = cu->cuStreamCreate(&p->stream, CU_STREAM_NON_BLOCKING);
       if (rc) local = vmmipc__cu_error(rc, NULL, "%s: cuStreamCreate for the signal pool", op);
     }
+    if (!local) local = zero_all(cu, p, op); /* before any peer can write: no window takes a zeroing */
   }
   vmmipc_desc_t mine = NULL;
   if (!local && n > 1) local = vmmipc_export(p->local, &mine);
@@ -108,24 +126,37 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
 vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char *op) {
   struct vmmipc__pool *p = c->pool;
   *slice = -1;
-  int k = 0;
-  while (k < p->slices && p->used[k] == 1) k++;
-  if (k == p->slices)
+  int k = -1;
+  for (int i = 0; i < p->slices && k < 0; i++) {
+    int j = (p->next + i) % p->slices;
+    if (p->used[j] != 1) k = j;
+  }
+  if (k < 0)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                          "%s: %d windows are open on this comm, as many as its signal pool holds; hint: free windows "
                          "you no longer use",
                          op, p->slices);
-  /* Zero this rank's part before the window exists anywhere: no peer
-   * writes into it before the agreement. Synchronous on the private stream
-   * (a pageable copy alone may return before the data lands). */
-  if (p->used[k] == 2) { /* zeroed when it was given back */
-    p->used[k] = 1;
-    *slice = k;
-    return VMMIPC_SUCCESS;
+  /* This rank's part is zero before the window exists anywhere: no peer
+   * writes into it before the agreement. */
+  vmmipc_result_t r = VMMIPC_SUCCESS;
+  if (p->used[k] == 0) {
+    r = pool_zero(p, c->node_rank, k, op);
+  } else {
+    const vmmipc__cu_t *cu;
+    r = vmmipc__cu_load(&cu);
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&p->mu);
+    if (!r && p->zgen[k] > p->synced) { /* its zeroing is still queued */
+      uint64_t upto = p->gen;
+      rc = cu->cuStreamSynchronize(p->stream);
+      if (!rc) p->synced = upto;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (rc) r = vmmipc__cu_error(rc, NULL, "%s: waiting for the zeroing of the window's signal slots", op);
   }
-  vmmipc_result_t r = pool_zero(p, c->node_rank, k, op);
   if (r) return r;
   p->used[k] = 1;
+  p->next = (k + 1) % p->slices;
   *slice = k;
   return VMMIPC_SUCCESS;
 }
@@ -143,21 +174,46 @@ static vmmipc_result_t pool_zero(struct vmmipc__pool *p, int me, int k, const ch
     size_t len = left - off < sizeof zeros ? left - off : sizeof zeros;
     rc = cu->cuMemcpyHtoDAsync(at + off, zeros, len, p->stream);
   }
+  uint64_t upto = p->gen;
   if (!rc) rc = cu->cuStreamSynchronize(p->stream);
+  if (!rc) p->synced = upto;
   pthread_mutex_unlock(&p->mu);
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: zeroing the window's signal slots", op);
   return VMMIPC_SUCCESS;
+}
+
+void vmmipc__pool_undo(struct vmmipc_comm *c, int slice) {
+  struct vmmipc__pool *p = c->pool;
+  if (!p || slice < 0 || slice >= p->slices) return;
+  p->used[slice] = 2; /* nobody wrote to it */
+  if ((slice + 1) % p->slices == p->next) p->next = slice;
 }
 
 void vmmipc__pool_give(struct vmmipc_comm *c, int slice) {
   if (c->pool && slice >= 0 && slice < c->pool->slices) c->pool->used[slice] = 0;
 }
 
+/* Queued, not waited for: the source is static and never changes, so a
+ * pageable copy that returns before it lands is still right; the take
+ * waits for it if it comes before the stream did. */
 void vmmipc__pool_give_zeroed(struct vmmipc_comm *c, int slice) {
+  static const uint64_t zeros[128];
   struct vmmipc__pool *p = c->pool;
   if (!p || slice < 0 || slice >= p->slices) return;
-  char keep[VMMIPC__ERRMSG_MAX]; /* a failure here only costs the next take a zeroing */
-  snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
-  p->used[slice] = pool_zero(p, c->node_rank, slice, "vmmipc_win_free") ? 0 : 2;
-  vmmipc__error_set_raw(keep);
+  const vmmipc__cu_t *cu;
+  if (vmmipc__cu_load(&cu) != VMMIPC_SUCCESS) {
+    p->used[slice] = 0;
+    return;
+  }
+  CUdeviceptr at = p->base[c->node_rank] + (CUdeviceptr)slice * (CUdeviceptr)p->per_win * 8;
+  size_t left = (size_t)p->per_win * 8;
+  pthread_mutex_lock(&p->mu);
+  CUresult rc = CUDA_SUCCESS;
+  for (size_t off = 0; !rc && off < left; off += sizeof zeros) {
+    size_t len = left - off < sizeof zeros ? left - off : sizeof zeros;
+    rc = cu->cuMemcpyHtoDAsync(at + off, zeros, len, p->stream);
+  }
+  if (!rc) p->zgen[slice] = ++p->gen;
+  pthread_mutex_unlock(&p->mu);
+  p->used[slice] = rc ? 0 : 2; /* a failure only costs the next take a zeroing */
 }

@@ -128,10 +128,11 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
   if (!local && !h->xbuf) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's exchange buffer", op);
   if (!local) local = new_window(n, me, &w);
   if (!local) local = vmmipc__heap_room(h);
-  if (!local) local = vmmipc__pool_take(c, &w->slice, op); /* no driver call when the slice came back zeroed */
+  if (!local) local = vmmipc__pool_take(c, &w->slice, op); /* no driver call: its zeroing was queued at its free */
   unsigned char tmp[2 * ALLOC_MSG];
   unsigned char *bufs = h->xbuf ? h->xbuf : (c->size == 1 ? tmp : NULL);
   if (!bufs) { /* the comm broke in an earlier call, which is refused above */
+    if (w) vmmipc__pool_undo(c, w->slice);
     drop_window(w, n);
     vmmipc__leave(c);
     return local;
@@ -153,7 +154,7 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
     if (span) r = carve(h, span, align, largest, (size_t)vmmipc__get64(all + (size_t)largest * ALLOC_MSG + 16), &off, op);
   }
   if (r) {
-    if (w) vmmipc__pool_give(c, w->slice);
+    if (w) vmmipc__pool_undo(c, w->slice);
     drop_window(w, n);
     c->timing.total_s = vmmipc__now() - t0;
     vmmipc__leave(c);

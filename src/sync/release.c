@@ -30,7 +30,7 @@ void vmmipc__sync_release(struct vmmipc_comm *c) {
                  cu->cuCtxSetCurrent(p->ctx) == CUDA_SUCCESS;
   pthread_mutex_lock(&p->mu);
   for (int k = 0; k < p->slices; k++) {
-    if (!p->used[k]) continue;
+    if (p->used[k] != 1) continue; /* free slices: no window waits there */
     CUdeviceptr at = p->base[c->node_rank] + (CUdeviceptr)k * (CUdeviceptr)bytes;
     for (size_t off = 0; off < bytes; off += sizeof failed) {
       size_t len = bytes - off < sizeof failed ? bytes - off : sizeof failed;
