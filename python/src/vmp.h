@@ -67,6 +67,7 @@ typedef struct {
   int readonly;       /* peers mapped read-only */
   int device;         /* current device when it was made (-1 unknown) */
   int busy;
+  int handed;         /* a pointer, view or stream operation went out: close() waits for the GPU */
 } VmpWindow;
 
 struct VmpHeap {

@@ -58,6 +58,7 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   if (vmp_mpi_check("vmmipc.Window.close") < 0 || vmp_ensure_context(self->device) < 0) return NULL;
   vmmipc_result_t r;
   vmmipc_win_t h = self->h;
+  int handed = self->handed;
   vmmipc_comm_stats_t before = VMMIPC_COMM_STATS_INIT, after = VMMIPC_COMM_STATS_INIT;
   vmmipc_comm_stats(self->comm->h, &before);
   self->busy++;
@@ -66,8 +67,9 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   Py_BEGIN_ALLOW_THREADS
   /* vmmipc_win_free unmaps the peers: the signals, waits and barriers that
    * this rank enqueued on the window (on any stream) must be done first,
-   * and in Python nobody should have to remember that. */
-  rc = vmp_ctx_synchronize();
+   * and in Python nobody should have to remember that. A window whose
+   * pointers, views and stream operations never went out has no such work. */
+  rc = handed ? vmp_ctx_synchronize() : 0;
   r = vmmipc_win_free(h);
   Py_END_ALLOW_THREADS
   self->comm->busy--;
@@ -109,6 +111,7 @@ static PyObject *window_query(VmpWindow *self, PyObject *rank_o) {
   size_t n = 0;
   vmmipc_result_t r = vmmipc_win_query(self->h, rank, &p, &n);  /* local, never blocks */
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  self->handed = 1;
   return Py_BuildValue("(Kn)", (unsigned long long)(uintptr_t)p, (Py_ssize_t)n);
 }
 
@@ -124,6 +127,7 @@ static PyObject *window_mapping(VmpWindow *self, PyObject *args, PyObject *kw) {
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
   /* The caller's own buffer is writable even in a read-only window. */
   int ro = self->readonly && rank != self->comm->rank;
+  self->handed = 1;
   return vmp_view_new((PyObject *)self, (uintptr_t)p, n, ro, vmp_current_device(), dtype, shape);
 }
 
@@ -140,6 +144,7 @@ static PyObject *window_sigwait(VmpWindow *self, PyObject *args, PyObject *kw, i
   if (win_rank(self, rank_o, is_wait ? "vmmipc.Window.wait" : "vmmipc.Window.signal", &rank) < 0 ||
       vmp_u64_arg(value_o, "value", &value) < 0 || vmp_stream_arg(stream_o, &stream) < 0)
     return NULL;
+  self->handed = 1;
   vmmipc_result_t r = is_wait ? vmmipc_win_wait(self->h, rank, value, stream)
                               : vmmipc_win_signal(self->h, rank, value, stream);
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
@@ -163,6 +168,7 @@ static PyObject *window_barrier(VmpWindow *self, PyObject *args, PyObject *kw) {
     return NULL;
   vmmipc_result_t r;
   vmmipc_win_t h = self->h;
+  self->handed = 1;
   self->busy++;
   Py_BEGIN_ALLOW_THREADS  /* enqueues; may wait on the stand-in's or a full stream's queue */
   r = vmmipc_win_barrier(h, stream);
@@ -208,8 +214,9 @@ static PyObject *window_get_size(VmpWindow *self, void *Py_UNUSED(c)) {
 
 static PyMethodDef window_methods[] = {
     {"close", (PyCFunction)window_close, METH_NOARGS,
-     "close()\n--\n\nCollective: unmaps the peers here and agrees; work enqueued on the window must be complete. "
-     "Views of it then raise vmmipc.Error. A second close does nothing."},
+     "close()\n--\n\nCollective: waits for the current context's work if a pointer, view or stream operation "
+     "of the window went out, then unmaps the peers here and agrees. Views of it then raise vmmipc.Error. A "
+     "second close does nothing."},
     {"query", (PyCFunction)window_query, METH_O,
      "query(rank)\n--\n\nLocal: (ptr, size) of rank's memory as mapped here; (0, 0) where that rank gave nothing or "
      "is on another node."},

@@ -61,6 +61,10 @@ case "$phase" in
     log "heap, 2 ranks exited $?"
     timeout 90 "${mpi[@]}" 8 "$b/vmmipc_setup" --heap-only --reps 20 --heap-windows 300 > "$out/heap_np8.log" 2>&1
     log "heap, 8 ranks on one GPU exited $?"
+    # The design probe: the heap's one round as MPI_Iallgather instead of point-to-point (src/heap/xfer.c).
+    VMMIPC_HEAP_XFER=coll timeout 60 "${mpi[@]}" 8 "$b/vmmipc_setup" --heap-only --reps 20 --heap-windows 100 \
+      > "$out/heap_np8_coll.log" 2>&1
+    log "heap, 8 ranks, VMMIPC_HEAP_XFER=coll exited $?"
     for path in memops kernel; do
       VMMIPC_SYNC=$path timeout 40 "${mpi[@]}" 2 "$b/vmmipc_device_bench" "${ITERS:-1000}" > "$out/device_$path.log" 2>&1
       log "device_bench VMMIPC_SYNC=$path exited $?"

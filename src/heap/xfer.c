@@ -3,6 +3,7 @@
  * alone and all decide alike. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -44,6 +45,49 @@ static vmmipc_result_t too_late(struct vmmipc_comm *c, const unsigned char *all,
   return r ? r : VMMIPC_ERR_TIMEOUT;
 }
 
+/* Point-to-point below this many ranks: a nonblocking allgather costs
+ * several times the blocking one in Open MPI (a schedule per call, progress
+ * only in MPI_Test), while n-1 sends and receives over shared memory cost
+ * about a blocking allgather. Above it, the O(n) messages per rank lose. */
+#define HEAP_P2P_MAX_RANKS 16
+/* On the comm's private duplicate, apart from the agreement's tags
+ * (comm/agree.c: 0x2000..0x5fff). One tag: MPI keeps each pair's messages
+ * in order, and a call that gives up breaks the comm. */
+#define HEAP_P2P_TAG 0x6000
+
+static int use_p2p(const struct vmmipc_comm *c) {
+  static int mode = -1; /* VMMIPC_HEAP_XFER=coll|p2p: a design probe for the benchmark (docs/dev) */
+  if (mode < 0) {
+    const char *e = getenv("VMMIPC_HEAP_XFER");
+    mode = e && !strcmp(e, "coll") ? 0 : e && !strcmp(e, "p2p") ? 2 : 1;
+  }
+  return mode == 2 || (mode == 1 && c->size <= HEAP_P2P_MAX_RANKS);
+}
+
+/* Posts the exchange: one request (the collective) or 2(n-1). */
+static int post(struct vmmipc_comm *c, unsigned char *mine, unsigned char *all, size_t len, MPI_Request *reqs,
+                int *nreq) {
+  *nreq = 0;
+  if (!use_p2p(c))
+    return MPI_Iallgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, c->dup, &reqs[(*nreq)++]);
+  memcpy(all + (size_t)c->rank * len, mine, len);
+  int mrc = MPI_SUCCESS;
+  for (int q = 0; q < c->size && mrc == MPI_SUCCESS; q++)
+    if (q != c->rank)
+      mrc = MPI_Irecv(all + (size_t)q * len, (int)len, MPI_BYTE, q, HEAP_P2P_TAG, c->dup, &reqs[(*nreq)++]);
+  for (int q = 0; q < c->size && mrc == MPI_SUCCESS; q++)
+    if (q != c->rank) mrc = MPI_Isend(mine, (int)len, MPI_BYTE, q, HEAP_P2P_TAG, c->dup, &reqs[(*nreq)++]);
+  return mrc;
+}
+
+/* Receives are cancelled; sends (small: they completed eagerly, or never
+ * will) and the collective (which nobody can cancel) are left to MPI. */
+static void abandon(const struct vmmipc_comm *c, MPI_Request *reqs, int nreq, void *keep) {
+  int recvs = use_p2p(c) ? (nreq < c->size - 1 ? nreq : c->size - 1) : 0;
+  vmmipc__mpi_abandon(reqs, recvs, 1, NULL);
+  vmmipc__mpi_abandon(reqs + recvs, nreq - recvs, 0, keep);
+}
+
 vmmipc_result_t vmmipc__heap_allgather(struct vmmipc_comm *c, unsigned char **bufs, size_t len, const char *op) {
   unsigned char *mine = *bufs, *all = *bufs + len;
   if (c->size == 1) {
@@ -59,17 +103,27 @@ vmmipc_result_t vmmipc__heap_allgather(struct vmmipc_comm *c, unsigned char **bu
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts); /* one clock for the node; NTP-close across nodes */
   vmmipc__put64(mine + 8, (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u);
-  MPI_Request req = MPI_REQUEST_NULL;
-  int mrc = MPI_Iallgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, c->dup, &req);
-  int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(&req, 1, vmmipc__now_ms() + c->timeout_ms, &mrc) : -1;
+  MPI_Request one, *reqs = &one;
+  if (use_p2p(c) && !(reqs = malloc(2 * (size_t)c->size * sizeof *reqs))) { /* the peers' wait is bounded */
+    vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the exchange's %d requests", op, 2 * c->size);
+    vmmipc__break(c);
+    return VMMIPC_ERR_NO_MEMORY;
+  }
+  int nreq = 0;
+  int mrc = post(c, mine, all, len, reqs, &nreq);
+  int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(reqs, nreq, vmmipc__now_ms() + c->timeout_ms, &mrc) : -1;
   c->timing.agree_s += vmmipc__now() - t0;
-  if (w == 0) return too_late(c, all, len, op);
+  if (w == 0) {
+    if (reqs != &one) free(reqs);
+    return too_late(c, all, len, op);
+  }
   vmmipc_result_t r;
+  abandon(c, reqs, nreq, *bufs); /* MPI may still write there */
+  *bufs = NULL;
+  if (reqs != &one) free(reqs);
   if (w < 0) {
-    r = vmmipc__mpi_error(mrc, "%s: MPI_Iallgather of the ranks' inputs", op);
+    r = vmmipc__mpi_error(mrc, "%s: the exchange of the ranks' inputs", op);
   } else {
-    vmmipc__mpi_abandon(&req, 1, 0, *bufs); /* MPI may still write there */
-    *bufs = NULL;
     /* Which ranks are missing: the agreement names them (and breaks the comm). */
     vmmipc__error(VMMIPC_ERR_TIMEOUT, "%s: not every rank came within %d ms", op, c->timeout_ms);
     /* Secondary: a late rank's own account (too_late) names who was late. */
