@@ -23,8 +23,10 @@
  *   against that bound, except the node split of vmmipc_comm_create. A peer
  *   that dies or hangs gives VMMIPC_ERR_PEER or VMMIPC_ERR_TIMEOUT naming it:
  *   a rank of the caller's node that dies within about 100 ms plus one
- *   agreement, a rank of another node within the timeout. Stream waits have
- *   no bound of their own, but are released when the comm fails
+ *   agreement, a rank of another node within the timeout. Stream waits on
+ *   the kernel path (VMMIPC_SYNC=kernel or auto, docs/device-api.md) give up
+ *   after the timeout; on stream memory operations they have no bound of
+ *   their own; both are released when the comm fails
  *   (VMMIPC_SIGNAL_FAILED). After an agreement times out or a peer is gone
  *   the comm is broken: every later call on it fails at once, and
  *   vmmipc_comm_destroy frees it locally.

@@ -289,6 +289,11 @@ TEST_F(Faults, TheAgreementIsBoundedAndBreaksTheComm) {
     EXPECT_EQ(vmmipc_allgather_map(c, nullptr, nullptr, &w), VMMIPC_ERR_PEER);
     EXPECT_TRUE(Has(vmmipc_last_error(), "broken")) << vmmipc_last_error();
     EXPECT_LT(Since(t0), 0.5);
+    if (me != silent) {  // and names the rank that broke it, as the failure did
+      vmmipc_error_info_t later = VMMIPC_ERROR_INFO_INIT;
+      ASSERT_VMM_OK(vmmipc_last_error_info(&later));
+      EXPECT_EQ(later.rank, silent) << later.message;
+    }
     // The silent rank stays alive with its comm until the others are done:
     // one that hangs up is reported at once as a hang-up instead.
     MPI_Barrier(MPI_COMM_WORLD);

@@ -39,6 +39,7 @@ struct vmmipc_comm {
                               from other threads) */
   vmmipc_result_t broken_code; /* what every later call returns (VMMIPC_ERR_PEER unless aborted) */
   char broken_msg[VMMIPC__ERRMSG_MAX];
+  int broken_rank;             /* the rank its failure named (-1: none), named again by every later call */
   int aborted;             /* vmmipc_comm_abort was called (__atomic builtins; any thread) */
   int abort_told;          /* the peers were told (__atomic builtins) */
   /* Releases the stream waits enqueued on this comm's windows (set by whoever

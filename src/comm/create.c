@@ -310,6 +310,7 @@ vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
 
 static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vmmipc_comm_t *out, const char *op) {
   struct vmmipc_comm *c = calloc(1, sizeof *c);
+  if (c) c->broken_rank = -1;
   MPI_Comm *cell = malloc(sizeof *cell); /* MPI writes it when the idup completes */
   if (!c || !cell) {
     free(c);

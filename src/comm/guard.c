@@ -70,8 +70,10 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
   }
   if (c->broken) {
     vmmipc__leave(c);
-    return vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER, "%s: the communicator is broken: %s", op,
-                         c->broken_msg);
+    vmmipc_result_t r = vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER,
+                                      "%s: the communicator is broken: %s", op, c->broken_msg);
+    vmmipc__error_rank(c->broken_rank);
+    return r;
   }
   if (collective) {
     c->epoch++; /* on every rank, whatever the outcome: frames of this call carry it */
@@ -110,6 +112,9 @@ void vmmipc__release_waits(struct vmmipc_comm *c) {
 void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code) {
   if (c->broken) return;
   snprintf(c->broken_msg, sizeof c->broken_msg, "%s", vmmipc_last_error());
+  vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
+  vmmipc__error_get(&st);
+  c->broken_rank = st.rank;
   c->broken_code = code == VMMIPC_ERR_ABORTED ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
   __atomic_store_n(&c->broken, 1, __ATOMIC_RELEASE);
   vmmipc__release_waits(c);
@@ -124,6 +129,8 @@ int vmmipc__failed(struct vmmipc_comm *c) {
 vmmipc_result_t vmmipc__freed_locally(struct vmmipc_comm *c, const char *op) {
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
     return vmmipc__error(VMMIPC_ERR_ABORTED, "%s: freed locally; the communicator was aborted (vmmipc_comm_abort)", op);
-  return vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER,
-                       "%s: freed locally; the communicator is broken: %s", op, c->broken_msg);
+  vmmipc_result_t r = vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER,
+                                     "%s: freed locally; the communicator is broken: %s", op, c->broken_msg);
+  vmmipc__error_rank(c->broken_rank);
+  return r;
 }
