@@ -62,6 +62,9 @@ void vmmipc__windev_free(struct vmmipc_win *w);
 /* Makes the comm's signal pool (a collective of its own: one exchange, one
  * agreement) unless it exists. Every rank calls it with its first window. */
 vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op);
+/* The comm's first window (or heap) makes the pool: a step of its own, with
+ * its own epoch and agreement (all ranks take it together). */
+vmmipc_result_t vmmipc__pool_ensure(struct vmmipc_comm *c, const char *op);
 /* Takes the next free slice (next-fit, the same one on every rank, which
  * take and give alike) with this rank's part zeroed: a driver call only if
  * its zeroing is still queued (rare: every other slice comes first) or it

@@ -35,14 +35,9 @@ vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t c, vmmipc_buf_t buf, const vm
   if (r) return r;
   double t0 = vmmipc__now();
   if (out) *out = NULL;
-  /* The comm's first window also makes its signal pool: a step of its own,
-   * with its own epoch and agreement (all ranks take it together). */
-  if (!c->pool) {
-    if ((r = vmmipc__pool_setup(c, op))) {
-      vmmipc__leave(c);
-      return r;
-    }
-    c->epoch++;
+  if ((r = vmmipc__pool_ensure(c, op))) {
+    vmmipc__leave(c);
+    return r;
   }
   int n = c->node_size;
   vmmipc_result_t local = VMMIPC_SUCCESS;

@@ -123,6 +123,13 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
   return VMMIPC_SUCCESS;
 }
 
+vmmipc_result_t vmmipc__pool_ensure(struct vmmipc_comm *c, const char *op) {
+  if (c->pool) return VMMIPC_SUCCESS;
+  vmmipc_result_t r = vmmipc__pool_setup(c, op);
+  if (!r) c->epoch++;
+  return r;
+}
+
 vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char *op) {
   struct vmmipc__pool *p = c->pool;
   *slice = -1;
@@ -161,19 +168,27 @@ vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char 
   return VMMIPC_SUCCESS;
 }
 
-static vmmipc_result_t pool_zero(struct vmmipc__pool *p, int me, int k, const char *op) {
+/* Queues the zeroing of this rank's part of slice k on the private stream
+ * (p->mu held). The source is static and never changes, so a pageable copy
+ * that returns before it lands is still right. */
+static CUresult queue_zero(const vmmipc__cu_t *cu, struct vmmipc__pool *p, int me, int k) {
   static const uint64_t zeros[128];
-  const vmmipc__cu_t *cu;
-  vmmipc_result_t r = vmmipc__cu_load(&cu);
-  if (r) return r;
   CUdeviceptr at = p->base[me] + (CUdeviceptr)k * (CUdeviceptr)p->per_win * 8;
   size_t left = (size_t)p->per_win * 8;
-  pthread_mutex_lock(&p->mu);
   CUresult rc = CUDA_SUCCESS;
   for (size_t off = 0; !rc && off < left; off += sizeof zeros) {
     size_t len = left - off < sizeof zeros ? left - off : sizeof zeros;
     rc = cu->cuMemcpyHtoDAsync(at + off, zeros, len, p->stream);
   }
+  return rc;
+}
+
+static vmmipc_result_t pool_zero(struct vmmipc__pool *p, int me, int k, const char *op) {
+  const vmmipc__cu_t *cu;
+  vmmipc_result_t r = vmmipc__cu_load(&cu);
+  if (r) return r;
+  pthread_mutex_lock(&p->mu);
+  CUresult rc = queue_zero(cu, p, me, k);
   uint64_t upto = p->gen;
   if (!rc) rc = cu->cuStreamSynchronize(p->stream);
   if (!rc) p->synced = upto;
@@ -193,11 +208,9 @@ void vmmipc__pool_give(struct vmmipc_comm *c, int slice) {
   if (c->pool && slice >= 0 && slice < c->pool->slices) c->pool->used[slice] = 0;
 }
 
-/* Queued, not waited for: the source is static and never changes, so a
- * pageable copy that returns before it lands is still right; the take
- * waits for it if it comes before the stream did. */
+/* Queued, not waited for: the take waits for it if it comes before the
+ * stream did. */
 void vmmipc__pool_give_zeroed(struct vmmipc_comm *c, int slice) {
-  static const uint64_t zeros[128];
   struct vmmipc__pool *p = c->pool;
   if (!p || slice < 0 || slice >= p->slices) return;
   const vmmipc__cu_t *cu;
@@ -205,14 +218,8 @@ void vmmipc__pool_give_zeroed(struct vmmipc_comm *c, int slice) {
     p->used[slice] = 0;
     return;
   }
-  CUdeviceptr at = p->base[c->node_rank] + (CUdeviceptr)slice * (CUdeviceptr)p->per_win * 8;
-  size_t left = (size_t)p->per_win * 8;
   pthread_mutex_lock(&p->mu);
-  CUresult rc = CUDA_SUCCESS;
-  for (size_t off = 0; !rc && off < left; off += sizeof zeros) {
-    size_t len = left - off < sizeof zeros ? left - off : sizeof zeros;
-    rc = cu->cuMemcpyHtoDAsync(at + off, zeros, len, p->stream);
-  }
+  CUresult rc = queue_zero(cu, p, c->node_rank, slice);
   if (!rc) p->zgen[slice] = ++p->gen;
   pthread_mutex_unlock(&p->mu);
   p->used[slice] = rc ? 0 : 2; /* a failure only costs the next take a zeroing */

@@ -90,12 +90,9 @@ vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *
   double t0 = vmmipc__now();
   if (out) *out = NULL;
   /* Heap windows take slices of the comm's signal pool, as other windows. */
-  if (!c->pool) {
-    if ((r = vmmipc__pool_setup(c, op))) {
-      vmmipc__leave(c);
-      return r;
-    }
-    c->epoch++;
+  if ((r = vmmipc__pool_ensure(c, op))) {
+    vmmipc__leave(c);
+    return r;
   }
   struct vmmipc_heap *h = calloc(1, sizeof *h);
   if (h) h->xbuf = malloc((size_t)(c->size + 1) * HEAP_XBUF_PER_RANK);
