@@ -19,6 +19,7 @@
 
 #include "common/args.h"
 #include "common/driver.h"
+#include "common/json.h"
 #include "setup/setup.h"
 
 #define HEAP_MAX_LIVE 16
@@ -426,16 +427,89 @@ static void print_row(const heap_row_t *r) {
            r->p90 * 1e6, r->reps);
 }
 
+typedef struct heap_ratio {
+  const char *what;
+  double ratio, target; /* ratio NAN: n/a */
+} heap_ratio_t;
+
+#define HEAP_MAX_RATIOS 12
+static heap_ratio_t g_ratios[HEAP_MAX_RATIOS];
+static int g_nratios;
+
 static void print_ratio(const char *what, double subject, double anchor, double target) {
-  if (isnan(subject) || isnan(anchor) || anchor <= 0) {
+  double ratio = isnan(subject) || isnan(anchor) || anchor <= 0 ? NAN : subject / anchor;
+  if (g_nratios < HEAP_MAX_RATIOS) g_ratios[g_nratios++] = (heap_ratio_t){what, ratio, target};
+  if (isnan(ratio)) {
     printf("  %-58s n/a\n", what);
     return;
   }
-  double ratio = subject / anchor;
   printf("  %-58s %8.3f  (goal <= %g: %s)\n", what, ratio, target, ratio <= target ? "PASS" : "FAIL");
 }
 
-void setup_run_heap(setup_ctx_t *c, int reps, int windows) {
+/* The same rows, workload and ratios as the table, for report tools. */
+static void write_json(const setup_ctx_t *c, const char *path, const heap_row_t *const *rows, int nrows,
+                       const char *const *names, const mw_result_t *mw, int windows) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    perror(path);
+    return;
+  }
+  jw_t w;
+  jw_init(&w, f);
+  jw_obj(&w, NULL);
+  jw_str(&w, "bench", "vmmipc_setup --heap");
+  jw_int(&w, "ranks", c->node->size);
+  jw_int(&w, "gpus", c->gpus);
+  jw_str(&w, "units", "seconds; each repetition is the maximum over ranks");
+  jw_arr(&w, "rows");
+  for (int i = 0; i < nrows; i++) {
+    jw_obj(&w, NULL);
+    jw_str(&w, "row", rows[i]->name);
+    if (rows[i]->skipped[0] || !rows[i]->reps) {
+      jw_str(&w, "skipped", rows[i]->skipped[0] ? rows[i]->skipped : "not measured");
+    } else {
+      jw_num(&w, "median", rows[i]->median);
+      jw_num(&w, "p10", rows[i]->p10);
+      jw_num(&w, "p90", rows[i]->p90);
+      jw_int(&w, "reps", rows[i]->reps);
+    }
+    jw_end_obj(&w);
+  }
+  jw_end_arr(&w);
+  jw_obj(&w, "mixed_workload");
+  jw_int(&w, "windows", windows);
+  for (int k = 0; k < 3; k++) {
+    jw_obj(&w, names[k]);
+    if (mw[k].skipped[0]) {
+      jw_str(&w, "skipped", mw[k].skipped);
+    } else {
+      jw_num(&w, "total", mw[k].total_s);
+      jw_num(&w, "window_calls", mw[k].calls_s);
+      jw_num(&w, "touch_and_read", mw[k].read_s);
+      jw_num(&w, "peak_mapped_bytes", mw[k].peak_mapped);
+      jw_bool(&w, "data_ok", !mw[k].bad);
+    }
+    jw_end_obj(&w);
+  }
+  jw_end_obj(&w);
+  jw_arr(&w, "ratios");
+  for (int i = 0; i < g_nratios; i++) {
+    jw_obj(&w, NULL);
+    jw_str(&w, "ratio", g_ratios[i].what);
+    if (isnan(g_ratios[i].ratio))
+      jw_null(&w, "value");
+    else
+      jw_num(&w, "value", g_ratios[i].ratio);
+    jw_num(&w, "goal_at_most", g_ratios[i].target);
+    jw_end_obj(&w);
+  }
+  jw_end_arr(&w);
+  jw_end_obj(&w);
+  fputc('\n', f);
+  fclose(f);
+}
+
+void setup_run_heap(setup_ctx_t *c, int reps, int windows, const char *json) {
   int n = c->node->size;
   heap_row_t floor_r = {"mpi_floor (allgather 8B+allreduce 4B)", 0, 0, 0, 0, ""};
   heap_row_t alloc_r = {"heap_alloc 2 MiB", 0, 0, 0, 0, ""};
@@ -495,4 +569,6 @@ void setup_run_heap(setup_ctx_t *c, int reps, int windows) {
               mw[2].skipped[0] ? NAN : mw[2].calls_s, 0.1);
   print_ratio("growth step / raw-driver floor", grow_r.median, raw_r.median, 1.1);
   fflush(stdout);
+  const heap_row_t *rows[] = {&floor_r, &alloc_r, &both_r, &map_r, &ipc_r, &grow_r, &raw_r};
+  if (json) write_json(c, json, rows, (int)(sizeof rows / sizeof *rows), names, mw, windows);
 }

@@ -31,6 +31,7 @@ typedef struct setup_opts {
   int lib, floor, ipc, first, again;
   int probe_joint, probe_threads, ipc_fresh; /* --probes */
   int heap, heap_only, heap_windows;         /* --heap, --heap-only, --heap-windows */
+  const char *heap_json;                     /* --heap-json */
   const char *json, *csv, *tag;
 } setup_opts_t;
 
@@ -64,6 +65,7 @@ static void setup_usage(FILE *f) {
           "                    1000 windows; one growth step against the raw driver\n"
           "  --heap-only       only the heap's measurements\n"
           "  --heap-windows N  windows of the heap's mixed workload (default 1000)\n"
+          "  --heap-json FILE  the heap's rows, workload and ratios as JSON\n"
           "  --json FILE, --csv FILE, --quiet\n");
 }
 
@@ -158,7 +160,9 @@ static void setup_parse(int argc, char **argv, setup_opts_t *o) {
       o->probe_threads = setup_has(v, "threads");
       o->ipc_fresh = setup_has(v, "ipc_fresh");
       bad = !o->probe_joint && !o->probe_threads && !o->ipc_fresh;
-    } else if ((v = bench_opt(argc, argv, &i, "json")))
+    } else if ((v = bench_opt(argc, argv, &i, "heap-json")))
+      o->heap_json = v;
+    else if ((v = bench_opt(argc, argv, &i, "json")))
       o->json = v;
     else if ((v = bench_opt(argc, argv, &i, "csv")))
       o->csv = v;
@@ -358,7 +362,7 @@ int main(int argc, char **argv) {
     if (o.ipc_fresh && chunks == 1 && o.colls[SC_ALLGATHER]) setup_run_ipc(&c, chunk, 1);
   }
 
-  if (o.heap) setup_run_heap(&c, o.reps, o.heap_windows);
+  if (o.heap) setup_run_heap(&c, o.reps, o.heap_windows, o.heap_json);
   int out_rc = 0;
   if (node.rank == 0 && !o.heap_only) {
     setup_goals(&c);

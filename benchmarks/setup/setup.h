@@ -139,8 +139,9 @@ void setup_run_floor_probe(setup_ctx_t *c, const char *method, size_t chunk, int
 void setup_run_ipc(setup_ctx_t *c, size_t size, int fresh);
 
 /* The symmetric heap's rows, its workload and its ratios, printed at rank
- * 0 (heap.c; --heap, --heap-only, --heap-windows). Collective. */
-void setup_run_heap(setup_ctx_t *c, int reps, int windows);
+ * 0, and written to json (--heap-json FILE) unless NULL (heap.c; --heap,
+ * --heap-only, --heap-windows). Collective. */
+void setup_run_heap(setup_ctx_t *c, int reps, int windows, const char *json);
 
 /* The anchor of "mapped again": 0.1 ms + the agree phase of
  * allgather_desc(NULL) in this run (median); NaN when not measured. */

@@ -57,9 +57,11 @@ case "$phase" in
     timeout 110 "${mpi[@]}" 2 "$b/vmmipc_setup" --points 2Mx1,32Mx16,512Mx256,1Gx256 --modes first,again \
       --methods vmmipc,floor,legacy_ipc --reps 10 --time-limit 80 --json "$out/setup_again.json" > "$out/setup_again.log" 2>&1
     log "setup, mapped again (2 ranks, one GPU) exited $?"
-    timeout 60 "${mpi[@]}" 2 "$b/vmmipc_setup" --heap-only --reps 50 > "$out/heap_np2.log" 2>&1
+    timeout 60 "${mpi[@]}" 2 "$b/vmmipc_setup" --heap-only --reps 50 --heap-json "$out/heap_np2.json" \
+      > "$out/heap_np2.log" 2>&1
     log "heap, 2 ranks exited $?"
-    timeout 90 "${mpi[@]}" 8 "$b/vmmipc_setup" --heap-only --reps 20 --heap-windows 300 > "$out/heap_np8.log" 2>&1
+    timeout 90 "${mpi[@]}" 8 "$b/vmmipc_setup" --heap-only --reps 20 --heap-windows 300 \
+      --heap-json "$out/heap_np8.json" > "$out/heap_np8.log" 2>&1
     log "heap, 8 ranks on one GPU exited $?"
     # The design probe: the heap's one round as MPI_Iallgather instead of point-to-point (src/heap/xfer.c).
     VMMIPC_HEAP_XFER=coll timeout 60 "${mpi[@]}" 8 "$b/vmmipc_setup" --heap-only --reps 20 --heap-windows 100 \
