@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "coll/coll.h"
+#include "comm/comm.h"
 #include "harness/bufs.h"
 
 namespace {
@@ -206,12 +208,56 @@ TEST_F(Sync, HostWaitIsBoundedAndWindowsAreIndependent) {
   MPI_Barrier(MPI_COMM_WORLD);
   ASSERT_VMM_OK(vmmipc_win_free(w2));
   ASSERT_VMM_OK(vmmipc_win_free(w1));
-  // A new window gets zeroed slots, even where an old one had signals.
+  // A new window gets zeroed slots (the reuse of a signalled slice:
+  // ASliceTakenAgainAfterEveryOtherOneIsZeroAndInStep).
   vmmipc_win_t w3 = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w3));
   EXPECT_EQ(vmmipc_win_wait_host(w3, left, 1, 100), VMMIPC_ERR_TIMEOUT);
   MPI_Barrier(MPI_COMM_WORLD);
   ASSERT_VMM_OK(vmmipc_win_free(w3));
+}
+
+// Slices are taken next-fit: a freed window's slice comes back only after
+// every other slice was taken, its slots zero by then (the zeroing queued at
+// its free). A call that fails on one rank before it takes a slice is undone
+// on the others, so that the ranks stay in step (the slice index is not
+// exchanged: a peer's signal lands at the index it computes).
+TEST_F(Sync, ASliceTakenAgainAfterEveryOtherOneIsZeroAndInStep) {
+  if (NoMemops()) GTEST_SKIP() << "stand-in without stream memory operations";
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  int right = ranks_[(me_ + 1) % n_], left = ranks_[(me_ + n_ - 1) % n_];
+  vmmipc_win_t a = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &a));
+  const int first = a->slice, slices = c_->pool->slices;
+  ASSERT_VMM_OK(vmmipc_win_signal(a, right, 5, s_));
+  ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  ASSERT_VMM_OK(vmmipc_win_wait_host(a, left, 5, 30000));
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(a));
+  // The last rank fails before taking (no out); the others took and undo.
+  vmmipc_win_t x = nullptr;
+  EXPECT_EQ(vmmipc_allgather_map(c_, nullptr, nullptr, vt::Rank() == vt::Size() - 1 ? nullptr : &x),
+            VMMIPC_ERR_INVALID_ARG);
+  // Every other slice once, through the heap (its windows are the cheapest).
+  vmmipc_heap_t h = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_create(c_, nullptr, &h));
+  for (int i = 0; i < slices - 1; i++) {
+    vmmipc_win_t w = nullptr;
+    ASSERT_EQ(vmmipc_heap_alloc(h, 256, &w), VMMIPC_SUCCESS) << "window " << i << ": " << vmmipc_last_error();
+    ASSERT_NE(w->slice, first) << "window " << i << " took the freed slice before the others";
+    ASSERT_VMM_OK(vmmipc_win_free(w));
+  }
+  vmmipc_win_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &b));
+  EXPECT_EQ(b->slice, first);
+  EXPECT_EQ(vmmipc_win_wait_host(b, left, 1, 100), VMMIPC_ERR_TIMEOUT) << "the old signal is still there";
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_signal(b, right, 1, s_));  // and it works where every rank computes it
+  ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  ASSERT_VMM_OK(vmmipc_win_wait_host(b, left, 1, 30000));
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(b));
+  ASSERT_VMM_OK(vmmipc_heap_destroy(h));
 }
 
 // Many separate writes into the right neighbour's window, one signal; the
