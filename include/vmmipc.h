@@ -208,7 +208,8 @@ typedef struct vmmipc_comm_stats {
   uint64_t map_cache_evictions;
   int map_cache_idle;         /* idle mappings held now */
   int open_windows;           /* windows of this comm not freed yet */
-  int broken;                 /* 1: a bounded wait expired; every call fails (see vmmipc_last_error) */
+  int broken;                 /* 1: a bounded wait expired, a peer is gone, or the comm was aborted; every
+                                 call fails (see vmmipc_last_error) */
   /* since 0.3 */
   uint64_t map_cache_bytes;   /* bytes of peers' memory the mapping cache maps now, idle or in use */
   uint64_t map_cache_idle_bytes; /* of which idle (the part map_cache_bytes of the config bounds) */
@@ -402,8 +403,9 @@ VMMIPC_API vmmipc_result_t vmmipc_win_query(vmmipc_win_t win, int rank, void **p
  * naming the rank), so that after it returns nobody maps this rank's buffer
  * through the window. Work enqueued on the window must be complete first. A heap window's slice goes back to
  * its heap after the agreement. On a broken or aborted comm it frees everything local, then returns the
- * comm's failure. Whether a failed call freed the window: the comm's open_windows count
- * (vmmipc_comm_stats) went down (a refusal, e.g. another thread inside, leaves it open). */
+ * comm's failure. A failed call freed the window exactly when the comm is broken after it
+ * (vmmipc_comm_stats); on a sound comm it was refused (another thread inside, a rank short
+ * of memory for a heap's free list) and the window is still open. */
 VMMIPC_API vmmipc_result_t vmmipc_win_free(vmmipc_win_t win);
 /* The root's buf mapped by every other rank of its node. *out: the mapping
  * (vmmipc_buf_free; it may outlive the comm), NULL at the root and off its

@@ -59,8 +59,8 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   vmmipc_result_t r;
   vmmipc_win_t h = self->h;
   int handed = self->handed;
-  vmmipc_comm_stats_t before = VMMIPC_COMM_STATS_INIT, after = VMMIPC_COMM_STATS_INIT;
-  vmmipc_comm_stats(self->comm->h, &before);
+  vmmipc_comm_stats_t after = VMMIPC_COMM_STATS_INIT;
+  vmmipc_comm_t ch = self->comm->h;
   self->busy++;
   self->comm->busy++;
   int rc;
@@ -71,14 +71,13 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
    * pointers, views and stream operations never went out has no such work. */
   rc = handed ? vmp_ctx_synchronize() : 0;
   r = vmmipc_win_free(h);
+  if (r != VMMIPC_SUCCESS && vmmipc_comm_stats(ch, &after) != VMMIPC_SUCCESS) after.broken = 0;
   Py_END_ALLOW_THREADS
   self->comm->busy--;
   self->busy--;
-  /* A failure that freed the window (a broken comm, a peer gone) still
-   * frees it: only a refusal leaves it open (vmmipc.h). */
-  if (r != VMMIPC_SUCCESS && (vmmipc_comm_stats(self->comm->h, &after) != VMMIPC_SUCCESS ||
-                              after.open_windows >= before.open_windows))
-    return vmp_raise(r);
+  /* A failure on a broken (or aborted) comm freed the window all the same;
+   * on a sound comm it was a refusal, and the window is still open (vmmipc.h). */
+  if (r != VMMIPC_SUCCESS && !after.broken) return vmp_raise(r);
   self->h = NULL;
   vmp_link_del(&self->link);
   window_drop_refs(self);

@@ -31,6 +31,7 @@ struct vmmipc__pool {
   uint64_t *zgen;        /* [slices]: the zeroing that made it so (queued ones are > synced) */
   uint64_t gen, synced;  /* zeroings queued on the private stream; those known complete */
   int next;              /* next-fit: a freed slice is taken again last, its zeroing long done */
+  int next_before;       /* next before the last take: what an undo restores */
   CUstream stream;       /* private, non-blocking: zeroing slices and host waits */
   CUcontext ctx;         /* the context it was made in (the release may run on any thread) */
   pthread_mutex_t mu;    /* serialises the private stream */

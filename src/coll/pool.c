@@ -163,6 +163,7 @@ vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char 
   }
   if (r) return r;
   p->used[k] = 1;
+  p->next_before = p->next;
   p->next = (k + 1) % p->slices;
   *slice = k;
   return VMMIPC_SUCCESS;
@@ -201,7 +202,7 @@ void vmmipc__pool_undo(struct vmmipc_comm *c, int slice) {
   struct vmmipc__pool *p = c->pool;
   if (!p || slice < 0 || slice >= p->slices) return;
   p->used[slice] = 2; /* nobody wrote to it */
-  if ((slice + 1) % p->slices == p->next) p->next = slice;
+  p->next = p->next_before; /* as on the ranks that failed before taking */
 }
 
 void vmmipc__pool_give(struct vmmipc_comm *c, int slice) {

@@ -463,7 +463,8 @@ again:
     return VMMIPC_SUCCESS;
   }
   vmmipc_result_t r = vmmipc__enter(c, op, 1);
-  if (r && (c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))) goto again; /* it failed meanwhile */
+  /* It failed meanwhile (not a refusal of this thread): locally, as above. */
+  if (r && r != VMMIPC_ERR_BUSY && r != VMMIPC_ERR_INVALID_ARG && vmmipc__failed(c)) goto again;
   if (r) return r;
   vmmipc_result_t local = VMMIPC_SUCCESS;
   if (c->open_heaps)
@@ -485,6 +486,11 @@ again:
                          "%s: the comm broke in this call, and %d window(s) and %d heap(s) of it are still open here; "
                          "hint: free them (locally now), then destroy the comm",
                          op, c->open_windows, c->open_heaps);
+  }
+  /* Freed now, so never a code that means "still open" (vmmipc.h). */
+  if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) {
+    r = c->broken_code ? c->broken_code : VMMIPC_ERR_PEER;
+    vmmipc__error_code(r);
   }
   /* Freeing calls MPI_Comm_free: this thread stays counted inside until it
    * is done (nobody else may use the comm by now). */

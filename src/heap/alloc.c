@@ -167,6 +167,7 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
     b->mapped = b->size;
   }
   w->comm = c;
+  w->id = c->epoch; /* equal on every rank: its free agrees on it */
   w->heap = h;
   w->heap_off = off;
   w->heap_span = span;
@@ -196,7 +197,9 @@ static vmmipc_result_t heap_win_free(struct vmmipc_win *w) {
   if (r) broken = 1; /* it failed meanwhile: freed locally */
   double t0 = vmmipc__now();
   if (!broken) {
-    r = vmmipc__agree(c, vmmipc__heap_room(h), 0, op);
+    /* Keyed by the window: ranks that free different windows get an error
+     * naming the rank (and a broken comm), not each other's slices. */
+    r = vmmipc__agree_key(c, vmmipc__heap_room(h), 0, op, 1, w->id);
     if (r && !c->broken) { /* refused everywhere: the window stays open */
       vmmipc__leave(c);
       return r;

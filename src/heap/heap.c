@@ -193,12 +193,17 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
   const char *op = "vmmipc_heap_destroy";
   if (!h) return VMMIPC_SUCCESS; /* like free(NULL) */
   struct vmmipc_comm *c = h->c;
-  if (vmmipc__failed(c)) { /* nobody to agree with: locally */
+  vmmipc_result_t r = VMMIPC_SUCCESS;
+  int entered = 0;
+  if (!vmmipc__failed(c)) {
+    r = vmmipc__enter(c, op, 1);
+    entered = !r;
+    if (r && (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG || !vmmipc__failed(c))) return r; /* refused */
+  }
+  if (!entered) { /* nobody to agree with (it may have failed meanwhile): locally */
     if (h->live) return refuse_live(h, op);
     return heap_teardown(h, op);
   }
-  vmmipc_result_t r = vmmipc__enter(c, op, 1);
-  if (r) return r;
   vmmipc_result_t local = h->live ? refuse_live(h, op) : VMMIPC_SUCCESS;
   /* Agreed first: refused everywhere or destroyed everywhere. Peers keep
    * their own handles, so the order of the unmaps does not matter. */
@@ -213,5 +218,9 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
   }
   vmmipc_result_t t = heap_teardown(h, op);
   vmmipc__leave(c);
+  if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) { /* freed now: never a code that means "still open" */
+    r = c->broken_code ? c->broken_code : VMMIPC_ERR_PEER;
+    vmmipc__error_code(r);
+  }
   return r ? r : t;
 }

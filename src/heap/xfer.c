@@ -67,23 +67,25 @@ static int use_p2p(const struct vmmipc_comm *c) {
 /* Posts the exchange: one request (the collective) or 2(n-1). */
 static int post(struct vmmipc_comm *c, unsigned char *mine, unsigned char *all, size_t len, MPI_Request *reqs,
                 int *nreq) {
-  *nreq = 0;
-  if (!use_p2p(c))
-    return MPI_Iallgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, c->dup, &reqs[(*nreq)++]);
+  int p2p = use_p2p(c), total = p2p ? 2 * (c->size - 1) : 1;
+  for (int i = 0; i < total; i++) reqs[i] = MPI_REQUEST_NULL; /* a failed post leaves NULL behind it */
+  *nreq = total;
+  if (!p2p) return MPI_Iallgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, c->dup, &reqs[0]);
   memcpy(all + (size_t)c->rank * len, mine, len);
-  int mrc = MPI_SUCCESS;
+  int mrc = MPI_SUCCESS, k = 0;
   for (int q = 0; q < c->size && mrc == MPI_SUCCESS; q++)
     if (q != c->rank)
-      mrc = MPI_Irecv(all + (size_t)q * len, (int)len, MPI_BYTE, q, HEAP_P2P_TAG, c->dup, &reqs[(*nreq)++]);
+      mrc = MPI_Irecv(all + (size_t)q * len, (int)len, MPI_BYTE, q, HEAP_P2P_TAG, c->dup, &reqs[k++]);
+  k = c->size - 1; /* sends after the receives, whatever was posted */
   for (int q = 0; q < c->size && mrc == MPI_SUCCESS; q++)
-    if (q != c->rank) mrc = MPI_Isend(mine, (int)len, MPI_BYTE, q, HEAP_P2P_TAG, c->dup, &reqs[(*nreq)++]);
+    if (q != c->rank) mrc = MPI_Isend(mine, (int)len, MPI_BYTE, q, HEAP_P2P_TAG, c->dup, &reqs[k++]);
   return mrc;
 }
 
 /* Receives are cancelled; sends (small: they completed eagerly, or never
  * will) and the collective (which nobody can cancel) are left to MPI. */
 static void abandon(const struct vmmipc_comm *c, MPI_Request *reqs, int nreq, void *keep) {
-  int recvs = use_p2p(c) ? (nreq < c->size - 1 ? nreq : c->size - 1) : 0;
+  int recvs = use_p2p(c) ? c->size - 1 : 0;
   vmmipc__mpi_abandon(reqs, recvs, 1, NULL);
   vmmipc__mpi_abandon(reqs + recvs, nreq - recvs, 0, keep);
 }
@@ -103,7 +105,7 @@ vmmipc_result_t vmmipc__heap_allgather(struct vmmipc_comm *c, unsigned char **bu
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts); /* one clock for the node; NTP-close across nodes */
   vmmipc__put64(mine + 8, (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u);
-  MPI_Request one, *reqs = &one;
+  MPI_Request one = MPI_REQUEST_NULL, *reqs = &one;
   if (use_p2p(c) && !(reqs = malloc(2 * (size_t)c->size * sizeof *reqs))) { /* the peers' wait is bounded */
     vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the exchange's %d requests", op, 2 * c->size);
     vmmipc__break(c);
