@@ -19,13 +19,9 @@
 
 namespace {
 
+using vt::Has;
+using vt::Since;
 using vt::kGran;
-
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-bool Has(const std::string &msg, const std::string &what) { return msg.find(what) != std::string::npos; }
 
 class Agree : public ::testing::Test {
  protected:
@@ -101,17 +97,11 @@ TEST_F(Agree, ALateCollectorGivesOneVerdict) {
     if (vt::Rank() == 0) vmmipc__test_fail_at("agree_late", 1);
     vmmipc_result_t r = with_exchange ? MapAndCheck(c, 1) : vmmipc_win_free(w);
     vmmipc__test_fail_at(nullptr, 0);
-    std::string msg = vmmipc_last_error();
-    EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << msg;
-    EXPECT_TRUE(vt::SameEverywhere(r)) << "split verdict: " << msg;
-    EXPECT_TRUE(Has(msg, "rank 0")) << msg;
+    vt::ExpectOneVerdict(r, VMMIPC_ERR_TIMEOUT, "rank 0");
     vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
     ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
     EXPECT_EQ(st.broken, 1);
-    MPI_Barrier(MPI_COMM_WORLD);
-    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
-    EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
-    MPI_Barrier(MPI_COMM_WORLD);
+    vt::DestroyInStep(c, before);
   }
 }
 
@@ -126,13 +116,8 @@ TEST_F(Agree, ACollectorThatStallsBeforeAnnouncingGivesOneVerdict) {
   if (vt::Rank() == 0) vmmipc__test_fail_at("verdict", 1);
   vmmipc_result_t r = MapAndCheck(c, 2);
   vmmipc__test_fail_at(nullptr, 0);
-  std::string msg = vmmipc_last_error();
-  EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << msg;
-  EXPECT_TRUE(vt::SameEverywhere(r)) << "split verdict: " << msg;
-  EXPECT_TRUE(Has(msg, "rank 0")) << msg;
-  MPI_Barrier(MPI_COMM_WORLD);
-  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
-  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+  vt::ExpectOneVerdict(r, VMMIPC_ERR_TIMEOUT, "rank 0");
+  vt::DestroyInStep(c, before);
 }
 
 // Every other rank gives up (withdraws) while the verdict is already on its
@@ -151,8 +136,7 @@ TEST_F(Agree, ARankThatGivesUpWhileTheVerdictIsInFlightStillAgrees) {
     EXPECT_TRUE(vt::SameEverywhere(r)) << "split verdict: " << vmmipc_last_error();
   }
   EXPECT_EQ(MapAndCheck(c, 20), VMMIPC_SUCCESS) << vmmipc_last_error();
-  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
-  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+  vt::DestroyInStep(c, before);
 }
 
 // Rank 0 frees windows A then B, the others B then A: the first win_free
@@ -179,9 +163,7 @@ TEST_F(Agree, WindowsFreedInDifferentOrdersAreNamedNotMisrouted) {
   EXPECT_TRUE(Has(vmmipc_last_error(), "freed locally")) << vmmipc_last_error();
   EXPECT_VMM_OK(vmmipc_buf_free(ba));  // no window exposes them any more
   EXPECT_VMM_OK(vmmipc_buf_free(bb));
-  MPI_Barrier(MPI_COMM_WORLD);
-  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
-  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+  vt::DestroyInStep(c, before);
 }
 
 // win_free on a broken comm unmaps and closes everything local, then
@@ -206,9 +188,7 @@ TEST_F(Agree, WinFreeOnABrokenCommFreesLocallyAndReportsTheFailure) {
   EXPECT_EQ(r, VMMIPC_ERR_PEER) << vmmipc_last_error();
   EXPECT_TRUE(Has(vmmipc_last_error(), "freed locally; the communicator is broken")) << vmmipc_last_error();
   EXPECT_VMM_OK(vmmipc_buf_free(buf));  // the window let go of it
-  MPI_Barrier(MPI_COMM_WORLD);
-  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
-  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+  vt::DestroyInStep(c, before);
 }
 
 // Calls until `c` is held by a call (its busy flag), then aborts it: the
@@ -258,9 +238,7 @@ TEST_F(Agree, AbortFromAnotherThreadEndsABlockedRecv) {
     EXPECT_EQ(got, nullptr);
     EXPECT_LT(Since(t0), timeout_ms / 1000.0) << "the abort did not end the waits";
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
-  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+  vt::DestroyInStep(c, before);
 }
 
 // Rank 1 is blocked in a collective (rank 0 enters only once rank 1 has
@@ -297,9 +275,7 @@ TEST_F(Agree, AbortFromAnotherThreadEndsABlockedCollective) {
     EXPECT_TRUE(Has(vmmipc_last_error(), "rank 1")) << vmmipc_last_error();
   }
   EXPECT_LT(Since(t0), timeout_ms / 2000.0) << "the abort was not reported fast";
-  MPI_Barrier(MPI_COMM_WORLD);
-  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
-  EXPECT_EQ(vt::FdCount(), before) << "fds leaked";
+  vt::DestroyInStep(c, before);
 }
 
 struct StreamDrv {

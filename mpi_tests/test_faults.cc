@@ -18,13 +18,9 @@
 
 namespace {
 
+using vt::Has;
+using vt::Since;
 using vt::kGran;
-
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-bool Has(const std::string &msg, const std::string &what) { return msg.find(what) != std::string::npos; }
 
 class Faults : public ::testing::Test {
  protected:
@@ -296,10 +292,7 @@ TEST_F(Faults, TheAgreementIsBoundedAndBreaksTheComm) {
     }
     // The silent rank stays alive with its comm until the others are done:
     // one that hangs up is reported at once as a hang-up instead.
-    MPI_Barrier(MPI_COMM_WORLD);
-    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
-    EXPECT_EQ(vt::FdCount(), before) << "a broken comm was not freed locally";
-    MPI_Barrier(MPI_COMM_WORLD);
+    vt::DestroyInStep(c, before, "a broken comm was not freed locally");
   }
 }
 
@@ -326,10 +319,7 @@ TEST_F(Faults, ADestroyThatBreaksWithWindowsOpenLeavesTheCommOpen) {
   EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS);  // freed locally; the comm's failure reported
   ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
   EXPECT_EQ(st.open_windows, 0);
-  MPI_Barrier(MPI_COMM_WORLD);
-  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
-  EXPECT_EQ(vt::FdCount(), before);
-  MPI_Barrier(MPI_COMM_WORLD);
+  vt::DestroyInStep(c, before);
 }
 
 // Threads: two threads on two comms at once (MPI_THREAD_MULTIPLE); two

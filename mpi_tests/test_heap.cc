@@ -20,13 +20,9 @@
 
 namespace {
 
+using vt::Has;
+using vt::Since;
 using vt::kGran;
-
-bool Has(const std::string &msg, const std::string &what) { return msg.find(what) != std::string::npos; }
-
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 uint64_t RoundUp(uint64_t v, uint64_t g) { return (v + g - 1) / g * g; }
 

@@ -57,6 +57,8 @@ extern "C" int unlink(const char *path) noexcept {
 
 namespace {
 
+using vt::Has;
+
 constexpr int kTimeoutMs = 30000;
 constexpr uint32_t kMaxB = VMMIPC__FRAME_MAX_BYTES;
 constexpr uint32_t kMaxF = VMMIPC__FRAME_MAX_FDS;
@@ -86,7 +88,6 @@ bool AllRanks(bool ok) {
   return all != 0;
 }
 
-bool Has(const std::string &s, const std::string &frag) { return s.find(frag) != std::string::npos; }
 std::string LastError() { return vmmipc_last_error(); }
 
 uint64_t RandomId() {

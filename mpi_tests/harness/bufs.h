@@ -32,6 +32,25 @@ inline bool SameEverywhere(vmmipc_result_t r) {
   return lo == hi;
 }
 
+// One verdict: `want` on this rank, the same code on every rank (a split
+// verdict fails), and a message that names `names`. Collective.
+inline void ExpectOneVerdict(vmmipc_result_t r, vmmipc_result_t want, const char *names) {
+  std::string msg = vmmipc_last_error();
+  EXPECT_EQ(r, want) << msg;
+  EXPECT_TRUE(SameEverywhere(r)) << "split verdict: " << msg;
+  EXPECT_TRUE(Has(msg, names)) << msg;
+}
+
+// Every rank in step, then `c` destroyed and this process's fds back at
+// `fds_before`, then in step again (a rank that hung up early would be seen
+// as a failure by the others). Collective.
+inline void DestroyInStep(vmmipc_comm_t c, int fds_before, const char *what = "fds leaked") {
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+  EXPECT_EQ(FdCount(), fds_before) << what;
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // The fds the export caches of live buffers hold (documented, counted).
 inline long CachedFds() {
   long n = 0;

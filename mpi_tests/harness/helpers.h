@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <string>
 
 #include "vmmipc.h"
@@ -24,6 +25,13 @@
   } while (0)
 
 namespace vt {
+
+// Whether msg contains what (error-message checks).
+inline bool Has(const std::string &msg, const std::string &what) { return msg.find(what) != std::string::npos; }
+// Seconds since t0.
+inline double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 int Rank();               // rank in MPI_COMM_WORLD
 int Size();               // size of MPI_COMM_WORLD
