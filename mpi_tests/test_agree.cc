@@ -28,18 +28,7 @@ class Agree : public ::testing::Test {
   void SetUp() override { ASSERT_GE(dev_ = vt::UseRankDevice(), 0); }
   int dev_ = -1;
   void TearDown() override { vmmipc__test_fail_at(nullptr, 0); }
-  static vmmipc_comm_t Create(int timeout_ms) {
-    vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
-    cfg.timeout_ms = timeout_ms;
-    cfg.map_cache_entries = 0;  // the tests count fds; the cache would keep some
-    vmmipc_comm_t c = nullptr;
-    EXPECT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
-    // The first window makes the signal pool: made here, outside the baselines.
-    vmmipc_win_t w = nullptr;
-    EXPECT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
-    EXPECT_VMM_OK(vmmipc_win_free(w));
-    return c;
-  }
+  static vmmipc_comm_t Create(int timeout_ms) { return vt::CountedComm(timeout_ms); }
   static bool OneNode(vmmipc_comm_t c) {
     MPI_Comm node;
     vmmipc_comm_node_comm(c, &node);
@@ -47,11 +36,7 @@ class Agree : public ::testing::Test {
     MPI_Comm_size(node, &n);
     return n == vt::Size();
   }
-  static bool Same(vmmipc_comm_t c, int r) {
-    int s = 0;
-    vmmipc_comm_same_node(c, r, &s);
-    return s != 0;
-  }
+  static bool Same(vmmipc_comm_t c, int r) { return vt::SameNode(c, r); }
   // allgather_map of a pattern buffer per rank; on success every node
   // peer's bytes are checked.
   static vmmipc_result_t MapAndCheck(vmmipc_comm_t c, unsigned round, vmmipc_win_t *out = nullptr) {

@@ -26,24 +26,8 @@ class Faults : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_GE(vt::UseRankDevice(), 0); }
   void TearDown() override { vmmipc__test_fail_at(nullptr, 0); }
-  static vmmipc_comm_t Create(int timeout_ms) {
-    vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
-    cfg.timeout_ms = timeout_ms;
-    cfg.map_cache_entries = 0; // the tests count objects; the cache would keep some
-    vmmipc_comm_t c = nullptr;
-    EXPECT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
-    // The first window makes the comm's signal pool, which lives as long as
-    // the comm: made here, so that the tests' baselines exclude it.
-    vmmipc_win_t w = nullptr;
-    EXPECT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
-    EXPECT_VMM_OK(vmmipc_win_free(w));
-    return c;
-  }
-  static bool Same(vmmipc_comm_t c, int r) {
-    int s = 0;
-    vmmipc_comm_same_node(c, r, &s);
-    return s != 0;
-  }
+  static vmmipc_comm_t Create(int timeout_ms) { return vt::CountedComm(timeout_ms); }
+  static bool Same(vmmipc_comm_t c, int r) { return vt::SameNode(c, r); }
   static int NodeSize(vmmipc_comm_t c) {
     MPI_Comm node;
     vmmipc_comm_node_comm(c, &node);

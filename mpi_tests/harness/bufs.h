@@ -32,6 +32,28 @@ inline bool SameEverywhere(vmmipc_result_t r) {
   return lo == hi;
 }
 
+// A comm for suites that count fds and driver objects: no mapping cache
+// (it would keep some), and its signal pool, which lives as long as the
+// comm, made now (by a first window) so that the baselines exclude it.
+inline vmmipc_comm_t CountedComm(int timeout_ms) {
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = timeout_ms;
+  cfg.map_cache_entries = 0;
+  vmmipc_comm_t c = nullptr;
+  EXPECT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+  vmmipc_win_t w = nullptr;
+  if (c) EXPECT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
+  if (w) EXPECT_VMM_OK(vmmipc_win_free(w));
+  return c;
+}
+
+// Whether comm rank r is on this rank's node.
+inline bool SameNode(vmmipc_comm_t c, int r) {
+  int s = 0;
+  vmmipc_comm_same_node(c, r, &s);
+  return s != 0;
+}
+
 // One verdict: `want` on this rank, the same code on every rank (a split
 // verdict fails), and a message that names `names`. Collective.
 inline void ExpectOneVerdict(vmmipc_result_t r, vmmipc_result_t want, const char *names) {
