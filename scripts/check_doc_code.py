@@ -4,7 +4,8 @@ docs/*.md) that say so on their first line:
     // compile: unit       C: compiled (-c), e.g. functions a reader calls
     // compile: program    C: compiled, linked against the library and run
     # compile: program     Python: byte-compiled and run
-Programs run with 2 ranks under the build's vmmipc-mpirun, on the CPU
+Programs run under the build's vmmipc-mpirun with one rank more than the
+cores (at most 4: on CI, more ranks than cores, as root), on the CPU
 stand-in (Python ones through the build's vmmipc-python), and must exit 0.
 Blocks without the marker are prose snippets; a C block that defines main()
 must carry it. C is compiled with the build's MPI wrapper and cuda.h folder,
@@ -23,7 +24,7 @@ LANGS = {"c": "//", "python": "#"}
 
 
 def blocks():
-    """(page, number, language, marker mode or None, body) of every fenced block."""
+    """(page, number, language, marker mode or None, body, marker match) of every fenced block."""
     for page in [root / "README.md"] + sorted((root / "docs").glob("*.md")):
         for i, m in enumerate(re.finditer(r"^```(\w*)\n(.*?)^```", page.read_text(), re.S | re.M)):
             lang, body = m.group(1), m.group(2)
@@ -49,6 +50,7 @@ def main():
     python = build / "python" / "vmmipc-python"
     env = dict(os.environ, VMMIPC_CUDA_DRIVER=str(standin), VMMIPC_TIMEOUT_MS="20000", PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTHONPATH", None)
+    ranks = str(min((os.cpu_count() or 1) + 1, 4))
     bad = done = 0
 
     def fail(where, what, out=""):
@@ -83,7 +85,7 @@ def main():
             if lang == "python":
                 if run([sys.executable, "-m", "py_compile", src], where, "byte-compiling") and \
                         (python.exists() or fail(where, f"no {python}: the build has no Python module")):
-                    run([mpirun, "2", python, src], where, "running it with 2 ranks on the stand-in")
+                    run([mpirun, ranks, python, src], where, f"running it with {ranks} ranks on the stand-in")
                 continue
             flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{root / 'include'}"] + \
                     ([f"-I{cuda_inc}"] if cuda_inc else [])
@@ -93,8 +95,8 @@ def main():
             exe = src.with_suffix("")
             if run([mpicc, *flags, src, f"-L{lib}", "-lvmmipc", f"-Wl,-rpath,{lib}", "-o", exe], where,
                    "compiling and linking"):
-                run([mpirun, "2", exe], where, "running it with 2 ranks on the stand-in")
-    print(f"check_doc_code: {done} marked blocks built (programs run); {bad} problems")
+                run([mpirun, ranks, exe], where, f"running it with {ranks} ranks on the stand-in")
+    print(f"check_doc_code: {done} marked blocks built (programs run with {ranks} ranks); {bad} problems")
     sys.exit(1 if bad else 0)
 
 
