@@ -115,6 +115,12 @@ static vmmipc_result_t vmmipc__load_from(void *lib, const char *path) {
   return VMMIPC_SUCCESS;
 }
 
+/* Set by src/CMakeLists.txt from the install's libdir; builds of the sources
+ * elsewhere (fuzz/) get the usual one. */
+#ifndef VMMIPC_STANDIN_INSTALL_DIR
+#define VMMIPC_STANDIN_INSTALL_DIR "<prefix>/lib/vmmipc/"
+#endif
+
 /* Where the CPU stand-in is, for the message of a failed load: next to this
  * library as an install puts it (<libdir>/vmmipc/, the component "standin")
  * or as a build tree has it (src/ -> mpi_tests/standin/), else where an
