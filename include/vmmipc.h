@@ -135,9 +135,12 @@ VMMIPC_API void vmmipc_uuid_format(const vmmipc_uuid_t *uuid, char out[VMMIPC_UU
 
 /* An entry point of the CUDA driver that vmmipc loaded (the same library
  * and instance, VMMIPC_CUDA_DRIVER or libcuda.so.1), for programs that make
- * driver calls without linking libcuda. cuda_version <= 0 asks for the ABI
- * of the prototype in the cuda.h vmmipc was built with (CUDA 13.0 changed
- * cuCtxGetDevice and cuCtxSynchronize under the same name). */
+ * driver calls without linking libcuda. name: unversioned, as cuda.h
+ * documents it ("cuMemcpyHtoD"; a versioned "cuMemcpyHtoD_v2" is
+ * VMMIPC_ERR_INVALID_ARG). cuda_version <= 0 asks for the ABI of the
+ * prototype in the cuda.h vmmipc was built with (CUDA 13.0 changed
+ * cuCtxGetDevice and cuCtxSynchronize under the same name: 0 gives cuda.h's
+ * cuCtxSynchronize(void)). */
 VMMIPC_API vmmipc_result_t vmmipc_driver_proc(const char *name, int cuda_version, void **fn);
 
 /* ---- node-local communicator -------------------------------------------- */

@@ -42,6 +42,8 @@ vmmipc_mpi_test(test_caches NP 1 SOURCES test_caches.cc)
 vmmipc_mpi_test(test_heap NP 1 2 4 SOURCES test_heap.cc TIMEOUT 240)
 vmmipc_mpi_test(test_heap NP 4 VNODES 2 TIMEOUT 240)
 vmmipc_mpi_test(test_contract NP 1 SOURCES test_contract.cc)
+# A collective one rank never calls, with a short timeout as while developing.
+vmmipc_mpi_test(test_mismatch NP 2 3 SOURCES test_mismatch.cc ENV VMMIPC_TIMEOUT_MS=1000 TIMEOUT 60)
 vmmipc_mpi_test(test_cache_release NP 2 3 SOURCES test_cache_release.cc)
 vmmipc_mpi_test(test_cache_release NP 4 VNODES 2)
 # One GPU for two ranks, as on a one-GPU machine: checks that need two GPUs

@@ -109,10 +109,12 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
   vmmipc_desc_free(mine);
   free(send);
   free(all);
+  /* Its failures are the user's call's ("<op> failed on rank R ..."), with
+   * no prefix of their own: the pool is an internal step of that call, and
+   * a rank missing from it is missing from the call. */
   vmmipc_result_t r = vmmipc__agree(c, local, secondary, op);
   vmmipc__coll_done(c, r);
   if (r) {
-    vmmipc__error_prefix("making the signal pool: ");
     vmmipc__pool_destroy(p, n);
     return r;
   }
