@@ -219,18 +219,18 @@ class Report {
                 names_.empty() ? "" : (" (" + names_[0] + ")").c_str(),
                 mps ? (std::strcmp(mps, "1") == 0 ? "on" : "off") : "not said (VMMIPC_BENCH_MPS unset)",
                 pct ? ", active thread percentage " : "", pct ? pct : "");
-    std::printf("%-34s %-10s %9s %10s %10s %10s %7s %5s  %s\n", "row", "path", "bytes", "median us", "p10 us",
+    std::printf("%-34s %-14s %9s %10s %10s %10s %7s %5s  %s\n", "row", "path", "bytes", "median us", "p10 us",
                 "p90 us", "iters", "reps", "data / note");
     for (const Row &r : rows_) {
       char bytes[24] = "-";
       if (r.bytes >= 0) std::snprintf(bytes, sizeof bytes, "%ld", r.bytes);
       if (!r.skipped.empty()) {
-        std::printf("%-34s %-10s %9s %10s  skipped: %s\n", r.name.c_str(), r.path.c_str(), bytes, "-",
+        std::printf("%-34s %-14s %9s %10s  skipped: %s\n", r.name.c_str(), r.path.c_str(), bytes, "-",
                     r.skipped.c_str());
         continue;
       }
       Stats s = stats(r.samples);
-      std::printf("%-34s %-10s %9s %10.3f %10.3f %10.3f %7ld %5zu  %s%s%s\n", r.name.c_str(), r.path.c_str(), bytes,
+      std::printf("%-34s %-14s %9s %10.3f %10.3f %10.3f %7ld %5zu  %s%s%s\n", r.name.c_str(), r.path.c_str(), bytes,
                   s.median * 1e6, s.p10 * 1e6, s.p90 * 1e6, r.iters, r.samples.size(), data_str(r.data),
                   r.note.empty() ? "" : "; ", r.note.c_str());
     }
