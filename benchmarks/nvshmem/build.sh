@@ -67,7 +67,7 @@ nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 mpicc=${MPICC:-mpicc}
 command -v "$mpicc" >/dev/null 2>&1 || skip "no $mpicc (the MPI compiler wrapper gives the MPI flags)"
 arch=${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')}
-arch=${arch:-90}
+case "$arch" in ''|*[!0-9]*) arch=90 ;; esac # not a compute capability (no GPU, old nvidia-smi): sm_90
 
 # The MPI flags from the wrapper (Open MPI: --showme, MPICH: -show), in nvcc's words.
 show=$("$mpicc" --showme 2>/dev/null) || show=$("$mpicc" -show 2>/dev/null) || skip "$mpicc shows no flags"
@@ -92,7 +92,7 @@ base=("$nvcc" -std=c++17 -O2 -rdc=true -gencode "arch=compute_$arch,code=sm_$arc
       -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -I"$home/include" -I"$root/benchmarks"
       "$here/nvshmem_bench.cu" -o "$out/nvshmem_bench"
       -L"$linkdir" -L"$lib" -lnvshmem_host -lnvshmem_device "${mpi[@]}"
-      -Xlinker -rpath -Xlinker "$lib")
+      -Xlinker -rpath -Xlinker "$lib" -Xlinker -rpath -Xlinker "$linkdir")
 echo "nvshmem: ${base[*]}"
 if ! "${base[@]}"; then
   # Some builds of the host library leave the driver and NVML to the program.

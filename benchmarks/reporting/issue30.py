@@ -154,7 +154,8 @@ def rows(run):
                             "info"))
         if n in WORKLOAD:
             field, target = WORKLOAD[n]
-            mw = next((d.get("mixed_workload") for d in hp if d.get("mixed_workload")), None) or {}
+            mw = max((d["mixed_workload"] for d in hp if d.get("mixed_workload")),  # the longest workload
+                     key=lambda m: m.get("windows") or 0, default={})
             hv, lv = (mw.get("heap") or {}).get(field), (mw.get("legacy_ipc") or {}).get(field)
             text = pre + f"heap workload ({mw.get('windows', '?')} windows), {field.replace('_', ' ')}, heap / legacy IPC"
             if hv and lv:
