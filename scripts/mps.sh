@@ -17,10 +17,10 @@
 # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / (ranks per GPU).
 set -uo pipefail
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 cmd=${1:-}
 [ $# -le 2 ] || usage
-case "$cmd" in start|stop|status|env) ;; -h|--help) usage ;; *) usage ;; esac
+case "$cmd" in start|stop|status|env) ;; -h|--help) usage 0 ;; *) usage ;; esac
 dir=${2:-${VMMIPC_MPS_DIR:-${TMPDIR:-/tmp}/vmmipc-mps-$(id -u)}}
 case "$dir" in /*) ;; *) dir=$PWD/$dir ;; esac
 pipe=$dir/pipe log=$dir/log mark=$dir/started-by-mps.sh

@@ -199,7 +199,7 @@ for n in $nps; do
       log "nvshmem np$n: not built (nvshmem_build.log)"
     else
       launch "$n" "${nvs_env[@]}" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct
-      step "nvshmem np$n" 75 "$f.log" "${L[@]}" "$build/nvshmem/nvshmem_bench" --iters "$iters" --reps "$reps" \
+      step "nvshmem np$n" 60 "$f.log" "${L[@]}" "$build/nvshmem/nvshmem_bench" --iters "$iters" --reps "$reps" \
         --json "$f.json"
       ensure_json "$f" nvshmem_bench "$n" $?
     fi
