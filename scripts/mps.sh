@@ -17,7 +17,7 @@
 # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / (ranks per GPU).
 set -uo pipefail
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 cmd=${1:-}
 [ $# -le 2 ] || usage
 case "$cmd" in start|stop|status|env) ;; -h|--help) usage 0 ;; *) usage ;; esac
