@@ -291,6 +291,16 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
   return rc;
 }
 
+/* Kernels running now (emulated launches and vmmipc_standin_spin), in all
+ * contexts: lets a test wait until its user kernel has started. */
+STI_EXPORT long vmmipc_standin_kernels_running(void) {
+  long n = 0;
+  pthread_mutex_lock(&sti.mu);
+  for (int i = 0; i < STI_MAX_DEVICES; i++) n += sti_running[i];
+  pthread_mutex_unlock(&sti.mu);
+  return n;
+}
+
 /* A user's kernel in the current context, for tests: spins until the
  * 64-bit word at `addr` (device memory) reaches `value` as
  * vmmipc_dev_wait compares, holds a failure value, or timeout_ms passes.
