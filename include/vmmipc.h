@@ -521,7 +521,9 @@ VMMIPC_API vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t heap, size_t size, vm
 /* Local. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_stats(vmmipc_heap_t heap, vmmipc_heap_stats_t *stats);
 /* Collective: gives back the growth steps at the top of the heap that no
- * live slice uses (memory is never given back otherwise). */
+ * live slice uses (memory is never given back otherwise). All-or-nothing:
+ * a rank that cannot give a step back fails the call on every rank, naming
+ * it, and every rank keeps its steps. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t heap);
 /* Collective. Refused on every rank (VMMIPC_ERR_BUSY, naming how many) while
  * heap windows are open; on a broken comm, local. NULL: nothing. As for
