@@ -16,6 +16,7 @@ extern "C" {
  * agreement, or the next heap call's allgather, as a rank that never enters
  * it), "heap_oom" (the next heap growth step is out of device memory),
  * "heap_fds" (the next heap growth step's export hits the fd limit),
+ * "trim_unmap" (the next unmap of a heap trim fails, the range still mapped),
  * "abort_slow" (the next vmmipc_comm_abort pauses 300 ms after it marked
  * the comm and released its waits, as a slow release would). */
 void vmmipc__test_fail_at(const char *step, int nth);
