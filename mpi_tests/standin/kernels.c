@@ -4,7 +4,7 @@
  * equivalent on the calling thread, as every stand-in stream operation is
  * synchronous (on a capturing stream it is recorded instead, capture.c). A
  * wait gives up at its deadline and records itself in the window's device
- * record, as the kernel does.
+ * record, and a host-sync wait also in the comm's alarm, as the kernels do.
  * Mapped host memory (cuMemHostAlloc) is plain memory whose device address
  * is its own. VMMIPC_STANDIN_CAPS=nokernels makes cuModuleLoadData fail as
  * a device without a usable binary would.
@@ -198,6 +198,7 @@ typedef struct {
 static int sti_wait_slot(const vmmipc_win_device_t *w, const uint64_t *slot, uint64_t value, uint64_t deadline,
                          int rank, int barrier, const sti_alarm *a) {
   long pause_ns = 1000;
+  if (!value) return VMMIPC_DEV_OK;
   for (;;) {
     uint64_t v = __atomic_load_n(slot, __ATOMIC_SEQ_CST);
     if (v & VMMIPC_DEV_FAILED_BIT) {
@@ -222,21 +223,21 @@ static uint64_t sti_deadline(const vmmipc_win_device_t *w, uint64_t timeout_ns) 
 
 /* The kernels' arguments, as sync.cu declares them:
  *   vmmipc_k_signal(w, int rank, uint64_t value)
- *   vmmipc_k_wait(w, int rank, uint64_t value, uint64_t timeout_ns)
- *   vmmipc_k_barrier(w, out, in, uint64_t k, uint64_t timeout_ns) */
+ *   vmmipc_k_wait(w, int rank, uint64_t value, uint64_t timeout_ns, alarm claim, alarm record)
+ *   vmmipc_k_barrier(w, out, in, uint64_t *epoch, uint64_t timeout_ns, alarm claim, alarm record) */
 static int sti_arg_sizes(sti_kind kind, size_t *sizes) {
   static const size_t sig[] = {sizeof(vmmipc_win_device_t), sizeof(int), 8};
-  static const size_t wait[] = {sizeof(vmmipc_win_device_t), sizeof(int), 8, 8};
-  static const size_t bar[] = {sizeof(vmmipc_win_device_t), sizeof(void *), sizeof(void *), 8, 8};
+  static const size_t wait[] = {sizeof(vmmipc_win_device_t), sizeof(int), 8, 8, sizeof(void *), sizeof(void *)};
+  static const size_t bar[] = {sizeof(vmmipc_win_device_t), sizeof(void *), sizeof(void *), sizeof(void *), 8,
+                               sizeof(void *), sizeof(void *)};
   const size_t *from = kind == STI_K_SIGNAL ? sig : kind == STI_K_WAIT ? wait : bar;
-  int n = kind == STI_K_SIGNAL ? 3 : kind == STI_K_WAIT ? 4 : 5;
+  int n = kind == STI_K_SIGNAL ? 3 : kind == STI_K_WAIT ? 6 : 7;
   memcpy(sizes, from, (size_t)n * sizeof *sizes);
   return n;
 }
 
 static void sti_run(sti_kind kind, void **p) {
   const vmmipc_win_device_t *w = p[0];
-  static const sti_alarm none = {NULL, NULL};
   if (kind == STI_K_SIGNAL) {
     int rank = *(const int *)p[1];
     uint64_t value = *(const uint64_t *)p[2];
@@ -245,17 +246,21 @@ static void sti_run(sti_kind kind, void **p) {
   } else if (kind == STI_K_WAIT) {
     int rank = *(const int *)p[1];
     uint64_t value = *(const uint64_t *)p[2], timeout = *(const uint64_t *)p[3];
+    sti_alarm a = {*(unsigned long long *const *)p[4], *(vmmipc_dev_record_t *const *)p[5]};
     if (rank >= 0 && rank < w->nranks && w->signal_in[rank])
-      (void)sti_wait_slot(w, w->signal_in[rank], value, sti_deadline(w, timeout), rank, 0, &none);
+      (void)sti_wait_slot(w, w->signal_in[rank], value, sti_deadline(w, timeout), rank, 0, &a);
   } else {
     uint64_t *const *out = *(uint64_t *const *const *)p[1];
     const uint64_t *in = *(const uint64_t *const *)p[2];
-    uint64_t k = *(const uint64_t *)p[3], timeout = *(const uint64_t *)p[4];
+    uint64_t *epoch = *(uint64_t *const *)p[3];
+    uint64_t timeout = *(const uint64_t *)p[4];
+    sti_alarm a = {*(unsigned long long *const *)p[5], *(vmmipc_dev_record_t *const *)p[6]};
+    uint64_t k = __atomic_add_fetch(epoch, 1, __ATOMIC_SEQ_CST); /* this barrier's number */
     for (int q = 0; q < w->node_size; q++)
       if (q != w->node_rank && out[q]) __atomic_store_n(out[q], k, __ATOMIC_SEQ_CST);
     uint64_t deadline = sti_deadline(w, timeout);
     for (int q = 0; q < w->node_size; q++)
-      if (q != w->node_rank && sti_wait_slot(w, &in[q], k, deadline, w->node_ranks[q], 1, &none)) break;
+      if (q != w->node_rank && sti_wait_slot(w, &in[q], k, deadline, w->node_ranks[q], 1, &a)) break;
   }
 }
 

@@ -49,6 +49,10 @@ struct vmmipc_comm {
    * made the signal pool: sync/release.c); called once the comm fails. */
   void (*release)(struct vmmipc_comm *);
   int released;            /* (__atomic builtins) */
+  /* Run by every call that holds the comm (vmmipc__enter): breaks the comm
+   * if a host-sync stream wait timed out (set with the release hook:
+   * sync/alarm.c). */
+  void (*check)(struct vmmipc_comm *);
   int open_windows;
   int open_heaps;          /* heaps made on this comm not destroyed yet: comm_destroy is refused */
   struct vmmipc__mapcache *cache; /* NULL: no mapping cache */

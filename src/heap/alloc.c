@@ -11,6 +11,7 @@
 
 #include "common/le.h"
 #include "heap/heap.h"
+#include "sync/sync.h"
 
 #define ALLOC_MSG (VMMIPC__HEAP_REC_HEAD + 16) /* header, size, digest */
 
@@ -129,6 +130,7 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
   if (!local) local = new_window(n, me, &w);
   if (!local) local = vmmipc__heap_room(h);
   if (!local) local = vmmipc__pool_take(c, &w->slice, op); /* no driver call: its zeroing was queued at its free */
+  if (!local) local = vmmipc__sync_win_ready(c, w->slice, op); /* a driver call once per 64 slices */
   unsigned char tmp[2 * ALLOC_MSG];
   unsigned char *bufs = h->xbuf ? h->xbuf : (c->size == 1 ? tmp : NULL);
   if (!bufs) { /* the comm broke in an earlier call, which is refused above */
