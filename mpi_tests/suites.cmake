@@ -30,6 +30,17 @@ vmmipc_mpi_test(test_device NP 1 2 3 SOURCES test_device.cc)
 vmmipc_mpi_test(test_device NP 2 ENV VMMIPC_SYNC=memops SUFFIX .memops)
 vmmipc_mpi_test(test_device NP 2 3 ENV VMMIPC_SYNC=kernel SUFFIX .kernel)
 vmmipc_mpi_test(test_sync NP 2 VNODES 1 TIMEOUT 300)
+# The failure value, CUDA graphs (the stand-in's capture), and host sync
+# next to a user's waiting kernel (a binary of its own: its first host sync
+# call is the test's), on each path.
+vmmipc_mpi_test(test_sync_release NP 1 2 3 SOURCES test_sync_release.cc)
+vmmipc_mpi_test(test_sync_release NP 2 ENV VMMIPC_SYNC=memops SUFFIX .memops)
+vmmipc_mpi_test(test_sync_release NP 2 ENV VMMIPC_SYNC=kernel SUFFIX .kernel)
+vmmipc_mpi_test(test_sync_graph NP 2 3 4 SOURCES test_sync_graph.cc)
+vmmipc_mpi_test(test_sync_graph NP 2 ENV VMMIPC_SYNC=memops SUFFIX .memops)
+vmmipc_mpi_test(test_sync_user_kernel NP 1 2 3 SOURCES test_sync_user_kernel.cc ENV VMMIPC_STANDIN_WAIT_MS=8000)
+vmmipc_mpi_test(test_sync_user_kernel NP 2 ENV VMMIPC_STANDIN_WAIT_MS=8000 VMMIPC_SYNC=memops SUFFIX .memops)
+vmmipc_mpi_test(test_sync_user_kernel NP 2 ENV VMMIPC_STANDIN_WAIT_MS=8000 VMMIPC_SYNC=kernel SUFFIX .kernel)
 if(VMMIPC_TEST_DRIVER STREQUAL "standin")
   vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_STANDIN_CAPS=nomemops VMMIPC_SYNC=memops SUFFIX .nomemops)
   vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_STANDIN_CAPS=nokernels SUFFIX .nokernels)
@@ -67,7 +78,7 @@ foreach(victim 0 last)
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 2 ${MPIEXEC_EXECUTABLE} ${_recovery}
                    ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 3 $<TARGET_FILE:test_kill>)
   set_tests_properties(test_kill.np3.victim_${victim} PROPERTIES TIMEOUT 120 PROCESSORS 3 SKIP_RETURN_CODE 77
-                       ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim};VMMIPC_STANDIN_WAIT_MS=30000")
+                       ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim};VMMIPC_STANDIN_WAIT_MS=80000")
 endforeach()
 # The dead rank on another node than the collector: its node peer tells the
 # collector (a death notice), so every survivor still learns at once.
@@ -76,4 +87,4 @@ add_test(NAME test_kill.np4.vnodes2.victim_last
                  ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 4 ${CMAKE_CURRENT_SOURCE_DIR}/harness/vnode.sh
                  $<TARGET_FILE:test_kill>)
 set_tests_properties(test_kill.np4.vnodes2.victim_last PROPERTIES TIMEOUT 120 PROCESSORS 4 SKIP_RETURN_CODE 77
-                     ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=last;VMMIPC_STANDIN_WAIT_MS=30000;VMMIPC_TEST_RANKS_PER_NODE=2")
+                     ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=last;VMMIPC_STANDIN_WAIT_MS=80000;VMMIPC_TEST_RANKS_PER_NODE=2")

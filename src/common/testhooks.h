@@ -15,7 +15,10 @@ extern "C" {
  * sleeps inside the next exchange), "agree" (this rank skips the next
  * agreement, or the next heap call's allgather, as a rank that never enters
  * it), "heap_oom" (the next heap growth step is out of device memory),
- * "heap_fds" (the next heap growth step's export hits the fd limit). */
+ * "heap_fds" (the next heap growth step's export hits the fd limit),
+ * "trim_unmap" (the next unmap of a heap trim fails, the range still mapped),
+ * "abort_slow" (the next vmmipc_comm_abort pauses 300 ms after it marked
+ * the comm and released its waits, as a slow release would). */
 void vmmipc__test_fail_at(const char *step, int nth);
 /* Whether this occurrence of `step` must fail (counts occurrences). */
 int vmmipc__test_should_fail(const char *step);
