@@ -561,7 +561,7 @@ typedef struct vmmipc_heap_stats {
 } vmmipc_heap_stats_t;
 #define VMMIPC_HEAP_STATS_INIT { sizeof(vmmipc_heap_stats_t), 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0, 0 }
 
-/* Collective over the comm: one allgather and one agreement; reserves the
+/* Collective over the comm: two agreements; reserves the
  * node's segments (no physical memory yet). Every rank uses the same
  * geometry: the largest granularity and grow, the smallest reserve. The
  * comm cannot be destroyed while the heap lives (VMMIPC_ERR_BUSY). config
@@ -573,7 +573,7 @@ VMMIPC_API vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t comm, const vmmipc_h
  * nodes). The slice offset is the same in every segment. Alignment: 256
  * bytes at least; slices of one granule or more start on a granule and
  * take whole granules. Costs
- * one bounded allgather of 32 bytes per rank; only when no free block
+ * one agreement carrying every rank's size; only when no free block
  * holds the slice does the heap grow (every segment by whole steps: a
  * driver export per rank and one agreement). All-or-nothing: a rank that
  * cannot grow (out of memory, fd limit, reserve exhausted) fails the call

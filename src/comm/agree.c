@@ -295,13 +295,18 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
             a->op, mismatch, (unsigned long long)vmmipc__get64(o + 8), (unsigned long long)a->key);
   }
   if (missing && gone < 0 && !withdrawn) {
-    if (!code) code = VMMIPC_ERR_TIMEOUT;
-    if (failing < 0)
-      for (int r = 0; r < size && failing < 0; r++)
-        if (!arrived[r]) failing = r;
+    /* A rank that did not come is the cause of the others' timeouts: it is
+     * the one named (vmmipc_last_error_info). */
+    if (!code || code == VMMIPC_ERR_TIMEOUT) {
+      code = VMMIPC_ERR_TIMEOUT;
+      failing = blame = -1;
+      drv = os = 0;
+    }
+    for (int r = 0; r < size && failing < 0; r++)
+      if (!arrived[r]) failing = r;
     broken = 1;
-    vappend(text, &len, "%s%s: the agreement timed out after %d ms: rank(s) ", len ? "; then " : "", a->op,
-            c->timeout_ms);
+    vappend(text, &len, "%s%s: the agreement timed out after %d ms: %s ", len ? "; then " : "", a->op,
+            c->timeout_ms, missing == 1 ? "rank" : "ranks");
     char *miss = calloc((size_t)size, 1);
     if (miss) {
       for (int r = 0; r < size; r++) miss[r] = !arrived[r];
@@ -557,7 +562,7 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     for (int r = 1; r < n && mrc == MPI_SUCCESS; r++) {
       mrc = MPI_Isend(verdict, len, MPI_BYTE, r, a->tag, c->dup, &sends[r]);
       /* Tests act here: a collector that stalls after telling one rank. */
-      if (r == 1 && VMMIPC__INJECT("verdict_slow")) VMMIPC__STALL(c->timeout_ms + grace_ms(c) * 3 / 2);
+      if (r == 1 && VMMIPC__INJECT("verdict_slow")) VMMIPC__STALL(c->timeout_ms + grace_ms(c) * 5 / 4);
       if (r == 1 && VMMIPC__INJECT("verdict_stuck")) VMMIPC__STALL(c->timeout_ms * 2 + 4 * grace_ms(c));
     }
     /* A rank that is in the agreement has its receive posted: a send that
@@ -704,7 +709,8 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
     } else { /* the collector is dead or stuck */
       vmmipc__error(VMMIPC_ERR_TIMEOUT,
                     "%s: the agreement timed out after %d ms: rank 0, which collects it, did not answer (dead, stuck, "
-                    "or not in this call)",
+                    "or not in this call); the communicator is broken: every later call on it fails, and "
+                    "vmmipc_comm_destroy frees it locally",
                     a->op, c->timeout_ms);
       rc = break_tell(a, VMMIPC_ERR_TIMEOUT, 0, a->k + 1);
       told = 1;

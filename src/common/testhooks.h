@@ -23,7 +23,7 @@ extern "C" {
  * collector of an agreement (comm/agree.c): "verdict" (it stalls 1.5 x the
  * timeout between deciding and announcing), "verdict_slow" /
  * "verdict_stuck" (after sending rank 1 its verdict, it stalls for the
- * timeout plus 1.5 graces / twice the timeout plus four), "verdict_wait"
+ * timeout plus 1.25 graces / twice the timeout plus four), "verdict_wait"
  * (its wait for the verdicts' sends fails), "agree_mpi" (its wait for the
  * outcomes fails in MPI), "verdict_drop" (its socket to its first node peer
  * is shut after deciding). At a member: "withdraw" (it withdraws after its
