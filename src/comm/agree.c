@@ -541,15 +541,20 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
       }
     }
     int gone_rank = gone >= 0 ? c->rank_of[gone] : dead;
-    take_withdrawals(a, withdrew, &dead, &seen_by);
+    if (w != VMMIPC__WAIT_DONE) take_withdrawals(a, withdrew, &dead, &seen_by);
     len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
+    int64_t decided = vmmipc__now_ms();
     /* Tests act here: a collector that stalls between deciding and announcing. */
     if (VMMIPC__INJECT("verdict")) VMMIPC__LATE(c->timeout_ms);
-    /* Twice: a probe that finds nothing lets MPI take in what arrived, the
-     * next one sees it. */
-    if (vmmipc__get32(verdict) == 0 &&
-        (take_withdrawals(a, withdrew, &dead, &seen_by) | take_withdrawals(a, withdrew, &dead, &seen_by)))
-      len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
+    /* Withdrawals, once decided, just before announcing: a late collector
+     * finds those of the ranks that gave up on it. The wait's last test took
+     * in what had arrived; after a stall since, a probe that finds nothing
+     * takes in what came meanwhile, and a second one sees it. */
+    if (vmmipc__get32(verdict) == 0) {
+      int any = take_withdrawals(a, withdrew, &dead, &seen_by);
+      if (!any && vmmipc__now_ms() > decided + 1) any = take_withdrawals(a, withdrew, &dead, &seen_by);
+      if (any) len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
+    }
     /* Tests act here: the connection to a node peer breaks after deciding. */
     if (VMMIPC__INJECT("verdict_drop"))
       for (int r = 1; r < n; r++)
