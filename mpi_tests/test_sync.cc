@@ -275,6 +275,65 @@ TEST_F(Sync, EveryBarrierShapeOrdersWorkBehindOneFence) {
   }
 }
 
+// A freed window's slice is not zeroed at its free (no driver call there:
+// its zeroing is owed), and still reads zero when it is taken again, even
+// when the next window takes it at once (the pool's next-fit position set
+// back by hand, alike on every rank); after VMMIPC__POOL_ZERO_BATCH frees
+// the zeroings owed are queued together, one copy per run of slices.
+TEST_F(Sync, AFreedSliceReadsZeroWhenTakenAgainThoughItsFreeQueuedNothing) {
+  if (NoMemops()) GTEST_SKIP() << "stand-in without stream memory operations";
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  int right = ranks_[(me_ + 1) % n_], left = ranks_[(me_ + n_ - 1) % n_];
+  vmmipc_win_t a = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &a));
+  struct vmmipc__pool *p = c_->pool;
+  const int first = a->slice;
+  const uint64_t gen = p->gen;
+  ASSERT_VMM_OK(vmmipc_win_signal(a, right, 5, s_));
+  ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  ASSERT_VMM_OK(vmmipc_win_wait_host(a, left, 5, 30000));
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(a));
+  EXPECT_EQ(p->used[first], 3) << "owed";
+  EXPECT_EQ(p->gen, gen) << "the free queued a zeroing";
+  p->next = first;  // every rank: the slice index stays in step
+  vmmipc_win_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &b));
+  ASSERT_EQ(b->slice, first);
+  EXPECT_EQ(p->owed, 0);
+  EXPECT_EQ(vmmipc_win_wait_host(b, left, 1, 100), VMMIPC_ERR_TIMEOUT) << "the old signal is still there";
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(b));
+  // A batch: slices first .. first + batch - 1, freed in turn, owed until
+  // the batch-th free queues them, as one run.
+  const int batch = VMMIPC__POOL_ZERO_BATCH;
+  std::vector<vmmipc_win_t> ws(batch);
+  p->next = first;
+  for (int i = 0; i < batch; i++) ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &ws[i]));
+  for (int i = 0; i < batch; i++) {
+    ASSERT_VMM_OK(vmmipc_win_signal(ws[i], right, 9, s_));
+    ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const uint64_t before = p->gen;
+  for (int i = 0; i < batch; i++) {
+    ASSERT_VMM_OK(vmmipc_win_free(ws[i]));
+    if (i < batch - 1) {
+      EXPECT_EQ(p->gen, before) << "free " << i;
+    }
+  }
+  EXPECT_EQ(p->owed, 0);
+  EXPECT_EQ(p->gen, before + 1) << "one run, one zeroing";
+  for (int i = 0; i < batch; i++) EXPECT_EQ(p->used[(first + i) % p->slices], 2) << "slice " << first + i;
+  p->next = first;
+  for (int i = 0; i < batch; i++) {
+    ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &ws[i]));
+    EXPECT_EQ(vmmipc_win_wait_host(ws[i], left, 1, 10), VMMIPC_ERR_TIMEOUT) << "window " << i;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < batch; i++) ASSERT_VMM_OK(vmmipc_win_free(ws[i]));
+}
+
 // A host wait that nobody answers times out within its bound, naming the
 // rank; two windows' slots are independent.
 TEST_F(Sync, HostWaitIsBoundedAndWindowsAreIndependent) {
