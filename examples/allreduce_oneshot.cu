@@ -1,12 +1,13 @@
 // One-shot all-reduce with the device API (docs/device-api.md): every rank
-// owns a slice of an allgather_map window; one kernel copies the input into
-// its slice, passes a device barrier, reads every node peer's slice and
-// sums, and passes a second barrier before the slices may be written again.
-// The result is checked against MPI_Allreduce, for sizes of 8 B to 64 KiB,
-// several rounds each (the window is reused without any reset).
+// owns a buffer of an allgather_map window; one kernel
+// (allreduce_oneshot.cuh) copies the input into this rank's buffer, tells
+// every peer with a flag per block and waits for theirs, then sums every
+// rank's part. The result is checked against MPI_Allreduce, for sizes of
+// 8 B to 64 KiB, several rounds each (the window is reused without any
+// reset).
 // --graph: the kernel of each size is captured once in a CUDA graph and the
 // graph is replayed every round, with new input and the result checked
-// after each replay (the device barrier's epochs live in device memory, so
+// after each replay (the kernel counts its calls in device memory, so
 // nothing of them is baked into the capture); then the replays are timed
 // back to back (--timed N, default 1000) and printed in us per replay.
 //   mpirun -np 2 ./allreduce_oneshot [rounds] [--graph] [--timed N]
@@ -19,8 +20,8 @@
 #include <cstring>
 #include <vector>
 
+#include "allreduce_oneshot.cuh"
 #include "vmmipc.h"
-#include "vmmipc_device.cuh"
 
 #define VMM(call)                                                                 \
   do {                                                                            \
@@ -38,21 +39,6 @@
       MPI_Abort(MPI_COMM_WORLD, 1);                                                    \
     }                                                                                  \
   } while (0)
-
-// One block: in -> my slice; barrier; out = sum of every slice; barrier.
-// *status gets the first barrier result that was not VMMIPC_DEV_OK.
-__global__ void allreduce_oneshot(vmmipc_win_device_t w, const float *in, float *out, int n, int *status) {
-  float *mine = static_cast<float *>(vmmipc_dev_ptr(&w, w.rank));
-  for (int i = threadIdx.x; i < n; i += blockDim.x) mine[i] = in[i];
-  int r = vmmipc_dev_barrier(&w, 0); // every slice is written
-  for (int i = threadIdx.x; r == VMMIPC_DEV_OK && i < n; i += blockDim.x) {
-    float s = 0;
-    for (int q = 0; q < w.nranks; q++) s += static_cast<const float *>(vmmipc_dev_ptr(&w, q))[i];
-    out[i] = s;
-  }
-  int r2 = vmmipc_dev_barrier(&w, 0); // nobody reads a slice any more
-  if (threadIdx.x == 0) *status = r ? r : r2;
-}
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -84,21 +70,31 @@ int main(int argc, char **argv) {
   CUDA(cudaSetDevice(lrank % ndev));
   CUDA(cudaFree(nullptr)); // the primary context, current now
 
-  const int max_n = 64 * 1024 / (int)sizeof(float);
+  const int max_n = oneshot::kMaxFloats;
+  if (size > oneshot::kThreads) {
+    if (rank == 0) std::fprintf(stderr, "allreduce_oneshot: at most %d ranks\n", oneshot::kThreads);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
   vmmipc_comm_t comm;
   VMM(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &comm));
   vmmipc_buf_t slice;
-  VMM(vmmipc_alloc(max_n * sizeof(float), &slice));
+  VMM(vmmipc_alloc(oneshot::buffer_bytes(size), &slice));
   vmmipc_win_t win;
   VMM(vmmipc_allgather_map(comm, slice, nullptr, &win));
   vmmipc_win_device_t dw;
   VMM(vmmipc_win_device(win, &dw));
+  // The flags and call counts start at 0 on every rank before any kernel runs.
+  void *mine = nullptr;
+  VMM(vmmipc_win_query(win, rank, &mine, nullptr));
+  CUDA(cudaMemset(static_cast<char *>(mine) + oneshot::kDataBytes, 0, oneshot::sync_bytes(size)));
+  CUDA(cudaDeviceSynchronize());
+  MPI_Barrier(MPI_COMM_WORLD);
 
   float *in = nullptr, *out = nullptr;
   int *status = nullptr;
   CUDA(cudaMalloc(&in, max_n * sizeof(float)));
   CUDA(cudaMalloc(&out, max_n * sizeof(float)));
-  CUDA(cudaMalloc(&status, sizeof(int)));
+  CUDA(cudaMalloc(&status, oneshot::kMaxBlocks * sizeof(int)));
   std::vector<float> h_in(max_n), h_out(max_n), want(max_n);
   cudaStream_t stream;
   CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -111,7 +107,7 @@ int main(int argc, char **argv) {
     cudaGraphExec_t exec = nullptr;
     if (graph) { // captured once; only the input changes between replays
       CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      allreduce_oneshot<<<1, 512, 0, stream>>>(dw, in, out, count, status);
+      oneshot::allreduce<<<oneshot::blocks(count), oneshot::kThreads, 0, stream>>>(dw, in, out, count, status);
       CUDA(cudaStreamEndCapture(stream, &g));
       CUDA(cudaGraphInstantiate(&exec, g, 0));
     }
@@ -121,29 +117,40 @@ int main(int argc, char **argv) {
       // On the kernel's stream: a non-blocking stream is not ordered after the legacy default stream.
       CUDA(cudaMemcpyAsync(in, h_in.data(), count * sizeof(float), cudaMemcpyHostToDevice, stream));
       CUDA(cudaMemsetAsync(out, 0, count * sizeof(float), stream)); // each call must write the result anew
+      CUDA(cudaMemsetAsync(status, 0, oneshot::kMaxBlocks * sizeof(int), stream));
       if (graph)
         CUDA(cudaGraphLaunch(exec, stream));
       else
-        allreduce_oneshot<<<1, 512, 0, stream>>>(dw, in, out, count, status);
+        oneshot::allreduce<<<oneshot::blocks(count), oneshot::kThreads, 0, stream>>>(dw, in, out, count, status);
       CUDA(cudaGetLastError());
       CUDA(cudaStreamSynchronize(stream));
-      int st = -1;
-      CUDA(cudaMemcpy(&st, status, sizeof st, cudaMemcpyDeviceToHost));
+      int st[oneshot::kMaxBlocks];
+      CUDA(cudaMemcpy(st, status, sizeof st, cudaMemcpyDeviceToHost));
       CUDA(cudaMemcpy(h_out.data(), out, count * sizeof(float), cudaMemcpyDeviceToHost));
       MPI_Allreduce(h_in.data(), want.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      if (st != VMMIPC_DEV_OK) {
-        std::fprintf(stderr, "rank %d: device barrier returned %d at %d floats\n", rank, st, count);
-        bad++;
-      }
+      for (int b = 0; b < oneshot::blocks(count); b++)
+        if (st[b] != VMMIPC_DEV_OK) {
+          std::fprintf(stderr, "rank %d: block %d's flag wait returned %d at %d floats\n", rank, b, st[b], count);
+          bad++;
+        }
       for (int i = 0; i < count; i++) bad += h_out[i] != want[i];
       checked += count;
     }
-    if (graph) { // back-to-back replays, GPU time; the slowest rank's
+    if (graph) { // back-to-back replays, GPU time; the slowest rank's; checked after the last
+      CUDA(cudaMemsetAsync(out, 0, count * sizeof(float), stream));
+      CUDA(cudaMemsetAsync(status, 0, oneshot::kMaxBlocks * sizeof(int), stream));
+      CUDA(cudaStreamSynchronize(stream));
       MPI_Barrier(MPI_COMM_WORLD);
       CUDA(cudaEventRecord(e0, stream));
       for (int i = 0; i < timed; i++) CUDA(cudaGraphLaunch(exec, stream));
       CUDA(cudaEventRecord(e1, stream));
       CUDA(cudaEventSynchronize(e1));
+      int st[oneshot::kMaxBlocks];
+      CUDA(cudaMemcpy(st, status, sizeof st, cudaMemcpyDeviceToHost));
+      CUDA(cudaMemcpy(h_out.data(), out, count * sizeof(float), cudaMemcpyDeviceToHost));
+      for (int b = 0; b < oneshot::blocks(count); b++) bad += st[b] != VMMIPC_DEV_OK; // any replay's
+      for (int i = 0; i < count; i++) bad += h_out[i] != want[i]; // the input of the last round, still in place
+      checked += count;
       float ms = 0, worst = 0;
       CUDA(cudaEventElapsedTime(&ms, e0, e1));
       MPI_Reduce(&ms, &worst, 1, MPI_FLOAT, MPI_MAX, 0, MPI_COMM_WORLD);

@@ -477,8 +477,10 @@ VMMIPC_API vmmipc_result_t vmmipc_win_unpin(vmmipc_win_t win);
  * of the caller's may be waiting for the very signal: the window calls
  * (vmmipc_allgather_map, vmmipc_heap_alloc) load the library's kernels into
  * the current context and make the window's device arrays. The path
- * (VMMIPC_SYNC: auto, kernel, memops) is decided with the comm's first
- * window, the same on every node rank, which must all set it alike.
+ * (VMMIPC_SYNC: auto, kernel, memops), the memops barrier's shape
+ * (VMMIPC_SYNC_BARRIER: flat, gather, dissem) and the device API's scope
+ * (VMMIPC_DEV_SCOPE: auto, sys) are decided with the comm's first window,
+ * the same on every node rank; the first two must be set alike there.
  * Kernel path: a stream wait or barrier that gives up at the comm's
  * timeout lets the stream go on, so it fails the comm: this rank's host
  * sync calls then return VMMIPC_ERR_TIMEOUT naming the rank waited for,

@@ -20,6 +20,13 @@ extern "C" {
 #define VMMIPC_DEV_INVALID 3 /* vmmipc_dev_wait: the rank is out of range or not on the caller's node
                                 (the host calls' VMMIPC_ERR_INVALID_ARG); nothing is recorded */
 
+/* The scope of the device API's release and acquire operations on a window
+ * (vmmipc_win_device_t.scope), decided by the library when the comm makes
+ * its first window: GPU when every node rank of the comm uses one GPU (its
+ * signal slots were made on the device current there), else system. */
+#define VMMIPC_DEV_SCOPE_SYS 0 /* .sys: other GPUs, other processes, the host */
+#define VMMIPC_DEV_SCOPE_GPU 1 /* .gpu: every thread of the one GPU all node ranks use */
+
 /* A slot whose top bit is set holds a failure value, written when the comm
  * detects a failure: every wait on it returns at once (VMMIPC_DEV_FAILED). */
 #define VMMIPC_DEV_FAILED_BIT 0x8000000000000000ull
@@ -39,7 +46,8 @@ typedef struct vmmipc_dev_record {
  * said otherwise. Slots are NULL exactly for ranks of other nodes, where
  * the host calls return VMMIPC_ERR_INVALID_ARG: vmmipc_dev_signal does
  * nothing there and vmmipc_dev_wait returns VMMIPC_DEV_INVALID (as for a
- * rank out of range). */
+ * rank out of range). The struct changes between releases: use the
+ * vmmipc_device.cuh and vmmipc_win_device.h of the library you link. */
 typedef struct vmmipc_win_device {
   int rank;                        /* the caller's rank in the window's comm */
   int nranks;                      /* the comm's size */
@@ -56,6 +64,8 @@ typedef struct vmmipc_win_device {
   uint64_t *epoch;                 /* device barriers entered on this rank (one block at a time) */
   unsigned long long *claim;       /* device memory: the first wait to give up takes the record */
   vmmipc_dev_record_t *record;     /* host memory mapped to the device (vmmipc_win_device_status) */
+  uint32_t scope;                  /* VMMIPC_DEV_SCOPE_GPU or VMMIPC_DEV_SCOPE_SYS */
+  uint32_t reserved;               /* 0 */
 } vmmipc_win_device_t;
 
 #ifdef __cplusplus

@@ -77,6 +77,8 @@ class Device : public ::testing::Test {
     MPI_Allgather(&u, sizeof u, MPI_BYTE, all.data(), sizeof u, MPI_BYTE, node);
     for (int a = 0; a < n_; a++)
       for (int b = a + 1; b < n_; b++) shared_ = shared_ || std::memcmp(&all[a], &all[b], sizeof u) == 0;
+    one_gpu_ = true;
+    for (int a = 1; a < n_; a++) one_gpu_ = one_gpu_ && std::memcmp(&all[a], &all[0], sizeof u) == 0;
     kernel_ = KernelPath(shared_);
     ASSERT_EQ(streamCreate(&s_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   }
@@ -103,7 +105,7 @@ class Device : public ::testing::Test {
   vmmipc_comm_t c_ = nullptr;
   CUstream s_ = nullptr;
   int n_ = 0, me_ = 0;
-  bool shared_ = false, kernel_ = false;
+  bool shared_ = false, kernel_ = false, one_gpu_ = false;
   std::vector<int> ranks_;
 };
 
@@ -339,6 +341,53 @@ TEST_F(DeviceTimeout, AFailureValueReleasesTheWait) {
   }
   EXPECT_VMM_OK(vmmipc_comm_destroy(c));
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The device API's scope (vmmipc_win_device_t.scope): GPU exactly where
+// every node rank uses one GPU, system otherwise or when any node rank sets
+// VMMIPC_DEV_SCOPE=sys; an unknown value, or node ranks that ask for
+// different barrier shapes (VMMIPC_SYNC_BARRIER), fail the comm's first
+// window on every rank, naming a rank. Read with the comm's first window.
+TEST_F(Device, TheScopeIsTheGpuOnlyWhereEveryNodeRankUsesIt) {
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  vmmipc_win_device_t d;
+  ASSERT_VMM_OK(vmmipc_win_device(w, &d));
+  EXPECT_EQ(d.scope, one_gpu_ ? VMMIPC_DEV_SCOPE_GPU : VMMIPC_DEV_SCOPE_SYS) << "node ranks: " << n_;
+  EXPECT_EQ(d.reserved, 0u);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+  // System scope on request, from one rank: every rank follows.
+  struct Case {
+    const char *var, *value;
+    bool all, fails;
+  } cases[] = {{"VMMIPC_DEV_SCOPE", "sys", false, false},
+               {"VMMIPC_DEV_SCOPE", "gpu", true, true},
+               {"VMMIPC_SYNC_BARRIER", "gather", true, false},
+               {"VMMIPC_SYNC_BARRIER", "gather", false, n_ > 1},
+               {"VMMIPC_SYNC_BARRIER", "ring", true, true}};
+  for (const Case &k : cases) {
+    SCOPED_TRACE(std::string(k.var) + "=" + k.value + (k.all ? " on every rank" : " on rank 0"));
+    if (k.all || vt::Rank() == 0) setenv(k.var, k.value, 1);
+    vmmipc_comm_t c = nullptr;
+    ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+    vmmipc_win_t x = nullptr;
+    vmmipc_result_t r = vmmipc_allgather_map(c, nullptr, nullptr, &x);
+    unsetenv(k.var);
+    if (k.fails) {
+      EXPECT_EQ(r, VMMIPC_ERR_INVALID_ARG);
+      EXPECT_TRUE(Has(k.var) || Has("disagree")) << vmmipc_last_error();
+    } else {
+      ASSERT_VMM_OK(r);
+      ASSERT_VMM_OK(vmmipc_win_device(x, &d));
+      if (std::string(k.var) == "VMMIPC_DEV_SCOPE") {
+        EXPECT_EQ(d.scope, VMMIPC_DEV_SCOPE_SYS);
+      } else {
+        EXPECT_EQ(d.scope, one_gpu_ ? VMMIPC_DEV_SCOPE_GPU : VMMIPC_DEV_SCOPE_SYS);
+      }
+      ASSERT_VMM_OK(vmmipc_win_free(x));
+    }
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  }
 }
 
 // VMMIPC_SYNC=kernel where the kernels cannot load fails the call, naming

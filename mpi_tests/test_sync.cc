@@ -13,6 +13,7 @@
 
 #include "coll/coll.h"
 #include "comm/comm.h"
+#include "sync/sync.h"
 #include "harness/bufs.h"
 
 namespace {
@@ -177,6 +178,160 @@ TEST_F(Sync, BarrierTenThousandTimes) {
   ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
   ASSERT_VMM_OK(vmmipc_win_free(w));
   vmmipc_buf_free(b);
+}
+
+// Every shape of the counted memory-operation barrier (VMMIPC_SYNC_BARRIER)
+// orders work as BarrierTenThousandTimes checks, on whichever path this run
+// takes; and its operations are one explicit system-scope memory barrier,
+// then writes without a fence of their own (slot n + me at their target)
+// and waits (slot n + q here) in the shape's pattern. The captured form
+// keeps the driver's fence on its writes (a marker must follow a reset).
+TEST_F(Sync, EveryBarrierShapeOrdersWorkBehindOneFence) {
+  if (NoMemops()) GTEST_SKIP() << "stand-in without stream memory operations";
+  const char *shapes[] = {"flat", "gather", "dissem"};
+  const int kinds[] = {VMMIPC__BAR_FLAT, VMMIPC__BAR_GATHER, VMMIPC__BAR_DISSEM};
+  for (int s = 0; s < 3; s++) {
+    SCOPED_TRACE(shapes[s]);
+    setenv("VMMIPC_SYNC_BARRIER", shapes[s], 1);
+    vmmipc_comm_t c = nullptr;
+    ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+    vmmipc_buf_t b = nullptr;
+    ASSERT_VMM_OK(vmmipc_alloc(kGran, &b));
+    vmmipc_win_t w = nullptr;
+    ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w));
+    unsetenv("VMMIPC_SYNC_BARRIER");
+    ASSERT_EQ(c->pool->sync->shape, kinds[s]);
+    // The plan, for every form.
+    const int n = n_, me = me_;
+    std::vector<CUstreamBatchMemOpParams> ops(vmmipc__memops_barrier_max(n));
+    for (int captured = 0; captured < 2; captured++) {
+      const int m = vmmipc__memops_barrier_plan(w, kinds[s], 7, captured, CU_STREAM_WAIT_VALUE_GEQ, ops.data());
+      ASSERT_GE(m, 1);
+      EXPECT_EQ(ops[0].operation, CU_STREAM_MEM_OP_BARRIER);
+      EXPECT_EQ(ops[0].memoryBarrier.flags, CU_STREAM_MEMORY_BARRIER_TYPE_SYS);
+      int writes = 0, waits = 0;
+      for (int i = 1; i < m; i++) {
+        const CUstreamBatchMemOpParams &o = ops[i];
+        if (o.operation == CU_STREAM_MEM_OP_WAIT_VALUE_64) {
+          waits++;
+          if (!captured) {
+            EXPECT_EQ(o.waitValue.value64, 7u);
+            int from = -1;
+            for (int q = 0; q < n; q++)
+              if (o.waitValue.address == vmmipc__slot_addr(w, me, n + q)) from = q;
+            EXPECT_TRUE(from >= 0 && from != me) << "wait " << i << " is not on a peer's slot here";
+          }
+        } else if (o.operation == CU_STREAM_MEM_OP_WRITE_VALUE_64) {
+          writes++;
+          EXPECT_FALSE(captured);
+          EXPECT_EQ(o.writeValue.flags, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) << "write " << i;
+          EXPECT_EQ(o.writeValue.value64, 7u);
+          int to = -1;
+          for (int q = 0; q < n; q++)
+            if (o.writeValue.address == vmmipc__slot_addr(w, q, n + me)) to = q;
+          EXPECT_TRUE(to >= 0 && to != me) << "write " << i << " is not to my slot at a peer";
+        } else {
+          ASSERT_EQ(o.operation, CU_STREAM_MEM_OP_WRITE_VALUE_32) << "operation " << i;
+          EXPECT_TRUE(captured);
+          EXPECT_EQ(o.writeValue.flags, CU_STREAM_WRITE_VALUE_DEFAULT);
+          writes++;
+        }
+      }
+      int rounds = 0;
+      for (int d = 1; d < n; d *= 2) rounds++;
+      const int want_writes = captured ? 4 * (n - 1)
+                              : kinds[s] == VMMIPC__BAR_GATHER ? (me == 0 ? n - 1 : (n > 1 ? 1 : 0))
+                              : kinds[s] == VMMIPC__BAR_DISSEM ? rounds
+                                                               : n - 1;
+      const int want_waits = captured ? 2 * (n - 1) : want_writes;
+      EXPECT_EQ(writes, want_writes) << (captured ? "captured" : "counted");
+      EXPECT_EQ(waits, want_waits) << (captured ? "captured" : "counted");
+    }
+    // The work: every rank's value of round i is seen by all after barrier i.
+    std::vector<CUdeviceptr> at(n_);
+    for (int q = 0; q < n_; q++) {
+      void *p = nullptr;
+      ASSERT_VMM_OK(vmmipc_win_query(w, ranks_[q], &p, nullptr));
+      at[q] = reinterpret_cast<CUdeviceptr>(p);
+    }
+    std::vector<uint64_t> seen(n_);
+    int late = 0;
+    for (int i = 1; i <= 300; i++) {
+      uint64_t mine = static_cast<uint64_t>(i);
+      ASSERT_EQ(d_.htod(at[me_], &mine, sizeof mine, s_), CUDA_SUCCESS);
+      ASSERT_VMM_OK(vmmipc_win_barrier(w, s_));
+      for (int q = 0; q < n_; q++) ASSERT_EQ(d_.dtoh(&seen[q], at[q], sizeof seen[q], s_), CUDA_SUCCESS);
+      ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+      for (int q = 0; q < n_; q++)
+        if (seen[q] < static_cast<uint64_t>(i) && late++ < 5)
+          ADD_FAILURE() << "after barrier " << i << " rank " << ranks_[q] << "'s value is " << seen[q];
+      ASSERT_VMM_OK(vmmipc_win_barrier(w, s_));
+    }
+    EXPECT_EQ(late, 0);
+    ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+    ASSERT_VMM_OK(vmmipc_win_free(w));
+    vmmipc_buf_free(b);
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  }
+}
+
+// A freed window's slice is not zeroed at its free (no driver call there:
+// its zeroing is owed), and still reads zero when it is taken again, even
+// when the next window takes it at once (the pool's next-fit position set
+// back by hand, alike on every rank); after VMMIPC__POOL_ZERO_BATCH frees
+// the zeroings owed are queued together, one copy per run of slices.
+TEST_F(Sync, AFreedSliceReadsZeroWhenTakenAgainThoughItsFreeQueuedNothing) {
+  if (NoMemops()) GTEST_SKIP() << "stand-in without stream memory operations";
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  int right = ranks_[(me_ + 1) % n_], left = ranks_[(me_ + n_ - 1) % n_];
+  vmmipc_win_t a = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &a));
+  struct vmmipc__pool *p = c_->pool;
+  const int first = a->slice;
+  const uint64_t gen = p->gen;
+  ASSERT_VMM_OK(vmmipc_win_signal(a, right, 5, s_));
+  ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  ASSERT_VMM_OK(vmmipc_win_wait_host(a, left, 5, 30000));
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(a));
+  EXPECT_EQ(p->used[first], 3) << "owed";
+  EXPECT_EQ(p->gen, gen) << "the free queued a zeroing";
+  p->next = first;  // every rank: the slice index stays in step
+  vmmipc_win_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &b));
+  ASSERT_EQ(b->slice, first);
+  EXPECT_EQ(p->owed, 0);
+  EXPECT_EQ(vmmipc_win_wait_host(b, left, 1, 100), VMMIPC_ERR_TIMEOUT) << "the old signal is still there";
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(b));
+  // A batch: slices first .. first + batch - 1, freed in turn, owed until
+  // the batch-th free queues them, as one run.
+  const int batch = VMMIPC__POOL_ZERO_BATCH;
+  std::vector<vmmipc_win_t> ws(batch);
+  p->next = first;
+  for (int i = 0; i < batch; i++) ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &ws[i]));
+  for (int i = 0; i < batch; i++) {
+    ASSERT_VMM_OK(vmmipc_win_signal(ws[i], right, 9, s_));
+    ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const uint64_t before = p->gen;
+  for (int i = 0; i < batch; i++) {
+    ASSERT_VMM_OK(vmmipc_win_free(ws[i]));
+    if (i < batch - 1) {
+      EXPECT_EQ(p->gen, before) << "free " << i;
+    }
+  }
+  EXPECT_EQ(p->owed, 0);
+  EXPECT_EQ(p->gen, before + 1) << "one run, one zeroing";
+  for (int i = 0; i < batch; i++) EXPECT_EQ(p->used[(first + i) % p->slices], 2) << "slice " << first + i;
+  p->next = first;
+  for (int i = 0; i < batch; i++) {
+    ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &ws[i]));
+    EXPECT_EQ(vmmipc_win_wait_host(ws[i], left, 1, 10), VMMIPC_ERR_TIMEOUT) << "window " << i;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < batch; i++) ASSERT_VMM_OK(vmmipc_win_free(ws[i]));
 }
 
 // A host wait that nobody answers times out within its bound, naming the

@@ -6,7 +6,10 @@ put each vmmipc row next to its anchor and the raw floors.
 Which launches count: those that ran under MPS ("mps": true); where a run
 never said (older files, "mps": null), those; a launch without MPS ("mps":
 false) only feeds the no-MPS rows. The host rows take the faster of the
-paths measured (what `auto` is to pick) and show both."""
+paths measured (what `auto` is to pick) and show both. Launches with a
+setting changed from its default (config "barrier_shape" other than flat,
+"dev_scope_setting" other than auto: VMMIPC_SYNC_BARRIER, VMMIPC_DEV_SCOPE)
+are variants: they feed only rows of their own, next to the defaults."""
 from .data import KiB, size_str
 
 SIZES = [8 << i for i in range(14)]  # 8 B .. 64 KiB, as the programs sweep them
@@ -33,11 +36,21 @@ def med(r):
     return r["stats"]["median"] if measured(r) else None
 
 
-class Launches:
-    """The launches of one kind at one rank count, MPS on (or not said)."""
+def variant(d):
+    """The settings a launch changed from their defaults, as words; None for none."""
+    cfg = d.get("config") or {}
+    shape, scope = cfg.get("barrier_shape"), cfg.get("dev_scope_setting")
+    parts = ([f"VMMIPC_SYNC_BARRIER={shape}"] if shape not in (None, "flat") else []) + \
+        ([f"VMMIPC_DEV_SCOPE={scope}"] if scope not in (None, "auto") else [])
+    return ", ".join(parts) or None
 
-    def __init__(self, files, ranks, mps=True):
-        same = [d for d in files if d.get("ranks") == ranks]
+
+class Launches:
+    """The launches of one kind at one rank count, MPS on (or not said), with
+    the default settings (or the variant named)."""
+
+    def __init__(self, files, ranks, mps=True, variant_of=None):
+        same = [d for d in files if d.get("ranks") == ranks and variant(d) == variant_of]
         if mps:
             self.files = [d for d in same if d.get("mps") is True] or [d for d in same if d.get("mps") is None]
         else:
@@ -93,6 +106,17 @@ def host_best(dev, name):
     return (min(got.values()) if got else None), got
 
 
+# The rows a variant launch is shown with, next to the default's.
+VARIANT_ROWS = (("dev_signal_wait", None), ("dev_put_signal_wait", None), ("dev_barrier", None),
+                ("host_barrier", "memops"), ("host_signal_wait", "memops"))
+
+
+def scope_note(dev):
+    """The device API's scope in the launches, as the benchmark recorded it."""
+    scopes = sorted({(d.get("config") or {}).get("dev_scope") for d in dev.files} - {None})
+    return f" (scope {', '.join(scopes)})" if scopes else ""
+
+
 def heap_row(heaps, name):
     for d in heaps:
         r = next((r for r in d.get("rows", []) if r.get("row") == name), None)
@@ -118,9 +142,16 @@ def rows(run):
         floor = [f"{k} {us(med(fl.row('floor.' + k, size=0)))}" for k in ("gpu.release_acquire", "sys.release_acquire")
                  if med(fl.row("floor." + k, size=0)) is not None]
         out.append(ratio_goal(f"i30.signal.{n}", pre + "dev_signal -> dev_wait one way vs NVSHMEM signal_op + "
-                              "signal_wait_until", s, a, *TARGETS["signal"],
+                              "signal_wait_until (an unordered volatile store)", s, a, *TARGETS["signal"],
                               dev.why("vmmipc", "dev_signal_wait") if s is None else nv.why("NVSHMEM", "nvshmem.signal_op"),
                               (f"; floors one way (us): " + ", ".join(floor) if floor else "") + f" ({where})"))
+        # NVSHMEM's signal_op is a volatile store with no ordering (its floor's payload check fails): the fair
+        # anchor for "data visible after the wait" is put-with-signal; ours is set against both.
+        s, a = med(dev.row("dev_signal_wait")), med(nv.row("nvshmem.put_signal"))
+        if s is not None and a is not None:
+            out.append(goal(f"i30.signal_fair.{n}", pre + "dev_signal -> dev_wait one way vs nvshmem_putmem_signal "
+                            "of 8 B, the fair anchor (data visible after the wait; signal_op is unordered)",
+                            f"{us(s)} / {us(a)} us = {s / a:.2f}x" + scope_note(dev), "(fair anchor)", "info"))
         s, a = med(dev.row("dev_put_signal_wait")), med(nv.row("nvshmem.put_signal"))
         if s is not None and a is not None:
             out.append(goal(f"i30.put_signal.{n}", pre + "8-byte store + dev_signal -> dev_wait vs "
@@ -196,6 +227,20 @@ def rows(run):
                             ("PASS" if worst[0] <= TARGETS["graph"][1] else "FAIL") if n == 2 else "info"))
         elif n == 2:
             out.append(goal(f"i30.graph.{n}", text, "-: " + dev.why("vmmipc", "allreduce_graph"), "<= 5 us", "n/a"))
+
+    for n in ranks_of(devs):
+        base = Launches(devs, n)
+        for v in sorted({variant(d) for d in devs if d.get("ranks") == n and variant(d)}):
+            alt = Launches(devs, n, variant_of=v)
+            cells = []
+            for name, path in VARIANT_ROWS:
+                x, y = med(alt.row(name, path)), med(base.row(name, path))
+                if x is not None:
+                    cells.append(f"{name}{' (' + path + ')' if path else ''} {us(x)} us" +
+                                 (f" (default {us(y)})" if y is not None else ""))
+            if cells:
+                out.append(goal(f"i30.variant.{n}.{v}", f"issue 30, {n} ranks on one GPU, {v}: the same rows",
+                                "; ".join(cells), "(variant)", "info"))
 
     checked = [(d, r) for d in devs + nvs for r in d.get("rows", []) if r.get("data") in ("ok", "MISMATCH")]
     bad = [f"{d.get('benchmark')} {d.get('ranks')} ranks: {r['name']}" + (f" {size_str(r['bytes'])}" if r.get("bytes")
@@ -281,9 +326,23 @@ def tables(run):
                 body.append([size_str(size), us(v) if v else None, us(g) if g else None, us(a) if a else None,
                              f"{a / v:.2f}" if a and v else None])
         if body:
+            e = med(dev.row("empty_kernel"))
+            floor = f" An empty kernel back to back: {us(e)} us (the floor of any one-kernel all-reduce)." if e else ""
             out.append((f"All-reduce, {n} ranks, us per call", ["Size", "one-shot", "one-shot in a CUDA graph",
                                                                  "NVSHMEM sum_reduce_on_stream", "NVSHMEM / one-shot"],
-                        body, "The one-shot all-reduce of examples/allreduce_oneshot.cu; data checked every batch."))
+                        body, "The one-shot all-reduce of examples/allreduce_oneshot.cuh; data checked every batch." +
+                        floor))
+        vs = sorted({variant(d) for d in devs if d.get("ranks") == n and variant(d)})
+        if vs:
+            alts = [Launches(devs, n, variant_of=v) for v in vs]
+            body = []
+            for name, path in VARIANT_ROWS:
+                cells = [med(x.row(name, path)) for x in [dev] + alts]
+                if any(c is not None for c in cells[1:]):
+                    body.append([f"`{name}`" + (f" ({path})" if path else "")] + [us(c) if c else None for c in cells])
+            if body:
+                out.append((f"Settings, {n} ranks, us", ["Row", "defaults"] + vs, body,
+                            "The same rows with one setting changed, from the same run (variant launches)."))
     return out
 
 

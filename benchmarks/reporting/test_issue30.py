@@ -27,11 +27,11 @@ def row(name, median_us, path="device", size=None, reps=5, data_="unchecked", mi
     return r
 
 
-def devfile(bench, ranks, rows, mps=True, sync=None):
+def devfile(bench, ranks, rows, mps=True, sync=None, config=None):
     return {"benchmark": bench, "argv": [bench], "ranks": ranks, "gpus": 1,
             "devices": [{"rank": i, "name": "Test GPU", "uuid": "GPU-0"} for i in range(ranks)],
             "driver": {"version": 13000}, "mps": mps, "mps_active_thread_percentage": str(100 // ranks) if mps else None,
-            "vmmipc_sync": sync, "config": {}, "unit": "seconds per operation", "rows": rows}
+            "vmmipc_sync": sync, "config": config or {}, "unit": "seconds per operation", "rows": rows}
 
 
 def heapfile(ranks, both_us, floor_us, calls=(10e-3, 400e-3), total=(30e-3, 600e-3), windows=1000):
@@ -60,7 +60,16 @@ def run_files(signal_us=0.25, bad_allreduce=False):
               row("floor.gpu.release_acquire", 0.50, "kernel", 0),
               row("floor.volatile.none", 0.28, "kernel", 8, data_="MISMATCH", mismatches=4)]
     return {
-        "device_np2_memops.json": devfile("vmmipc_device_bench", 2, dev2, sync="memops"),
+        "device_np2_memops.json": devfile("vmmipc_device_bench", 2, dev2, sync="memops",
+                                          config={"barrier_shape": "flat", "dev_scope_setting": "auto",
+                                                  "dev_scope": "gpu"}),
+        # Variants (wave4.sh): a barrier shape, and system scope; they must not feed the goals. Named so that they
+        # sort before the defaults.
+        "device_np2_a_gather.json": devfile("vmmipc_device_bench", 2, [row("host_barrier", 1.0, "memops")],
+                                            sync="memops", config={"barrier_shape": "gather"}),
+        "device_np2_a_sys.json": devfile("vmmipc_device_bench", 2, [row("dev_signal_wait", 9.0, size=0),
+                                                                    row("dev_barrier", 9.0)],
+                                         sync="memops", config={"dev_scope_setting": "sys", "dev_scope": "sys"}),
         "device_np2_kernel.json": devfile("vmmipc_device_bench", 2, [row("host_barrier", 3.0, "kernel"),
                                                                      row("host_signal_wait", 3.5, "kernel", 0)],
                                           sync="kernel"),
@@ -115,6 +124,13 @@ class Issue30(unittest.TestCase):
         self.assertIn("1000 windows", g["i30.workload.2"]["goal"])
         self.assertEqual(g["i30.workload.8"]["verdict"], "PASS")        # 30 / 600 ms = 0.05
         self.assertEqual(g["i30.put_signal.2"]["verdict"], "info")
+        # The fair anchor: dev_signal (0.25) against put_signal (0.40), with the scope the run had.
+        self.assertIn("0.62x", g["i30.signal_fair.2"]["measured"])
+        self.assertIn("scope gpu", g["i30.signal_fair.2"]["measured"])
+        # Variants: their own rows, next to the defaults; never the goals' (host_barrier stays 2.0, signal 0.25).
+        self.assertIn("host_barrier (memops) 1.00 us (default 2.00)",
+                      g["i30.variant.2.VMMIPC_SYNC_BARRIER=gather"]["measured"])
+        self.assertIn("dev_signal_wait 9.00 us (default 0.25)", g["i30.variant.2.VMMIPC_DEV_SCOPE=sys"]["measured"])
         self.assertEqual(g["i30.data"]["verdict"], "PASS")
         self.assertIn("volatile.none", g["i30.floor_data"]["measured"])
         self.assertIn("2200.00", g["i30.no_mps.2"]["measured"])
@@ -158,6 +174,7 @@ class Issue30(unittest.TestCase):
             self.assertTrue(any(x.startswith("Floors, 2 ranks") for x in titles), titles)
             self.assertTrue(any(x.startswith("vmmipc against NVSHMEM, 2 ranks") for x in titles), titles)
             self.assertIn("All-reduce, 2 ranks, us per call", titles)
+            self.assertIn("Settings, 2 ranks, us", titles)
             report = os.path.join(os.path.dirname(HERE), "report.py")
             out, tables = os.path.join(t, "perf.md"), os.path.join(t, "tables.md")
             for extra in ([], ["--check"]):  # the same inputs give the same bytes

@@ -5,13 +5,17 @@
 //                        which the waiter checks after its wait (data ok/MISMATCH)
 //   host_barrier         vmmipc_win_barrier on a stream, every rank, per barrier
 //   host_signal_wait     vmmipc_win_signal + vmmipc_win_wait, ranks 0 and 1, one way
-//   allreduce            the one-shot all-reduce of examples/allreduce_oneshot.cu
-//                        (one kernel, two device barriers), 8 B to 64 KiB, checked
+//   allreduce            the one-shot all-reduce of examples/allreduce_oneshot.cuh
+//                        (one kernel, a flag per block and peer), 8 B to 64 KiB, checked
 //   allreduce_graph      the same kernel captured once in a CUDA graph and replayed
+//   empty_kernel         an empty kernel of one block, back to back: the floor under
+//                        any one-kernel all-reduce on this machine
 //   allreduce (nccl)     ncclAllReduce as an anchor (dlopen'ed; NCCL refuses ranks
 //                        that share a GPU: the row says skipped)
 // The host rows run on the path VMMIPC_SYNC picks ("path" says which: one
-// launch per path). In-kernel rows are timed inside the kernel with
+// launch per path). The JSON's config records VMMIPC_SYNC_BARRIER and
+// VMMIPC_DEV_SCOPE (barrier_shape, dev_scope_setting) and the window's scope
+// (dev_scope): the report keeps launches with other settings apart. In-kernel rows are timed inside the kernel with
 // %globaltimer after one untimed round (a batch is the slowest rank's);
 // host and all-reduce rows by CUDA events around a batch issued back to
 // back. Median over --reps batches. Without MPS, kernels of ranks sharing
@@ -30,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce_oneshot.cuh"
 #include "common/devbench.cuh"
 #include "vmmipc.h"
 #include "vmmipc_device.cuh"
@@ -41,8 +46,8 @@ using devbench::Row;
     if ((call) != VMMIPC_SUCCESS) devbench::die("%s: %s", #call, vmmipc_last_error()); \
   } while (0)
 
-static constexpr size_t kPayloadOff = 1u << 20; // the ping-pong's payload, clear of the all-reduce slices
-static constexpr int kMaxFloats = 16384;        // 64 KiB
+static constexpr size_t kPayloadOff = 1u << 20; // the ping-pong's payload, clear of the all-reduce's part
+static constexpr int kMaxFloats = oneshot::kMaxFloats; // 64 KiB
 
 struct Res {
   unsigned long long ns, bad, failed;
@@ -96,20 +101,7 @@ __global__ void k_pingpong(vmmipc_win_device_t w, int peer, uint64_t base, int n
   res->failed = failed;
 }
 
-// examples/allreduce_oneshot.cu's kernel: in -> my slice; barrier; out = sum
-// of every slice; barrier.
-__global__ void k_allreduce(vmmipc_win_device_t w, const float *in, float *out, int n, unsigned long long *failed) {
-  float *mine = static_cast<float *>(vmmipc_dev_ptr(&w, w.rank));
-  for (int i = threadIdx.x; i < n; i += blockDim.x) mine[i] = in[i];
-  int r = vmmipc_dev_barrier(&w, 0);
-  for (int i = threadIdx.x; r == VMMIPC_DEV_OK && i < n; i += blockDim.x) {
-    float s = 0;
-    for (int q = 0; q < w.nranks; q++) s += static_cast<const float *>(vmmipc_dev_ptr(&w, q))[i];
-    out[i] = s;
-  }
-  int r2 = vmmipc_dev_barrier(&w, 0);
-  if (threadIdx.x == 0 && (r || r2)) atomicAdd(failed, 1ull);
-}
+__global__ void k_empty() {}
 
 // NCCL, loaded at run time: only the few ABI types needed are declared.
 struct Nccl {
@@ -287,7 +279,7 @@ static void host_rows(Bench &b, devbench::Report &rep) {
 struct AllReduce {
   float *in = nullptr, *out = nullptr;
   std::vector<float> host;
-  unsigned long long *failed = nullptr;
+  int *status = nullptr; // [oneshot::kMaxBlocks]: sticky, a block's wait that gave up
   vmmipc_win_device_t dw;
   int count = 0;
   cudaGraphExec_t graph = nullptr;
@@ -296,7 +288,13 @@ struct AllReduce {
 static AllReduce g_ar;
 
 static void issue_allreduce(Bench &b, int n) {
-  for (int i = 0; i < n; i++) k_allreduce<<<1, 512, 0, b.s>>>(g_ar.dw, g_ar.in, g_ar.out, g_ar.count, g_ar.failed);
+  for (int i = 0; i < n; i++)
+    oneshot::allreduce<<<oneshot::blocks(g_ar.count), oneshot::kThreads, 0, b.s>>>(g_ar.dw, g_ar.in, g_ar.out,
+                                                                                 g_ar.count, g_ar.status);
+  DB_CUDA(cudaGetLastError());
+}
+static void issue_empty(Bench &b, int n) {
+  for (int i = 0; i < n; i++) k_empty<<<1, 32, 0, b.s>>>();
   DB_CUDA(cudaGetLastError());
 }
 static void issue_graph(Bench &b, int n) {
@@ -328,7 +326,7 @@ static Row allreduce_row(Bench &b, int count, const char *name, const char *path
   row.iters = b.ar_iters;
   row.note = note;
   g_ar.count = count;
-  DB_CUDA(cudaMemset(g_ar.failed, 0, sizeof *g_ar.failed));
+  DB_CUDA(cudaMemset(g_ar.status, 0, oneshot::kMaxBlocks * sizeof(int)));
   issue(b, 3); // warm-up
   DB_CUDA(cudaStreamSynchronize(b.s));
   for (int r = 0; r < b.reps; r++) {
@@ -336,9 +334,25 @@ static Row allreduce_row(Bench &b, int count, const char *name, const char *path
     row.samples.push_back(event_batch(b, true, issue, b.ar_iters) / b.ar_iters);
     row.mismatches += allreduce_bad(b, count);
   }
-  unsigned long long f = 0;
-  DB_CUDA(cudaMemcpy(&f, g_ar.failed, sizeof f, cudaMemcpyDeviceToHost));
-  settle(row, devbench::sum_over_ranks((long)f), true);
+  int st[oneshot::kMaxBlocks];
+  DB_CUDA(cudaMemcpy(st, g_ar.status, sizeof st, cudaMemcpyDeviceToHost));
+  long f = 0;
+  for (int v : st) f += v != VMMIPC_DEV_OK;
+  settle(row, devbench::sum_over_ranks(f), true);
+  return row;
+}
+
+// The launch floor: what an all-reduce of one kernel per call cannot beat.
+static Row empty_row(Bench &b) {
+  Row row;
+  row.name = "empty_kernel";
+  row.what = "per call";
+  row.path = "cuda";
+  row.iters = b.ar_iters;
+  row.note = "an empty kernel of one block, back to back on one stream per rank (every rank at once)";
+  issue_empty(b, 3);
+  DB_CUDA(cudaStreamSynchronize(b.s));
+  for (int r = 0; r < b.reps; r++) row.samples.push_back(event_batch(b, true, issue_empty, b.ar_iters) / b.ar_iters);
   return row;
 }
 
@@ -381,6 +395,11 @@ int main(int argc, char **argv) {
   VMM(vmmipc_alloc(2u << 20, &buf)); // all-reduce slices from 0, the ping-pong's payload at 1 MiB
   VMM(vmmipc_allgather_map(comm, buf, nullptr, &b.win));
   VMM(vmmipc_win_device(b.win, &b.dw));
+  // The settings this launch ran with (wave4.sh runs variants of them): the report keeps them apart.
+  const char *shape = std::getenv("VMMIPC_SYNC_BARRIER"), *scope = std::getenv("VMMIPC_DEV_SCOPE");
+  rep.config("barrier_shape", devbench::json_str(shape && *shape ? shape : "flat"));
+  rep.config("dev_scope_setting", devbench::json_str(scope && *scope ? scope : "auto"));
+  rep.config("dev_scope", devbench::json_str(b.dw.scope == VMMIPC_DEV_SCOPE_GPU ? "gpu" : "sys"));
   DB_CUDA(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking));
   DB_CUDA(cudaEventCreate(&b.e0));
   DB_CUDA(cudaEventCreate(&b.e1));
@@ -399,17 +418,24 @@ int main(int argc, char **argv) {
     g_ar.dw = b.dw;
     DB_CUDA(cudaMalloc(&g_ar.in, kMaxFloats * sizeof(float)));
     DB_CUDA(cudaMalloc(&g_ar.out, kMaxFloats * sizeof(float)));
-    DB_CUDA(cudaMalloc(&g_ar.failed, sizeof *g_ar.failed));
+    DB_CUDA(cudaMalloc(&g_ar.status, oneshot::kMaxBlocks * sizeof(int)));
+    // The all-reduce's flags and call counts start at 0 on every rank before any kernel.
+    void *mine = nullptr;
+    VMM(vmmipc_win_query(b.win, b.rank, &mine, nullptr));
+    DB_CUDA(cudaMemset(static_cast<char *>(mine) + oneshot::kDataBytes, 0, oneshot::sync_bytes(b.size)));
+    DB_CUDA(cudaDeviceSynchronize());
+    MPI_Barrier(MPI_COMM_WORLD);
     std::vector<float> h(kMaxFloats);
     for (int i = 0; i < kMaxFloats; i++) h[(size_t)i] = (float)((b.rank + 1) * (i % 97 + 1));
     DB_CUDA(cudaMemcpy(g_ar.in, h.data(), kMaxFloats * sizeof(float), cudaMemcpyHostToDevice));
     Nccl nc;
     const char *skip = nccl ? nccl_init(&nc, b.rank, b.size) : nullptr;
     g_ar.nccl = &nc;
+    if (ar) rep.add(empty_row(b));
     for (int count = 2; count <= kMaxFloats; count *= 2) { // 8 B to 64 KiB
       if (ar)
         rep.add(allreduce_row(b, count, "allreduce", "vmmipc_oneshot", issue_allreduce,
-                              "one kernel per call: copy in, dev_barrier, sum, dev_barrier"));
+                              "one kernel per call: copy in, a flag per block and peer, sum"));
       if (graph) {
         cudaGraph_t g;
         g_ar.count = count;
@@ -436,7 +462,7 @@ int main(int argc, char **argv) {
     if (nc.comm) nc.CommDestroy(nc.comm);
     cudaFree(g_ar.in);
     cudaFree(g_ar.out);
-    cudaFree(g_ar.failed);
+    cudaFree(g_ar.status);
   }
 
   vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;

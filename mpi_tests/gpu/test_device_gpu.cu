@@ -4,10 +4,14 @@
 // GPU the ranks' kernels time-slice, so timeouts are generous.
 //   ring      each kernel writes a block into its right neighbour's slice
 //             and signals; the neighbour waits and checks every word
-//   barriers  VMMIPC_GPU_BARRIERS (default 10000) device barriers, none times out
+//   barriers  VMMIPC_GPU_BARRIERS (default 10000) device barriers, none times
+//             out; before each, every thread writes a word into the right
+//             neighbour's buffer, after it checks one its left neighbour's
+//             block wrote (another thread's)
 //   timeout   a wait nobody satisfies times out; the host sees the record
-//   mixed     a host signal satisfies a device wait; a device signal
-//             satisfies a host wait (stream and host)
+//   mixed     a host signal satisfies a device wait; a device signal after
+//             a whole block's writes satisfies a host wait and a stream
+//             wait, and the data is checked after each (host and kernel)
 // Prints one line per check; exits non-zero if any failed on any rank.
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -41,7 +45,7 @@ static int rank_ = 0, failures_ = 0;
 
 static const uint64_t kTimeout = 60ull * 1000000000ull; // 60 s: ranks time-slice on one GPU
 
-__device__ uint64_t word(int it, int from, int i) {
+__host__ __device__ uint64_t word(int it, int from, int i) {
   return (uint64_t)it << 40 ^ (uint64_t)from << 32 ^ (uint64_t)i * 0x9e3779b9u;
 }
 
@@ -77,11 +81,19 @@ __global__ void ring_step(vmmipc_win_device_t w, int left, int right, int it, in
   if (threadIdx.x == 0) vmmipc_dev_signal(&w, left, 2 * (uint64_t)it); // ack: the block may be overwritten
 }
 
-__global__ void barriers(vmmipc_win_device_t w, int count, int *res) {
-  for (int i = 0; i < count; i++) {
+// Barriers in pairs: words written before the first are read after it;
+// nobody writes again before the second.
+__global__ void barriers(vmmipc_win_device_t w, int left, int right, int count, int *res) {
+  uint64_t *dst = static_cast<uint64_t *>(vmmipc_dev_ptr(&w, right));
+  const uint64_t *mine = static_cast<const uint64_t *>(vmmipc_dev_ptr(&w, w.rank));
+  const int t = threadIdx.x, other = (t + 1) % blockDim.x;
+  for (int i = 0; i < count; i += 2) {
+    dst[t] = word(i, w.rank, t);
     int r = vmmipc_dev_barrier(&w, kTimeout);
+    if (r == VMMIPC_DEV_OK && mine[other] != word(i, left, other)) atomicAdd(&res[2], 1);
+    if (r == VMMIPC_DEV_OK) r = vmmipc_dev_barrier(&w, kTimeout);
     if (r != VMMIPC_DEV_OK) {
-      if (threadIdx.x == 0) {
+      if (t == 0) {
         res[0] = r;
         res[1] = i;
       }
@@ -90,11 +102,26 @@ __global__ void barriers(vmmipc_win_device_t w, int count, int *res) {
   }
 }
 
+// One block writes `words` words into rank's buffer, then signals value.
+__global__ void write_and_signal(vmmipc_win_device_t w, int rank, uint64_t value, int words, int tag) {
+  uint64_t *dst = static_cast<uint64_t *>(vmmipc_dev_ptr(&w, rank));
+  for (int i = threadIdx.x; i < words; i += blockDim.x) dst[i] = word(tag, w.rank, i);
+  __syncthreads();
+  if (threadIdx.x == 0) vmmipc_dev_signal(&w, rank, value);
+}
+
+// Counts the words of this rank's buffer that are not what `from` wrote.
+__global__ void check_words(vmmipc_win_device_t w, int from, int words, int tag, int *bad) {
+  const uint64_t *mine = static_cast<const uint64_t *>(vmmipc_dev_ptr(&w, w.rank));
+  int n = 0;
+  for (int i = threadIdx.x; i < words; i += blockDim.x) n += mine[i] != word(tag, from, i);
+  if (n) atomicAdd(bad, n);
+}
+
 __global__ void wait_one(vmmipc_win_device_t w, int rank, uint64_t value, uint64_t timeout_ns, int *res) {
   res[0] = vmmipc_dev_wait(&w, rank, value, timeout_ns);
 }
 
-__global__ void signal_one(vmmipc_win_device_t w, int rank, uint64_t value) { vmmipc_dev_signal(&w, rank, value); }
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -143,10 +170,11 @@ int main(int argc, char **argv) {
 
   // barriers
   std::memset(res, 0, 4 * sizeof(int));
-  barriers<<<1, 128>>>(dw, nbarriers, res);
+  barriers<<<1, 128>>>(dw, left, right, nbarriers, res);
   CUDA(cudaDeviceSynchronize());
   CHECK(res[0] == 0, "barriers: code %d at barrier %d", res[0], res[1]);
-  if (rank == 0) std::printf("barriers: %d device barriers\n", nbarriers);
+  CHECK(res[2] == 0, "barriers: %d words written before a barrier were not seen after it", res[2]);
+  if (rank == 0) std::printf("barriers: %d device barriers, a word per thread checked after every other one\n", nbarriers);
   MPI_Barrier(MPI_COMM_WORLD);
 
   // timeout: rank 0 waits for a value rank 1 never signals
@@ -166,7 +194,8 @@ int main(int argc, char **argv) {
   MPI_Barrier(MPI_COMM_WORLD);
 
   // mixed: host signal -> device wait (rank 0 waits for rank 1), device
-  // signal -> host waits (rank 1 waits for rank 0)
+  // signal after a block's writes -> host wait, then -> stream wait (rank 1
+  // waits for rank 0), the data checked after each
   const uint64_t hv = 1000, dv = 2000;
   if (rank == 1) VMM(vmmipc_win_signal(win, 0, hv, nullptr));
   if (rank == 0) {
@@ -174,18 +203,34 @@ int main(int argc, char **argv) {
     wait_one<<<1, 1>>>(dw, 1, hv, kTimeout, res);
     CUDA(cudaDeviceSynchronize());
     CHECK(res[0] == VMMIPC_DEV_OK, "mixed: the device wait for a host signal returned %d", res[0]);
-    signal_one<<<1, 1>>>(dw, 1, dv);
+    write_and_signal<<<1, 512>>>(dw, 1, dv, words, 7001);
+    CUDA(cudaDeviceSynchronize());
+    VMM(vmmipc_win_wait_host(win, 1, dv + 1, 60000)); // rank 1 read it: write again
+    write_and_signal<<<1, 512>>>(dw, 1, dv + 2, words, 7002);
     CUDA(cudaDeviceSynchronize());
   }
   if (rank == 1) {
     VMM(vmmipc_win_wait_host(win, 0, dv, 60000));
-    VMM(vmmipc_win_wait(win, 0, dv, nullptr));
+    void *mine = nullptr;
+    VMM(vmmipc_win_query(win, 1, &mine, nullptr));
+    uint64_t *host = static_cast<uint64_t *>(std::malloc(words * sizeof(uint64_t)));
+    CUDA(cudaMemcpy(host, mine, words * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int i = 0; i < words; i++) bad += host[i] != word(7001, 0, i);
+    std::free(host);
+    CHECK(bad == 0, "mixed: %d words wrong after a host wait for a device signal", bad);
+    VMM(vmmipc_win_signal(win, 0, dv + 1, nullptr));
+    res[3] = 0;
+    VMM(vmmipc_win_wait(win, 0, dv + 2, nullptr));
+    check_words<<<1, 512>>>(dw, 0, words, 7002, &res[3]);
     CUDA(cudaDeviceSynchronize());
+    CHECK(res[3] == 0, "mixed: %d words wrong after a stream wait for a device signal", res[3]);
     vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
     VMM(vmmipc_win_device_status(win, &st));
     CHECK(st.state == VMMIPC_DEV_OK, "mixed: a record %d", st.state);
-    std::printf("mixed: host->device and device->host signals (host sync path: %s)\n",
-                st.kernel_calls ? "kernels" : "memops");
+    std::printf("mixed: host->device and device->host signals, data checked after a host and a stream wait "
+                "(host sync path: %s, device scope: %s)\n",
+                st.kernel_calls ? "kernels" : "memops", dw.scope == VMMIPC_DEV_SCOPE_GPU ? "gpu" : "sys");
   }
   MPI_Barrier(MPI_COMM_WORLD);
 

@@ -6,7 +6,10 @@
 #   bench     all of the below, in one batch of at most DEADLINE_S (400 s)
 #   floors    vmmipc_floor_bench (raw floors, payload-checked) at NPS ranks, under MPS
 #   vmmipc    vmmipc_device_bench at NPS ranks under MPS: every row on the memops path, the host
-#             rows again on the kernel path (and at 2 ranks under auto); the heap's 2 MiB rows
+#             rows again on the kernel path (and at 2 ranks under auto); the host rows with the
+#             other memops barrier shapes (VMMIPC_SYNC_BARRIER=gather, dissem) and the device rows at
+#             system scope (VMMIPC_DEV_SCOPE=sys): variants, reported next to the defaults; the
+#             heap's 2 MiB rows
 #   anchors   nvshmem_bench (benchmarks/nvshmem/build.sh) at NPS ranks under MPS, one PE per rank,
 #             CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / ranks; a refusal is recorded with its words
 #   examples  allreduce_oneshot, plain and --graph (1000 replays per size, each checked), 2 and 8 ranks
@@ -191,6 +194,20 @@ for n in $nps; do
         --rows host --timeout-s 10 --json "$f.json"
       ensure_json "$f" vmmipc_device_bench "$n" $?
     done
+    # Variants, side by side with the defaults above: the memops barrier's other shapes, and the device
+    # rows at system scope (what the GPU scope saves).
+    for shape in gather dissem; do
+      f=$tree/device_np${n}_memops_$shape$sfx
+      launch "$n" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct VMMIPC_SYNC=memops VMMIPC_SYNC_BARRIER=$shape
+      step "device_bench np$n memops barrier $shape (host rows)" 30 "$f.log" "${L[@]}" "$b/vmmipc_device_bench" \
+        --reps "$reps" --rows host --timeout-s 10 --json "$f.json"
+      ensure_json "$f" vmmipc_device_bench "$n" $?
+    done
+    f=$tree/device_np${n}_memops_scope_sys$sfx
+    launch "$n" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct VMMIPC_SYNC=memops VMMIPC_DEV_SCOPE=sys
+    step "device_bench np$n scope sys (device rows)" 30 "$f.log" "${L[@]}" "$b/vmmipc_device_bench" --iters "$iters" \
+      --reps "$reps" --rows dev,put --timeout-s 10 --json "$f.json"
+    ensure_json "$f" vmmipc_device_bench "$n" $?
   fi
   if want anchors; then
     f=$tree/nvshmem_np$n$sfx
@@ -272,6 +289,13 @@ done
   echo
   [ -f "$tree/check.log" ] && { echo "JSON checks:"; sed 's/^/    /' "$tree/check.log"; echo; }
   grep -h "allreduce_oneshot:" "$tree"/allreduce*.log 2>/dev/null | sed 's/^/    /'
+  echo
+  # Launches with one setting changed (the report's "Settings" tables and i30.variant rows).
+  echo "Variant launches (VMMIPC_SYNC_BARRIER=gather/dissem: host rows; VMMIPC_DEV_SCOPE=sys: device rows):"
+  for f in "$tree"/device_np*_memops_gather*.json "$tree"/device_np*_memops_dissem*.json \
+           "$tree"/device_np*_memops_scope_sys*.json; do
+    [ -e "$f" ] && echo "    $(basename "$f")"
+  done
   echo
   python3 benchmarks/report.py summary "$tree" 2>&1
 } > "$tree/summary.txt"

@@ -25,15 +25,18 @@ extern "C" {
  * (two phases; sync/barrier.c). */
 struct vmmipc__sync;
 #define VMMIPC__POOL_SLOTS_PER_RANK 5 /* per_win = 5 * node_size */
+#define VMMIPC__POOL_ZERO_BATCH 64    /* freed slices whose zeroings are queued together */
 struct vmmipc__pool {
   vmmipc_buf_t local;    /* this rank's pool */
   vmmipc_buf_t *peer;    /* [node_size]: the peers' pools mapped here (NULL for self) */
   CUdeviceptr *base;     /* [node_size]: where each rank's pool is seen here */
   int per_win;           /* slots per window: VMMIPC__POOL_SLOTS_PER_RANK * node_size */
   int slices;            /* windows the pool holds */
-  unsigned char *used;   /* [slices]: 0 free, 1 taken, 2 free and zeroed here (or its zeroing queued) */
+  unsigned char *used;   /* [slices]: 0 free, 1 taken, 2 free and zeroed here (or its zeroing queued),
+                            3 free, its zeroing owed (queued in batches: coll/pool.c) */
   uint64_t *zgen;        /* [slices]: the zeroing that made it so (queued ones are > synced) */
   uint64_t gen, synced;  /* zeroings queued on the private stream; those known complete */
+  int owed, owed_lo, owed_hi; /* slices in state 3, and the range they lie in */
   int next;              /* next-fit: a freed slice is taken again last, its zeroing long done */
   int next_before;       /* next before the last take: what an undo restores */
   CUstream stream;       /* private, non-blocking: zeroing slices and host waits */
@@ -94,10 +97,11 @@ vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char 
 void vmmipc__pool_undo(struct vmmipc_comm *c, int slice);
 /* Gives a used slice back dirty (the comm failed): zeroed when taken again. */
 void vmmipc__pool_give(struct vmmipc_comm *c, int slice);
-/* Gives a used slice back with the zeroing of this rank's part queued (not
- * waited for), so that taking it again costs no copy. Only once no peer can
- * still write to it: after the agreement of the window's free. Falls back
- * to vmmipc__pool_give if queueing fails. */
+/* Gives a used slice back to be zeroed before it is taken again, without a
+ * driver call: the zeroings owed are queued in one batch (contiguous runs,
+ * one copy each) once VMMIPC__POOL_ZERO_BATCH are owed, or when a take
+ * reaches one of them. Only once no peer can still write to it: after the
+ * agreement of the window's free. */
 void vmmipc__pool_give_zeroed(struct vmmipc_comm *c, int slice);
 void vmmipc__pool_destroy(struct vmmipc__pool *p, int node_size);
 

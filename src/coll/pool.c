@@ -1,6 +1,17 @@
 /* The signal pool of a comm (coll.h): made once, with the first window, so
  * that a window costs no extra export, import or mapping; each window takes
- * a slice. */
+ * a slice.
+ *
+ * A taken slice reads zero on this rank, and no peer writes into a slice
+ * after the agreement of its window's free (every stream operation on the
+ * window is complete by then). So a freed slice is zeroed between that
+ * agreement and its next take. A copy per free is a driver call of a few
+ * microseconds on the free's path; instead frees only mark their slices
+ * owed (state 3), and the zeroings owed are queued together, a copy per
+ * contiguous run (next-fit takes slices in order, so frees come in runs),
+ * once VMMIPC__POOL_ZERO_BATCH are owed or when a take reaches an owed
+ * slice; a take waits for the private stream only if its slice's zeroing
+ * may still be queued (next-fit takes a freed slice again last). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +28,7 @@ typedef struct {
 } pool_ctx_t;
 
 static vmmipc_result_t pool_zero(struct vmmipc__pool *p, int me, int k, const char *op);
+static CUresult queue_owed(const vmmipc__cu_t *cu, struct vmmipc__pool *p, int me);
 
 /* The whole local pool, once, in one copy (a fresh allocation is not
  * promised to be zero). Synchronous: a pageable copy may return before the
@@ -30,6 +42,8 @@ static vmmipc_result_t zero_all(const vmmipc__cu_t *cu, struct vmmipc__pool *p, 
   free(zeros);
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: zeroing the signal pool", op);
   memset(p->used, 2, (size_t)p->slices);
+  p->owed_lo = p->slices;
+  p->owed_hi = -1;
   return VMMIPC_SUCCESS;
 }
 
@@ -161,7 +175,8 @@ vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char 
     r = vmmipc__cu_load(&cu);
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&p->mu);
-    if (!r && p->zgen[k] > p->synced) { /* its zeroing is still queued */
+    if (!r && p->used[k] == 3) rc = queue_owed(cu, p, c->node_rank); /* its zeroing, and every other owed */
+    if (!r && !rc && p->zgen[k] > p->synced) { /* its zeroing is still queued */
       uint64_t upto = p->gen;
       rc = cu->cuStreamSynchronize(p->stream);
       if (!rc) p->synced = upto;
@@ -177,17 +192,54 @@ vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char 
   return VMMIPC_SUCCESS;
 }
 
-/* Queues the zeroing of this rank's part of slice k on the private stream
- * (p->mu held). The source is static and never changes, so a pageable copy
- * that returns before it lands is still right. */
-static CUresult queue_zero(const vmmipc__cu_t *cu, struct vmmipc__pool *p, int me, int k) {
-  static const uint64_t zeros[128];
+/* Where zeroings copy from: never written, so a pageable copy that returns
+ * before it lands is still right. */
+static uint64_t zeros[8192];
+
+/* Queues the zeroing of this rank's part of slices k .. k + count - 1 on
+ * the private stream (p->mu held). */
+static CUresult queue_zero(const vmmipc__cu_t *cu, struct vmmipc__pool *p, int me, int k, int count) {
   CUdeviceptr at = p->base[me] + (CUdeviceptr)k * (CUdeviceptr)p->per_win * 8;
-  size_t left = (size_t)p->per_win * 8;
+  size_t left = (size_t)count * (size_t)p->per_win * 8;
   CUresult rc = CUDA_SUCCESS;
   for (size_t off = 0; !rc && off < left; off += sizeof zeros) {
     size_t len = left - off < sizeof zeros ? left - off : sizeof zeros;
     rc = cu->cuMemcpyHtoDAsync(at + off, zeros, len, p->stream);
+  }
+  return rc;
+}
+
+/* Queues the zeroings owed (p->mu held): one copy per run of free slices
+ * that holds an owed one (free slices between owed ones are zeroed again,
+ * which joins runs). Every slice of a queued run is zeroed (state 2) with
+ * the run's generation. On a driver error the slices stay owed. */
+static CUresult queue_owed(const vmmipc__cu_t *cu, struct vmmipc__pool *p, int me) {
+  CUresult rc = CUDA_SUCCESS;
+  for (int k = p->owed_lo; k <= p->owed_hi && !rc;) {
+    if (__atomic_load_n(&p->used[k], __ATOMIC_RELAXED) != 3) {
+      k++;
+      continue;
+    }
+    int end = k + 1, last = k; /* the run [k, end), its last owed slice */
+    while (end <= p->owed_hi && __atomic_load_n(&p->used[end], __ATOMIC_RELAXED) != 1) {
+      if (__atomic_load_n(&p->used[end], __ATOMIC_RELAXED) == 3) last = end;
+      end++;
+    }
+    end = last + 1;
+    rc = queue_zero(cu, p, me, k, end - k);
+    if (!rc) {
+      uint64_t g = ++p->gen;
+      for (int j = k; j < end; j++) {
+        if (__atomic_load_n(&p->used[j], __ATOMIC_RELAXED) == 3) p->owed--;
+        p->zgen[j] = g;
+        __atomic_store_n(&p->used[j], 2, __ATOMIC_RELAXED);
+      }
+    }
+    k = end;
+  }
+  if (!rc) {
+    p->owed_lo = p->slices;
+    p->owed_hi = -1;
   }
   return rc;
 }
@@ -197,7 +249,7 @@ static vmmipc_result_t pool_zero(struct vmmipc__pool *p, int me, int k, const ch
   vmmipc_result_t r = vmmipc__cu_load(&cu);
   if (r) return r;
   pthread_mutex_lock(&p->mu);
-  CUresult rc = queue_zero(cu, p, me, k);
+  CUresult rc = queue_zero(cu, p, me, k, 1);
   uint64_t upto = p->gen;
   if (!rc) rc = cu->cuStreamSynchronize(p->stream);
   if (!rc) p->synced = upto;
@@ -217,19 +269,17 @@ void vmmipc__pool_give(struct vmmipc_comm *c, int slice) {
   if (c->pool && slice >= 0 && slice < c->pool->slices) __atomic_store_n(&c->pool->used[slice], 0, __ATOMIC_RELAXED);
 }
 
-/* Queued, not waited for: the take waits for it if it comes before the
- * stream did. */
+/* Owed, not queued: a batch is, every VMMIPC__POOL_ZERO_BATCH frees (a
+ * failed queueing leaves them owed, for the take to try again). */
 void vmmipc__pool_give_zeroed(struct vmmipc_comm *c, int slice) {
   struct vmmipc__pool *p = c->pool;
   if (!p || slice < 0 || slice >= p->slices) return;
-  const vmmipc__cu_t *cu;
-  if (vmmipc__cu_load(&cu) != VMMIPC_SUCCESS) {
-    __atomic_store_n(&p->used[slice], 0, __ATOMIC_RELAXED);
-    return;
-  }
   pthread_mutex_lock(&p->mu);
-  CUresult rc = queue_zero(cu, p, c->node_rank, slice);
-  if (!rc) p->zgen[slice] = ++p->gen;
+  __atomic_store_n(&p->used[slice], 3, __ATOMIC_RELAXED);
+  p->owed++;
+  if (slice < p->owed_lo) p->owed_lo = slice;
+  if (slice > p->owed_hi) p->owed_hi = slice;
+  const vmmipc__cu_t *cu;
+  if (p->owed >= VMMIPC__POOL_ZERO_BATCH && vmmipc__cu_load(&cu) == VMMIPC_SUCCESS) (void)queue_owed(cu, p, c->node_rank);
   pthread_mutex_unlock(&p->mu);
-  __atomic_store_n(&p->used[slice], rc ? 0 : 2, __ATOMIC_RELAXED); /* a failure only costs the next take a zeroing */
 }

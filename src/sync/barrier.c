@@ -1,13 +1,29 @@
 /* The host-API barrier on the memory-operation path (the kernel path's is
  * vmmipc_k_barrier: it counts its barriers in device memory, so a captured
- * launch replays correctly). Two forms, each a cuStreamBatchMemOp that
- * starts with an explicit system-scope memory barrier, as the signal's
- * does, and whose writes keep the driver's own fence:
+ * launch replays correctly). Each barrier is cuStreamBatchMemOp calls whose
+ * first operation is an explicit system-scope memory barrier, as the
+ * signal's is: the stream's earlier work is complete and visible system-wide
+ * before any of the barrier's writes lands.
  *
  * Counted (the stream is not being captured): barrier k of this window on
- * this rank writes k into this rank's barrier slot at every peer, then
- * waits until every peer's slot here is at least k (cyclically). One round
- * trip; the counters only grow, so it repeats without resets.
+ * this rank. The counters only grow, so it repeats without resets, and a
+ * wait for "at least k" is also satisfied by a peer already at k + 1 (which
+ * it reaches only after this barrier's arrivals). The writes carry
+ * CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER: the explicit barrier before them
+ * already orders the stream's earlier writes, and they go to distinct slots
+ * (a per-write fence cost about 1.3 us each on one H200 under MPS). Shapes
+ * (VMMIPC_SYNC_BARRIER, the same on every node rank; slot n + q of a rank's
+ * pad is written only by node rank q in all of them):
+ *   flat    (default) write k into my slot at every peer, then wait until
+ *           every peer's slot here is at least k: one hop, n - 1 waits;
+ *   gather  node rank 0 waits for every peer, then writes k to each; the
+ *           others write to rank 0 and wait for its answer: two hops, one
+ *           wait each except rank 0's n - 1;
+ *   dissem  dissemination: in round r (distance d = 2^r < n) write k to
+ *           node rank me + d and wait for me - d (mod n): ceil(log2 n) hops
+ *           and waits each.
+ * A wait that blocks on the GPU's front end costs a poll; the shapes trade
+ * hops against waits, and the benchmark measures them all.
  *
  * Captured into a CUDA graph: a launch replays the values it was captured
  * with, so nothing may change from one barrier to the next. Two phases on
@@ -17,14 +33,15 @@
  * to 0; then the same on the second phase's slots. The first phase is the
  * barrier; the second makes the reset safe: q writes my phase-1 slot for
  * the next barrier only after its phase-2 wait saw my phase-2 write, which
- * I make after my phase-1 reset (stream order, behind a fence); and q's
- * next phase-2 write follows its next phase-1 wait, which needs my next
- * phase-1 write, made after my phase-2 reset. So no reset erases a
- * peer's arrival. Markers and resets are 32-bit writes to the low half of
- * a slot and the waits test bit 0 or bit 63 (CU_STREAM_WAIT_VALUE_AND):
- * the failure value (bit 63, written whole by the release) is never
- * cleared by them, so it keeps releasing the waits whatever late writes
- * land. It costs two round trips, so only captures take it. */
+ * I make after my phase-1 reset (stream order, behind the fence of that
+ * write: these writes keep the driver's own fence); and q's next phase-2
+ * write follows its next phase-1 wait, which needs my next phase-1 write,
+ * made after my phase-2 reset. So no reset erases a peer's arrival. Markers
+ * and resets are 32-bit writes to the low half of a slot and the waits test
+ * bit 0 or bit 63 (CU_STREAM_WAIT_VALUE_AND): the failure value (bit 63,
+ * written whole by the release) is never cleared by them, so it keeps
+ * releasing the waits whatever late writes land. It costs two round trips,
+ * so only captures take it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,92 +49,106 @@
 
 /* cuStreamBatchMemOp takes at most this many operations per call. */
 #define BATCH_MAX 256
+/* Operations planned on the stack (any form up to 16 node ranks); more are
+ * allocated. */
+#define PLAN_STACK 96
 
 CUdeviceptr vmmipc__slot_addr(const struct vmmipc_win *w, int q, int slot) {
   const struct vmmipc__pool *p = w->comm->pool;
   return p->base[q] + ((CUdeviceptr)w->slice * (CUdeviceptr)p->per_win + (CUdeviceptr)slot) * 8;
 }
 
-typedef struct {
-  const vmmipc__cu_t *cu;
-  void *stream;
-  const char *op;
-  CUstreamBatchMemOpParams ops[BATCH_MAX];
-  int m;
-} batch_t;
-
-static vmmipc_result_t flush(batch_t *b) {
-  if (!b->m) return VMMIPC_SUCCESS;
-  CUresult rc = b->cu->cuStreamBatchMemOp((CUstream)b->stream, (unsigned)b->m, b->ops, 0);
-  if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamBatchMemOp (%d operations)", b->op, b->m);
-  b->m = 0;
-  return VMMIPC_SUCCESS;
-}
-
-static CUstreamBatchMemOpParams *next(batch_t *b, vmmipc_result_t *r) {
-  if (b->m == BATCH_MAX) *r = flush(b);
-  CUstreamBatchMemOpParams *o = &b->ops[b->m++];
+static CUstreamBatchMemOpParams *next(CUstreamBatchMemOpParams *ops, int *m) {
+  CUstreamBatchMemOpParams *o = &ops[(*m)++];
   memset(o, 0, sizeof *o);
   return o;
 }
 
-static void fence(batch_t *b, vmmipc_result_t *r) {
-  CUstreamBatchMemOpParams *o = next(b, r);
+static void fence(CUstreamBatchMemOpParams *ops, int *m) {
+  CUstreamBatchMemOpParams *o = next(ops, m);
   o->memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
   o->memoryBarrier.flags = CU_STREAM_MEMORY_BARRIER_TYPE_SYS;
 }
 
-static void write64(batch_t *b, CUdeviceptr at, uint64_t v, vmmipc_result_t *r) {
-  CUstreamBatchMemOpParams *o = next(b, r);
+static void write64(CUstreamBatchMemOpParams *ops, int *m, CUdeviceptr at, uint64_t v) {
+  CUstreamBatchMemOpParams *o = next(ops, m);
   o->writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
   o->writeValue.address = at;
   o->writeValue.value64 = v;
-  o->writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  o->writeValue.flags = CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER; /* after the explicit barrier */
 }
 
-static void write32(batch_t *b, CUdeviceptr at, uint32_t v, vmmipc_result_t *r) {
-  CUstreamBatchMemOpParams *o = next(b, r);
+static void write32(CUstreamBatchMemOpParams *ops, int *m, CUdeviceptr at, uint32_t v) {
+  CUstreamBatchMemOpParams *o = next(ops, m);
   o->writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
   o->writeValue.address = at;
   o->writeValue.value = v;
-  o->writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  o->writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT; /* fenced: a marker must follow the reset before it */
 }
 
-static void wait64(batch_t *b, CUdeviceptr at, uint64_t v, unsigned flags, vmmipc_result_t *r) {
-  CUstreamBatchMemOpParams *o = next(b, r);
+static void wait64(CUstreamBatchMemOpParams *ops, int *m, CUdeviceptr at, uint64_t v, unsigned flags) {
+  CUstreamBatchMemOpParams *o = next(ops, m);
   o->waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
   o->waitValue.address = at;
   o->waitValue.value64 = v;
   o->waitValue.flags = flags;
 }
 
-vmmipc_result_t vmmipc__memops_barrier(struct vmmipc_win *w, void *stream, unsigned wait_flags, const char *op) {
-  batch_t *b = calloc(1, sizeof *b); /* 10 KiB: not on the stack */
-  if (!b) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: a batch of stream memory operations", op);
-  vmmipc_result_t r = vmmipc__cu_load(&b->cu);
-  b->stream = stream;
-  b->op = op;
+int vmmipc__memops_barrier_max(int n) { return 1 + 6 * (n > 1 ? n - 1 : 0); }
+
+int vmmipc__memops_barrier_plan(const struct vmmipc_win *w, int shape, uint64_t k, int captured, unsigned wait_flags,
+                                CUstreamBatchMemOpParams *ops) {
   const int n = w->comm->node_size, me = w->comm->node_rank;
-  if (!r) fence(b, &r);
-  if (!r && !vmmipc__capturing(b->cu, stream)) {
-    uint64_t k = __atomic_add_fetch(&w->barriers, 1, __ATOMIC_RELAXED);
-    for (int q = 0; q < n && !r; q++)
-      if (q != me) write64(b, vmmipc__slot_addr(w, q, n + me), k, &r);
-    for (int q = 0; q < n && !r; q++)
-      if (q != me) wait64(b, vmmipc__slot_addr(w, me, n + q), k, wait_flags, &r);
-  } else if (!r) {
+  int m = 0;
+  fence(ops, &m);
+  if (captured) {
     const unsigned and_flags = CU_STREAM_WAIT_VALUE_AND | (wait_flags & CU_STREAM_WAIT_VALUE_FLUSH);
-    for (int phase = 0; phase < 2 && !r; phase++) {
+    for (int phase = 0; phase < 2; phase++) {
       const int base = (3 + phase) * n;
-      for (int q = 0; q < n && !r; q++)
-        if (q != me) write32(b, vmmipc__slot_addr(w, q, base + me), 1, &r);
-      for (int q = 0; q < n && !r; q++)
-        if (q != me) wait64(b, vmmipc__slot_addr(w, me, base + q), 1 | VMMIPC_SIGNAL_FAILED, and_flags, &r);
-      for (int q = 0; q < n && !r; q++)
-        if (q != me) write32(b, vmmipc__slot_addr(w, me, base + q), 0, &r);
+      for (int q = 0; q < n; q++)
+        if (q != me) write32(ops, &m, vmmipc__slot_addr(w, q, base + me), 1);
+      for (int q = 0; q < n; q++)
+        if (q != me) wait64(ops, &m, vmmipc__slot_addr(w, me, base + q), 1 | VMMIPC_SIGNAL_FAILED, and_flags);
+      for (int q = 0; q < n; q++)
+        if (q != me) write32(ops, &m, vmmipc__slot_addr(w, me, base + q), 0);
     }
+    return m;
   }
-  if (!r) r = flush(b);
-  free(b);
+  if (shape == VMMIPC__BAR_GATHER && me != 0) {
+    write64(ops, &m, vmmipc__slot_addr(w, 0, n + me), k);
+    wait64(ops, &m, vmmipc__slot_addr(w, me, n), k, wait_flags);
+  } else if (shape == VMMIPC__BAR_GATHER) {
+    for (int q = 1; q < n; q++) wait64(ops, &m, vmmipc__slot_addr(w, 0, n + q), k, wait_flags);
+    for (int q = 1; q < n; q++) write64(ops, &m, vmmipc__slot_addr(w, q, n), k);
+  } else if (shape == VMMIPC__BAR_DISSEM) {
+    for (int d = 1; d < n; d *= 2) {
+      write64(ops, &m, vmmipc__slot_addr(w, (me + d) % n, n + me), k);
+      wait64(ops, &m, vmmipc__slot_addr(w, me, n + (me - d + n) % n), k, wait_flags);
+    }
+  } else {
+    for (int q = 0; q < n; q++)
+      if (q != me) write64(ops, &m, vmmipc__slot_addr(w, q, n + me), k);
+    for (int q = 0; q < n; q++)
+      if (q != me) wait64(ops, &m, vmmipc__slot_addr(w, me, n + q), k, wait_flags);
+  }
+  return m;
+}
+
+vmmipc_result_t vmmipc__memops_barrier(struct vmmipc_win *w, void *stream, unsigned wait_flags, const char *op) {
+  const vmmipc__cu_t *cu;
+  vmmipc_result_t r = vmmipc__cu_load(&cu);
+  if (r) return r;
+  const int max = vmmipc__memops_barrier_max(w->comm->node_size);
+  CUstreamBatchMemOpParams stack[PLAN_STACK], *ops = max <= PLAN_STACK ? stack : malloc((size_t)max * sizeof *ops);
+  if (!ops) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d stream memory operations", op, max);
+  const int captured = vmmipc__capturing(cu, stream);
+  const uint64_t k = captured ? 0 : __atomic_add_fetch(&w->barriers, 1, __ATOMIC_RELAXED);
+  const int m = vmmipc__memops_barrier_plan(w, w->comm->pool->sync->shape, k, captured, wait_flags, ops);
+  for (int at = 0; at < m && !r; at += BATCH_MAX) {
+    const unsigned count = (unsigned)(m - at < BATCH_MAX ? m - at : BATCH_MAX);
+    CUresult rc = cu->cuStreamBatchMemOp((CUstream)stream, count, ops + at, 0);
+    if (rc) r = vmmipc__cu_error(rc, NULL, "%s: cuStreamBatchMemOp (%u operations)", op, count);
+  }
+  if (ops != stack) free(ops);
   return r;
 }

@@ -90,6 +90,7 @@ static vmmipc_result_t windev_make(struct vmmipc_win *w, const char *op, struct 
   d->node_rank = me;
   d->node_size = c->node_size;
   d->timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
+  d->scope = s->scope;
   d->claim = (unsigned long long *)(uintptr_t)m;
   d->epoch = (uint64_t *)(uintptr_t)(m + 8);
   d->ptrs = (void *const *)(uintptr_t)(m + o_ptrs * 8);

@@ -11,7 +11,14 @@
  *           every node rank has them (measured on one H200 both with and
  *           without MPS, docs/sync.md); else kernels where every node rank
  *           loaded them; else memory operations.
- * Node ranks with different VMMIPC_SYNC settings fail the window. */
+ * Node ranks with different VMMIPC_SYNC settings fail the window. From the
+ * same records, also the same on every node rank:
+ *   the scope of the device API (vmmipc_win_device_t.scope): GPU where
+ *           every node rank's pool is on one GPU (same UUID) and none set
+ *           VMMIPC_DEV_SCOPE=sys, else system;
+ *   the shape of the counted memory-operation barrier (VMMIPC_SYNC_BARRIER:
+ *           flat, the default, gather or dissem; barrier.c), which must be
+ *           the same on every node rank. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,18 +32,43 @@ struct path_info {
   int32_t mode;      /* VMMIPC__MODE_* */
   int32_t kernels;   /* 1: the kernels loaded into its current context */
   int32_t memops;    /* 1: its device has 64-bit stream memory operations */
-  int32_t pad;
-  unsigned char gpu[16]; /* its device's UUID */
+  uint8_t shape;     /* VMMIPC__BAR_* (VMMIPC_SYNC_BARRIER) */
+  uint8_t scope;     /* VMMIPC__SCOPE_* (VMMIPC_DEV_SCOPE) */
+  uint8_t pad[2];
+  unsigned char gpu[16]; /* its device's UUID (0: unknown) */
 };
 
 static const char *mode_name(int m) {
   return m == VMMIPC__MODE_KERNEL ? "kernel" : m == VMMIPC__MODE_MEMOPS ? "memops" : m == VMMIPC__MODE_AUTO ? "auto" : "?";
 }
 
+static const char *shape_name(int m) {
+  return m == VMMIPC__BAR_FLAT ? "flat" : m == VMMIPC__BAR_GATHER ? "gather" : m == VMMIPC__BAR_DISSEM ? "dissem" : "?";
+}
+
+/* VMMIPC_SYNC_BARRIER and VMMIPC_DEV_SCOPE, read at each comm's setup. */
+static int barrier_shape(void) {
+  const char *e = getenv("VMMIPC_SYNC_BARRIER");
+  if (!e || !*e || strcmp(e, "flat") == 0) return VMMIPC__BAR_FLAT;
+  if (strcmp(e, "gather") == 0) return VMMIPC__BAR_GATHER;
+  if (strcmp(e, "dissem") == 0) return VMMIPC__BAR_DISSEM;
+  return VMMIPC__BAR_BAD;
+}
+
+static int dev_scope(void) {
+  const char *e = getenv("VMMIPC_DEV_SCOPE");
+  if (!e || !*e || strcmp(e, "auto") == 0) return VMMIPC__SCOPE_AUTO;
+  if (strcmp(e, "sys") == 0) return VMMIPC__SCOPE_SYS;
+  return VMMIPC__SCOPE_BAD;
+}
+
 /* This rank's part: loads the kernels unless memory operations are forced. */
 static void describe(const vmmipc__cu_t *cu, int mode, const char *op, struct path_info *me) {
+  const int shape = me->shape, scope = me->scope;
   memset(me, 0, sizeof *me);
   me->mode = mode;
+  me->shape = (uint8_t)shape;
+  me->scope = (uint8_t)scope;
   int dev = 0, ok = 0;
   if (vmmipc__current_device(cu, op, &dev)) return;
   CUuuid u;
@@ -83,9 +115,10 @@ static vmmipc_result_t gather(struct vmmipc_comm *c, struct path_info *mine, str
 }
 
 /* The same decision on every node rank, from the same records. */
-static vmmipc_result_t decide(struct vmmipc_comm *c, const struct path_info *all, const char *raw, int *path,
-                              const char *op) {
-  int n = c->node_size, shared = 0, kernels = 1, memops = 1;
+static vmmipc_result_t decide(struct vmmipc_comm *c, const struct path_info *all, const char *raw,
+                              struct vmmipc__sync *s, const char *op) {
+  int n = c->node_size, shared = 0, kernels = 1, memops = 1, one_gpu = 1, sys = 0;
+  static const unsigned char unknown[16];
   for (int q = 1; q < n; q++)
     if (all[q].mode != all[0].mode)
       return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
@@ -95,17 +128,35 @@ static vmmipc_result_t decide(struct vmmipc_comm *c, const struct path_info *all
   if (all[0].mode == VMMIPC__MODE_BAD)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: VMMIPC_SYNC is \"%s\"; hint: use kernel, memops or auto", op,
                          raw ? raw : "");
+  for (int q = 0; q < n; q++)
+    if (all[q].shape == VMMIPC__BAR_BAD || all[q].scope == VMMIPC__SCOPE_BAD)
+      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                           "%s: rank %d sets VMMIPC_SYNC_BARRIER or VMMIPC_DEV_SCOPE to a value it does not know; "
+                           "hint: VMMIPC_SYNC_BARRIER is flat (default), gather or dissem, VMMIPC_DEV_SCOPE auto "
+                           "(default) or sys",
+                           op, c->rank_of[q]);
+  for (int q = 1; q < n; q++)
+    if (all[q].shape != all[0].shape)
+      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                           "%s: the node's ranks disagree on VMMIPC_SYNC_BARRIER: rank %d uses %s and rank %d %s; "
+                           "hint: set it alike on every rank",
+                           op, c->rank_of[0], shape_name(all[0].shape), c->rank_of[q], shape_name(all[q].shape));
   for (int a = 0; a < n; a++) {
     kernels &= all[a].kernels;
     memops &= all[a].memops;
+    sys |= all[a].scope == VMMIPC__SCOPE_SYS;
+    one_gpu &= memcmp(all[a].gpu, all[0].gpu, sizeof all[a].gpu) == 0 &&
+               memcmp(all[a].gpu, unknown, sizeof unknown) != 0;
     for (int b = a + 1; b < n; b++) shared |= memcmp(all[a].gpu, all[b].gpu, sizeof all[a].gpu) == 0;
   }
   if (all[0].mode == VMMIPC__MODE_KERNEL)
-    *path = VMMIPC__PATH_KERNELS; /* a rank whose kernels did not load fails its calls, saying why */
+    s->path = VMMIPC__PATH_KERNELS; /* a rank whose kernels did not load fails its calls, saying why */
   else if (all[0].mode == VMMIPC__MODE_MEMOPS || (shared && memops) || !kernels)
-    *path = VMMIPC__PATH_MEMOPS;
+    s->path = VMMIPC__PATH_MEMOPS;
   else
-    *path = VMMIPC__PATH_KERNELS;
+    s->path = VMMIPC__PATH_KERNELS;
+  s->shape = all[0].shape;
+  s->scope = one_gpu && !sys ? VMMIPC_DEV_SCOPE_GPU : VMMIPC_DEV_SCOPE_SYS;
   return VMMIPC_SUCCESS;
 }
 
@@ -136,6 +187,8 @@ vmmipc_result_t vmmipc__sync_setup(struct vmmipc_comm *c, struct vmmipc__pool *p
   struct path_info mine;
   memset(&mine, 0, sizeof mine);
   mine.mode = mode;
+  mine.shape = (uint8_t)barrier_shape();
+  mine.scope = (uint8_t)dev_scope();
   if (!local) local = vmmipc__cu_load(&cu);
   if (!local) describe(cu, mode, op, &mine);
   struct vmmipc__sync *s = local ? NULL : calloc(1, sizeof *s);
@@ -158,7 +211,7 @@ vmmipc_result_t vmmipc__sync_setup(struct vmmipc_comm *c, struct vmmipc__pool *p
   struct path_info *all = NULL;
   vmmipc_result_t g = c->node_size > 1 ? gather(c, &mine, &all, op) : VMMIPC_SUCCESS;
   if (!local) local = g;
-  if (!local) local = decide(c, c->node_size > 1 ? all : &mine, raw, &s->path, op);
+  if (!local) local = decide(c, c->node_size > 1 ? all : &mine, raw, s, op);
   free(all);
   return local;
 }

@@ -8,8 +8,10 @@
  *
  * Ordering: the signal is one cuStreamBatchMemOp of an explicit system-scope
  * barrier (CU_STREAM_MEM_OP_BARRIER, CU_STREAM_MEMORY_BARRIER_TYPE_SYS) then
- * the 64-bit write (with its default fence as well): the stream's earlier
- * writes are visible system-wide before the flag lands. cuStreamWaitValue64
+ * the 64-bit write, without a fence of its own
+ * (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER): the stream's earlier writes,
+ * the previous signal's among them, are visible system-wide before the flag
+ * lands, and one fence is enough. cuStreamWaitValue64
  * holds later work on the stream until the flag is set.
  * CU_STREAM_WAIT_VALUE_FLUSH is used where the device reports
  * CAN_FLUSH_REMOTE_WRITES (it concerns writes from NICs; H200 reports 0). */
@@ -105,7 +107,8 @@ vmmipc_result_t vmmipc_win_signal(vmmipc_win_t w, int rank, uint64_t value, void
   if (!r) r = sync_begin(w, rank, op, &p, &cu, &wf, &kernel);
   if (r || w->slice < 0) return r;
   if (kernel) return vmmipc__kern_signal(w, rank, value, stream, op);
-  /* The caller's slot in rank's part, after an explicit system-scope barrier. */
+  /* The caller's slot in rank's part, after an explicit system-scope barrier
+   * (which also keeps it behind this slot's earlier signals). */
   CUstreamBatchMemOpParams ops[2];
   memset(ops, 0, sizeof ops);
   ops[0].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
@@ -113,7 +116,7 @@ vmmipc_result_t vmmipc_win_signal(vmmipc_win_t w, int rank, uint64_t value, void
   ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
   ops[1].writeValue.address = vmmipc__slot_addr(w, p, w->comm->node_rank);
   ops[1].writeValue.value64 = value;
-  ops[1].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  ops[1].writeValue.flags = CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
   CUresult rc = cu->cuStreamBatchMemOp((CUstream)stream, 2, ops, 0);
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamBatchMemOp (barrier, write) to rank %d", op, rank);
   return VMMIPC_SUCCESS;

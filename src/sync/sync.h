@@ -23,11 +23,17 @@ extern "C" {
 #endif
 
 enum { VMMIPC__PATH_MEMOPS = 1, VMMIPC__PATH_KERNELS = 2 };
+/* The counted memory-operation barrier's shape (VMMIPC_SYNC_BARRIER,
+ * barrier.c), and what VMMIPC_DEV_SCOPE asks for (setup.c). */
+enum { VMMIPC__BAR_FLAT = 1, VMMIPC__BAR_GATHER, VMMIPC__BAR_DISSEM, VMMIPC__BAR_BAD };
+enum { VMMIPC__SCOPE_AUTO = 1, VMMIPC__SCOPE_SYS, VMMIPC__SCOPE_BAD };
 #define VMMIPC__ARENA_SLICES 64 /* windows per chunk of device arrays */
 
 /* One per comm, made with its signal pool (coll/pool.c). */
 struct vmmipc__sync {
   int path;                        /* VMMIPC__PATH_*: the same on every node rank */
+  int shape;                       /* VMMIPC__BAR_*: the same on every node rank */
+  uint32_t scope;                  /* VMMIPC_DEV_SCOPE_GPU or _SYS: the windows' vmmipc_win_device_t.scope */
   size_t words;                    /* 8-byte words of one window's device arrays */
   int nchunks;
   CUdeviceptr *chunk;              /* [nchunks]: arrays of VMMIPC__ARENA_SLICES slices (0: not made yet) */
@@ -102,10 +108,17 @@ int vmmipc__sync_mode(const char **raw);
 vmmipc_result_t vmmipc__sync_path(struct vmmipc_win *w, const char *op, int *kernel);
 
 /* ---- barrier.c ---- */
-/* The memory-operation barrier: a counted one (one round trip), or, on a
+/* The memory-operation barrier: a counted one in the comm's shape, or, on a
  * stream being captured into a CUDA graph, one of fixed values (two
  * phases) that replays correctly. `wait_flags`: what sync_ready found. */
 vmmipc_result_t vmmipc__memops_barrier(struct vmmipc_win *w, void *stream, unsigned wait_flags, const char *op);
+/* Its operations, without a driver call (tests read them): counted barrier
+ * number k in `shape` (VMMIPC__BAR_*), or the captured form. Returns how
+ * many were written to ops, which has room for
+ * vmmipc__memops_barrier_max(node_size). */
+int vmmipc__memops_barrier_plan(const struct vmmipc_win *w, int shape, uint64_t k, int captured, unsigned wait_flags,
+                                CUstreamBatchMemOpParams *ops);
+int vmmipc__memops_barrier_max(int node_size);
 /* Address of slot `slot` in node rank q's part of the window's slice. */
 CUdeviceptr vmmipc__slot_addr(const struct vmmipc_win *w, int q, int slot);
 

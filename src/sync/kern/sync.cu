@@ -18,17 +18,20 @@ extern "C" __global__ void vmmipc_k_wait(vmmipc_win_device_t w, int rank, uint64
                                          unsigned long long *alarm_claim, vmmipc_dev_record_t *alarm) {
   if (rank < 0 || rank >= w.nranks || !w.signal_in[rank]) return;
   const vmmipc__dev_alarm_t a = {alarm_claim, alarm};
-  (void)vmmipc__dev_wait_slot(&w, w.signal_in[rank], value, vmmipc__dev_deadline(&w, timeout_ns), rank, 0, &a);
+  const vmmipc__dev_whom_t whom = {rank, 0, -1, &a};
+  (void)vmmipc__dev_wait_word(&w, w.signal_in[rank], value, timeout_ns, whom);
 }
 
 // A barrier of the host API, on its own slots (not the device barrier's);
-// *epoch counts them on this rank.
+// *epoch counts them on this rank (an atomic: barriers of one window on two
+// streams may run at once).
 extern "C" __global__ void vmmipc_k_barrier(vmmipc_win_device_t w, uint64_t *const *out, const uint64_t *in,
                                             uint64_t *epoch, uint64_t timeout_ns, unsigned long long *alarm_claim,
                                             vmmipc_dev_record_t *alarm) {
   __shared__ uint64_t k;
+  uint64_t *first = vmmipc__dev_first_out(&w, out);
   if (threadIdx.x == 0) k = atomicAdd(reinterpret_cast<unsigned long long *>(epoch), 1ull) + 1;
-  __syncthreads();
+  __syncthreads(); // also: the stream's earlier work precedes the kernel (stream order), the releases follow
   const vmmipc__dev_alarm_t a = {alarm_claim, alarm};
-  (void)vmmipc__dev_barrier_on(&w, out, in, k, timeout_ns, &a);
+  (void)vmmipc__dev_barrier_k(&w, out, first, in, k, timeout_ns, &a);
 }
