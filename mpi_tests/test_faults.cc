@@ -252,7 +252,7 @@ TEST_F(Faults, TheAgreementIsBoundedAndBreaksTheComm) {
     EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << vmmipc_last_error();
     if (me != silent) {
       std::string want = silent == 0 ? "rank 0, which collects it, did not answer"
-                                     : "rank(s) " + std::to_string(silent) + " did not answer";
+                                     : "rank " + std::to_string(silent) + " did not answer";
       EXPECT_TRUE(Has(vmmipc_last_error(), want)) << vmmipc_last_error();
       EXPECT_LT(s, timeout_ms / 1000.0 + 1.0) << "the agreement waited longer than the timeout";
       vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
