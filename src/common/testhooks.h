@@ -15,7 +15,8 @@ extern "C" {
  * sleeps inside the next exchange), "agree" (this rank skips the next
  * agreement, or the next heap call's allgather, as a rank that never enters
  * it), "heap_oom" (the next heap growth step is out of device memory),
- * "heap_fds" (the next heap growth step's export hits the fd limit). */
+ * "heap_fds" (the next heap growth step's export hits the fd limit),
+ * "heap_record" (the next vmmipc_heap_create has no host memory for its exchange). */
 void vmmipc__test_fail_at(const char *step, int nth);
 /* Whether this occurrence of `step` must fail (counts occurrences). */
 int vmmipc__test_should_fail(const char *step);

@@ -9,6 +9,7 @@
 #include "common/le.h"
 #include "driver/device.h"
 #include "common/structsize.h"
+#include "common/testhooks.h"
 #include "heap/heap.h"
 
 #define CREATE_MSG (VMMIPC__HEAP_REC_HEAD + 24) /* header, reserve, grow, granularity */
@@ -74,6 +75,20 @@ static void settle(struct vmmipc_heap *h, const unsigned char *all, int size) {
   h->reserve = reserve < h->grow ? h->grow : round_up(reserve, h->grow);
 }
 
+/* Out of host memory for the exchange, a rank still takes part with its
+ * failure, so that its peers learn it at once instead of at the timeout:
+ * through this spare, one call at a time, in comms of up to SPARE_RANKS
+ * ranks. Once MPI kept it (a wait that timed out), it is never used again. */
+#define SPARE_RANKS 256
+static unsigned char heap_spare[(SPARE_RANKS + 1) * CREATE_MSG];
+static int heap_spare_state; /* 0 free, 1 taken, 2 kept by MPI (__atomic builtins) */
+
+static int spare_take(int size) {
+  int free_state = 0;
+  return size <= SPARE_RANKS && __atomic_compare_exchange_n(&heap_spare_state, &free_state, 1, 0, __ATOMIC_ACQUIRE,
+                                                            __ATOMIC_RELAXED);
+}
+
 static void heap_free_record(struct vmmipc_heap *h) {
   if (!h) return;
   free(h->steps);
@@ -103,7 +118,12 @@ vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *
   size_t reserve = 0, grow = 0;
   if (!local) local = local_geometry(h, cfg, op, &reserve, &grow);
   if (!local) local = vmmipc__heap_room(h);
-  unsigned char *bufs = h && h->xbuf ? h->xbuf : malloc((size_t)(c->size + 1) * CREATE_MSG);
+  int starved = VMMIPC__INJECT("heap_record"); /* tests: no host memory for the exchange */
+  if (starved && !local) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's record (injected)", op);
+  unsigned char *bufs = NULL;
+  if (!starved) bufs = h && h->xbuf ? h->xbuf : malloc((size_t)(c->size + 1) * CREATE_MSG);
+  int spare = !bufs && spare_take(c->size);
+  if (spare) bufs = heap_spare;
   if (!bufs) { /* cannot even take part: the peers' wait is bounded */
     heap_free_record(h);
     vmmipc__leave(c);
@@ -118,6 +138,8 @@ vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *
   r = vmmipc__heap_allgather(c, &held, CREATE_MSG, op);
   if (!held) { /* MPI keeps it */
     if (h && bufs == h->xbuf) h->xbuf = NULL;
+    if (spare) __atomic_store_n(&heap_spare_state, 2, __ATOMIC_RELEASE); /* never again */
+    spare = 0;
     bufs = NULL;
   }
   if (!r) r = vmmipc__heap_verdict(c, bufs + CREATE_MSG, CREATE_MSG, op);
@@ -145,7 +167,10 @@ vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *
     if (r && h->base) cu->cuMemAddressFree(h->base, n * h->reserve);
     if (r) h->base = 0;
   }
-  if (bufs && (!h || bufs != h->xbuf)) free(bufs);
+  if (spare)
+    __atomic_store_n(&heap_spare_state, 0, __ATOMIC_RELEASE);
+  else if (bufs && (!h || bufs != h->xbuf))
+    free(bufs);
   if (r) {
     heap_free_record(h);
   } else {

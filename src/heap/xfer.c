@@ -105,8 +105,10 @@ vmmipc_result_t vmmipc__heap_allgather(struct vmmipc_comm *c, unsigned char **bu
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts); /* one clock for the node; NTP-close across nodes */
   vmmipc__put64(mine + 8, (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u);
-  MPI_Request one = MPI_REQUEST_NULL, *reqs = &one;
-  if (use_p2p(c) && !(reqs = malloc(2 * (size_t)c->size * sizeof *reqs))) { /* the peers' wait is bounded */
+  /* Small comms need no allocation here: a rank out of memory still takes part. */
+  MPI_Request one = MPI_REQUEST_NULL, few[2 * HEAP_P2P_MAX_RANKS], *reqs = &one;
+  if (use_p2p(c)) reqs = c->size <= HEAP_P2P_MAX_RANKS ? few : malloc(2 * (size_t)c->size * sizeof *reqs);
+  if (!reqs) { /* the peers' wait is bounded */
     vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the exchange's %d requests", op, 2 * c->size);
     vmmipc__break(c);
     return VMMIPC_ERR_NO_MEMORY;
@@ -116,13 +118,13 @@ vmmipc_result_t vmmipc__heap_allgather(struct vmmipc_comm *c, unsigned char **bu
   int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(reqs, nreq, vmmipc__now_ms() + c->timeout_ms, &mrc) : -1;
   c->timing.agree_s += vmmipc__now() - t0;
   if (w == 0) {
-    if (reqs != &one) free(reqs);
+    if (reqs != &one && reqs != few) free(reqs);
     return too_late(c, all, len, op);
   }
   vmmipc_result_t r;
   abandon(c, reqs, nreq, *bufs); /* MPI may still write there */
   *bufs = NULL;
-  if (reqs != &one) free(reqs);
+  if (reqs != &one && reqs != few) free(reqs);
   if (w < 0) {
     r = vmmipc__mpi_error(mrc, "%s: the exchange of the ranks' inputs", op);
   } else {
