@@ -146,6 +146,7 @@ vmmipc_result_t vmmipc__heap_verdict(struct vmmipc_comm *c, const unsigned char 
     } else {
       vmmipc__error(code, "%s failed on rank %d (%s); that rank's vmmipc_last_error() says why", op, q,
                     vmmipc_strerror(code));
+      vmmipc__error_rank(q);
     }
     return code;
   }
