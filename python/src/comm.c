@@ -157,9 +157,11 @@ static PyObject *comm_close(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
   vmmipc_result_t r;
   vmmipc_comm_t h = self->h;
   self->busy++;
+  self->closing = 1;
   Py_BEGIN_ALLOW_THREADS
   r = vmmipc_comm_destroy(h);
   Py_END_ALLOW_THREADS
+  self->closing = 0;
   self->busy--;
   VMP_SWEEP(es);
   /* Only a refusal leaves the comm open; any other failure freed it (vmmipc.h). */
@@ -187,7 +189,13 @@ static PyObject *comm_exit(VmpComm *self, PyObject *Py_UNUSED(args)) {
   Py_RETURN_FALSE;
 }
 
+/* Local, from any thread. Not while close() is inside vmmipc_comm_destroy:
+ * the comm may be freed before close() takes the GIL back, and an abort
+ * then would touch freed memory; that close() ends within its bound anyway. */
 static PyObject *comm_abort(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
+  if (self->closing)
+    return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Comm.abort: close() of the comm is in progress on another thread "
+                                          "(it ends within the comm's timeout)");
   if (vmp_comm_check(self, "vmmipc.Comm.abort") < 0) return NULL;
   vmmipc_result_t r = vmmipc_comm_abort(self->h);  /* local, never blocks */
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
@@ -333,7 +341,8 @@ static PyMethodDef comm_methods[] = {
     {"__exit__", (PyCFunction)comm_exit, METH_VARARGS, "Closes the comm (collective)."},
     {"abort", (PyCFunction)comm_abort, METH_NOARGS,
      "abort()\n--\n\nLocal, callable from another thread while a call on the comm blocks: the blocked call and every "
-     "later one fail with Result.ABORTED, here and at the node's peers; close() then frees locally."},
+     "later one fail with Result.ABORTED, here and at the node's peers; close() then frees locally. Refused "
+     "(Result.BUSY) while close() of the comm runs on another thread (the comm may be freed under it)."},
     {"allgather_map", (PyCFunction)(void (*)(void))comm_allgather_map, METH_VARARGS | METH_KEYWORDS,
      "allgather_map(buf, access=None)\n--\n\nCollective: maps every node peer's Buffer (None: this rank gives "
      "nothing). access: None or 'rw' (read-write), or 'r' (read-only). Returns a Window."},

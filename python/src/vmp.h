@@ -76,6 +76,7 @@ typedef struct {
   int rank, size;
   int busy;           /* calls in progress with the GIL released */
   int aborted;        /* vmmipc_comm_abort was called here */
+  int closing;        /* close() is inside vmmipc_comm_destroy: abort() is refused meanwhile */
   int timeout_ms;     /* the comm's bound on a wait for a peer, as the library resolved it */
   vmp_pending *pending; /* collected windows whose work is not done yet (release.c) */
 } VmpComm;
