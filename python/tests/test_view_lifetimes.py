@@ -145,9 +145,9 @@ def test_memoryview_and_numpy_on_standin(comm):
     ok &= mv.tobytes() == pattern(5 * 16 + peer, 256)
     arr = np.frombuffer(memoryview(win.mapping(peer, dtype="float32")), dtype=np.float32)
     ok &= arr.tobytes()[:256] == pattern(5 * 16 + peer, 256)
-    own = np.asarray(memoryview(win.mapping(RANK, dtype="uint32", shape=4)))
-    own[:] = 0xA5A5A5A5                          # our own memory is writable
-    ok &= read(buf.ptr, 16) == b"\xa5" * 16
+    own = np.asarray(memoryview(win.mapping(RANK, dtype="uint32")))
+    own[2048:2052] = 0xA5A5A5A5                  # our own memory is writable (past what the peers read)
+    ok &= read(buf.ptr + 8192, 16) == b"\xa5" * 16
     with pytest.raises(vmmipc.Error) as e:
         win.close()                              # the exports hold their views
     ok &= e.value.code == vmmipc.Result.BUSY
