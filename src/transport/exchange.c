@@ -242,17 +242,15 @@ static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op) {
       vmmipc__close_fds(rec.fds, rec.nfds);
       return bad_stream(tp, p, "a HELLO frame after the connection was set up");
     }
-    if (f.kind == VMMIPC__KIND_VERDICT) { /* the collector's, early: the agreement takes it */
-      vmmipc__tp_keep_verdict(tp, p, &f, tp->rbuf + VMMIPC__FRAME_HEADER_BYTES);
+    if (f.kind == VMMIPC__KIND_VERDICT) { /* verdicts travel over MPI now: stale */
+      vmmipc__close_fds(rec.fds, rec.nfds);
+      tp->stale_frames++;
       continue;
     }
-    if (f.kind == VMMIPC__KIND_END) { /* every call on the comm ends */
-      char reason[160];
-      snprintf(reason, sizeof reason, "rank %d aborted the communicator (vmmipc_comm_abort)", R);
-      tp->aborted_by = p;
+    if (f.kind == VMMIPC__KIND_END) { /* every call on the comm ends: aborted or broken there */
+      vmmipc__close_fds(rec.fds, rec.nfds);
       x->aborted_by = p;
-      vmmipc__conn_drop(tp->conn, p, reason);
-      return vmmipc__error(VMMIPC_ERR_ABORTED, "%s", reason);
+      return vmmipc__tp_end_error(tp, p, &f, tp->rbuf + VMMIPC__FRAME_HEADER_BYTES);
     }
     const unsigned char *payload = tp->rbuf + VMMIPC__FRAME_HEADER_BYTES;
     vmmipc__asm_rc_t rc = vmmipc__asm_feed(a, op->lo, op->hi, &f, payload, rec.fds, rec.nfds, &tp->stale_fds,
