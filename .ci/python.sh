@@ -2,7 +2,8 @@
 # The Python module from an install prefix: installs the build into a
 # prefix, moves the prefix (the module finds libvmmipc relative to itself),
 # then runs the pytest suites (np 2 and 4) and the example from there on the
-# CPU stand-in. Fails if the build did not make the module.
+# CPU stand-in (the example through the installed bin/vmmipc-mpirun and
+# bin/vmmipc-python). Fails if the build did not make the module.
 #   .ci/python.sh BUILD_DIR WORK_DIR
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +32,9 @@ for np in 2 4; do
   # 5: pytest collected nothing, which is a failure here, not a pass.
   if [ "$rc" -eq 5 ]; then echo "ci/python: pytest collected no tests (np $np)" >&2; exit 1; fi
   if [ "$rc" -ne 0 ]; then echo "ci/python: pytest failed (np $np, exit $rc)" >&2; exit "$rc"; fi
-  "$mpirun" "$np" "$py" "$root/examples/python/allgather.py"
+  # The example as the docs run it: the installed launcher and vmmipc-python
+  # (the module's interpreter, the module on its path), nothing else set.
+  env -u PYTHONPATH -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
+    "$work/moved/bin/vmmipc-mpirun" "$np" "$work/moved/bin/vmmipc-python" "$root/examples/python/allgather.py"
 done
 echo "ci/python: ok"

@@ -3,7 +3,8 @@
 vmmipc_sync and the PyTorch anchors; a results directory stands for its
 *.json). Standard library only, but for `plot` (matplotlib).
 
-  report.py summary FILE.json|DIR ...   the goals of one run as a Markdown table
+  report.py summary FILE.json|DIR ...   the goals of one run as a Markdown table (and issue 30's
+                                        tables where the run has its files)
   report.py check FILE.json [--csv FILE.csv] [--require NAME,...]
         [--expect-skipped NAME:MODE:TEXT] [--expect-incomplete]
                                         the schema check of the smoke tests
@@ -22,11 +23,14 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from reporting import check, data, goals, page, plots  # noqa: E402
+from reporting import check, data, goals, issue30, page, plots  # noqa: E402
 
 
 def cmd_summary(a):
-    print(goals.table(goals.goal_rows(data.pick(data.load(a.files)))))
+    run = data.pick(data.load(a.files))
+    print(goals.table(goals.goal_rows(run)))
+    if data.issue30(run):  # issue 30's tables: each vmmipc row next to its anchor and the floors
+        print(issue30.markdown(issue30.tables(run)))
     return 0
 
 

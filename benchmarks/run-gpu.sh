@@ -31,10 +31,14 @@
 # SCALE_NPS (rank counts of the scale step, "8 2 4 16 32"; 8 first: the
 # one-GPU goal needs it), SCALE_POINTS (2Mx1,32Mx16), SCALE_BUDGET_S (the
 # scale step's share, 150). NVLink multicast stays off (NCCL_NVLS_ENABLE=0,
-# TORCH_SYMM_MEM_DISABLE_MULTICAST=1).
+# TORCH_SYMM_MEM_DISABLE_MULTICAST=1). MPS (auto, or 0: never): where
+# nvidia-cuda-mps-control is found, a private MPS daemon (scripts/mps.sh, in
+# OUTDIR/mps) serves the steps whose ranks share a GPU (NP ranks on fewer
+# GPUs, the scale and probe launches), so that their kernels run at once;
+# the other steps run without it; status.txt says which did.
 set -uo pipefail
 
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
 
 OUT="" BUILD="${VMMIPC_BUILD_DIR:-build}" VISIBLE=0 QUICK=0 NPOS=0
 for arg in "$@"; do
@@ -101,6 +105,26 @@ if [ "$NGPU" -lt 2 ]; then
   log_status "one GPU ($NGPU found): the $NP ranks share it; the two-GPU rows are left empty"
 fi
 
+# MPS for the steps whose ranks share a GPU: SHARED is the prefix of their
+# commands (the daemon's variables; empty without MPS). Ranks inherit them
+# from the launcher on this node.
+SHARED=(env) MPS_STARTED=""
+if [ "${MPS:-auto}" != 0 ]; then
+  if mps_env=$("$HERE/../scripts/mps.sh" start "$OUT/mps" 2> "$OUT/mps.log"); then
+    [ -f "$OUT/mps/started-by-mps.sh" ] && MPS_STARTED="$OUT/mps"
+    mapfile -t mps_vars < <(echo "$mps_env" | sed -n "s/^export \([A-Z_]*\)='\(.*\)'$/\1=\2/p")
+    SHARED=(env "${mps_vars[@]}" VMMIPC_BENCH_MPS=1)
+    log_status "MPS: on for the steps whose ranks share a GPU ($(head -1 "$OUT/mps.log" | sed 's/^mps: //'))"
+    trap '[ -z "$MPS_STARTED" ] || "$HERE/../scripts/mps.sh" stop "$MPS_STARTED" >> "$OUT/mps.log" 2>&1' EXIT
+  else
+    log_status "MPS: not used ($(tail -1 "$OUT/mps.log" | sed 's/^mps: //')); ranks sharing a GPU time-slice it"
+  fi
+else
+  log_status "MPS: off (MPS=0)"
+fi
+MAIN=(env)
+[ "$NGPU" -lt "$NP" ] && MAIN=("${SHARED[@]}")
+
 # step NAME CAP_SECONDS LOGFILE CMD...: runs CMD with a time limit of CAP or
 # what is left before the deadline (less $RESERVE), whichever is smaller.
 RESERVE=25
@@ -161,34 +185,34 @@ fi
 # skipped and the JSON still written; --timeout: a batch that hangs ends it).
 if [ -x "$SYNC" ]; then
   step "vmmipc_sync" 45 "$OUT/sync.log" \
-    "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$SYNC" "${SYNC_ARGS[@]}" \
+    "${MAIN[@]}" "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$SYNC" "${SYNC_ARGS[@]}" \
     --time-limit 30 --timeout 15 --json "$OUT/sync.json" --csv "$OUT/sync.csv"
 else
   log_status "vmmipc_sync: skipped ($SYNC not built)"
 fi
 if "$PYTHON" -c 'import torch, torch.distributed; assert torch.cuda.is_available()' 2>/dev/null; then
   step "torch_barrier" 50 "$OUT/torch_barrier.log" \
-    "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$NP" \
+    "${MAIN[@]}" "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$NP" \
     "$HERE/anchors/torch_barrier.py" "${TBAR_ARGS[@]}" --json "$OUT/torch_barrier.json"
 else
   log_status "torch_barrier: skipped (torch with CUDA not importable by $PYTHON)"
 fi
 
 step "vmmipc_bw" 90 "$OUT/bw.log" \
-  "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$BW" "${BW_ARGS[@]}" --json "$OUT/bw.json" --csv "$OUT/bw.csv"
+  "${MAIN[@]}" "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$BW" "${BW_ARGS[@]}" --json "$OUT/bw.json" --csv "$OUT/bw.csv"
 step "vmmipc_setup" 150 "$OUT/setup.log" \
-  "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$SETUP" "${SETUP_ARGS[@]}" --time-limit 130 \
+  "${MAIN[@]}" "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$SETUP" "${SETUP_ARGS[@]}" --time-limit 130 \
   --json "$OUT/setup.json" --csv "$OUT/setup.csv"
 
 # The symmetric heap (issue 22): its own table in the log (docs/heap.md).
 step "vmmipc_setup_heap" 120 "$OUT/heap.log" \
-  "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$SETUP" --heap-only --reps 50
+  "${MAIN[@]}" "$MPIRUN" -np "$NP" $MPIRUN_FLAGS ${LAUNCH[@]+"${LAUNCH[@]}"} "$SETUP" --heap-only --reps 50
 
 TORCH_JSON=()
 if "$PYTHON" -c 'import torch, torch.distributed._symmetric_memory; assert torch.cuda.is_available()' 2>/dev/null; then
   # torch.distributed.run is torchrun; --standalone keeps the rendezvous on this host.
   if step "torch_symm_mem" 60 "$OUT/torch.log" \
-      "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$NP" \
+      "${MAIN[@]}" "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$NP" \
       "$HERE/anchors/torch_symm_mem.py" "${TORCH_ARGS[@]}" --json "$OUT/torch.json"; then
     TORCH_JSON=("$OUT/torch.json")
   elif [ -s "$OUT/torch.json" ]; then
@@ -230,8 +254,9 @@ for gpus in 1 2; do
       scale_skip "$f" "$gpus" "$np" "$why"
       log_status "setup_scale_${gpus}gpu_np$np: skipped ($why)"; continue
     fi
-    env=(env CUDA_VISIBLE_DEVICES="$ONE_GPU")
-    [ "$gpus" = 2 ] && env=(env CUDA_VISIBLE_DEVICES="$TWO_GPUS")
+    env=("${SHARED[@]}" CUDA_VISIBLE_DEVICES="$ONE_GPU")
+    [ "$gpus" = 2 ] && env=("${SHARED[@]}" CUDA_VISIBLE_DEVICES="$TWO_GPUS")
+    [ "$gpus" = 2 ] && [ "$np" -le 2 ] && env=(env CUDA_VISIBLE_DEVICES="$TWO_GPUS") # one rank per GPU
     step "setup_scale_${gpus}gpu_np$np" "$cap" "$OUT/setup_scale_${gpus}gpu_np$np.log" \
       "${env[@]}" "$MPIRUN" -np "$np" $MPIRUN_FLAGS --oversubscribe "$SETUP" --points "$SCALE_POINTS" \
       --colls allgather "${SCALE_ARGS[@]}" --time-limit $(( cap - 10 )) --tag scale --json "$f"
@@ -253,8 +278,9 @@ if [ "${SETUP_PROBES:-1}" != 0 ]; then
   for gn in 2:2 2:8 1:8; do
     gpus=${gn%%:*} np=${gn##*:}
     if [ "$gpus" = 2 ] && [ "$NGPU" -lt 2 ]; then log_status "setup_probes_${gpus}gpu_np$np: skipped (one GPU)"; continue; fi
-    env=(env CUDA_VISIBLE_DEVICES="$ONE_GPU")
-    [ "$gpus" = 2 ] && env=(env CUDA_VISIBLE_DEVICES="$TWO_GPUS")
+    env=("${SHARED[@]}" CUDA_VISIBLE_DEVICES="$ONE_GPU")
+    [ "$gpus" = 2 ] && env=("${SHARED[@]}" CUDA_VISIBLE_DEVICES="$TWO_GPUS")
+    [ "$gpus" = 2 ] && [ "$np" -le 2 ] && env=(env CUDA_VISIBLE_DEVICES="$TWO_GPUS") # one rank per GPU
     step "setup_probes_${gpus}gpu_np$np" 40 "$OUT/setup_probes_${gpus}gpu_np$np.log" \
       "${env[@]}" "$MPIRUN" -np "$np" $MPIRUN_FLAGS --oversubscribe "$SETUP" --points "${PROBE_POINTS:-2Mx1,32Mx16}" \
       --colls allgather --modes first --probes joint,threads,ipc_fresh "${SCALE_ARGS[@]}" --time-limit 30 \

@@ -68,6 +68,10 @@ foreach(kind shared static)
   install(FILES ${PROJECT_BINARY_DIR}/${VMMIPC_PC_NAME}.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 endforeach()
 
+# The launcher of the library's MPI with the flags that let it run anywhere
+# (more ranks than cores, containers, root): cmake/mpirun.sh.in.
+install(PROGRAMS ${PROJECT_BINARY_DIR}/vmmipc-mpirun DESTINATION ${CMAKE_INSTALL_BINDIR})
+
 # The CPU stand-in, for running installed programs without a GPU; never
 # installed by default, and never under the name of the real driver:
 #   cmake --install build --component standin

@@ -50,7 +50,9 @@ list(JOIN VMMIPC_MPIEXEC_ARGS " " _args)
 message(STATUS "vmmipc: MPI ${VMMIPC_MPI_FLAVOR} (${MPI_C_COMPILER}); launcher ${MPIEXEC_EXECUTABLE} "
                "(${_launcher_flavor}) ${_args}")
 
-# The same launcher and flags for the scripts (demo.sh, run-gpu.sh).
+# The same launcher and flags for the scripts (demo.sh, run-gpu.sh) and for
+# users' commands: <build>/vmmipc-mpirun, installed as <prefix>/bin/vmmipc-mpirun.
 list(JOIN VMMIPC_MPIEXEC_ARGS " " VMMIPC_MPIEXEC_ARGS_SH)
+set(VMMIPC_LAUNCHER_FLAVOR ${_launcher_flavor})
 configure_file(${CMAKE_CURRENT_LIST_DIR}/mpirun.sh.in ${PROJECT_BINARY_DIR}/vmmipc-mpirun @ONLY
                FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)

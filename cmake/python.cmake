@@ -63,7 +63,9 @@ elseif(NOT DEFINED VMMIPC_BUILD_PYTHON OR VMMIPC_BUILD_PYTHON)
   if(Python3_FOUND AND _vmp_inc)
     set(VMMIPC_PYTHON_FOUND ON)
     set(VMMIPC_MPI4PY_INCLUDE_DIR "${_vmp_inc}")
-    message(STATUS "vmmipc: Python module with ${Python3_EXECUTABLE} (${Python3_VERSION}), mpi4py in ${_vmp_inc}")
+    message(STATUS "vmmipc: Python module for ${Python3_EXECUTABLE} (${Python3_VERSION}), mpi4py in ${_vmp_inc}; "
+                   "run scripts with ${PROJECT_BINARY_DIR}/python/vmmipc-python (that interpreter, the module on "
+                   "its path)")
   elseif(NOT Python3_FOUND)
     set(_vmp_why "no Python 3 with development files (python3-dev); set Python3_EXECUTABLE")
   else()
@@ -80,4 +82,18 @@ endif()
 if(VMMIPC_BUILD_PYTHON)
   set(VMMIPC_PYTHON_INSTALL_DIR "lib/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/site-packages"
       CACHE PATH "Where 'cmake --install' puts the Python package vmmipc (relative to the prefix, or absolute)")
+  # vmmipc-python: the interpreter above with the module on its path, in the
+  # build tree next to the package and installed in <prefix>/bin (relative
+  # to itself there: the installed tree stays relocatable).
+  set(VMP_SITE "$here")
+  configure_file(${CMAKE_CURRENT_LIST_DIR}/python.sh.in ${PROJECT_BINARY_DIR}/python/vmmipc-python @ONLY
+                 FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+  if(IS_ABSOLUTE "${VMMIPC_PYTHON_INSTALL_DIR}")
+    set(VMP_SITE "${VMMIPC_PYTHON_INSTALL_DIR}")
+  else()
+    file(RELATIVE_PATH VMP_SITE "/p/${CMAKE_INSTALL_BINDIR}" "/p/${VMMIPC_PYTHON_INSTALL_DIR}")
+    set(VMP_SITE "$here/${VMP_SITE}")
+  endif()
+  configure_file(${CMAKE_CURRENT_LIST_DIR}/python.sh.in ${PROJECT_BINARY_DIR}/python/installed/vmmipc-python @ONLY
+                 FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
 endif()

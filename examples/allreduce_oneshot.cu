@@ -4,13 +4,19 @@
 // sums, and passes a second barrier before the slices may be written again.
 // The result is checked against MPI_Allreduce, for sizes of 8 B to 64 KiB,
 // several rounds each (the window is reused without any reset).
-//   mpirun -np 2 ./allreduce_oneshot [rounds]
+// --graph: the kernel of each size is captured once in a CUDA graph and the
+// graph is replayed every round, with new input and the result checked
+// after each replay (the device barrier's epochs live in device memory, so
+// nothing of them is baked into the capture); then the replays are timed
+// back to back (--timed N, default 1000) and printed in us per replay.
+//   mpirun -np 2 ./allreduce_oneshot [rounds] [--graph] [--timed N]
 // All ranks must be on one node (a one-shot all-reduce reads every peer).
 #include <cuda_runtime.h>
 #include <mpi.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "vmmipc.h"
@@ -53,7 +59,18 @@ int main(int argc, char **argv) {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
+  int rounds = 0, timed = 1000;
+  bool graph = false;
+  for (int i = 1; i < argc; i++) {
+    if (std::strcmp(argv[i], "--graph") == 0)
+      graph = true;
+    else if (std::strcmp(argv[i], "--timed") == 0 && i + 1 < argc)
+      timed = std::atoi(argv[++i]);
+    else
+      rounds = std::atoi(argv[i]);
+  }
+  if (rounds <= 0) rounds = graph ? 100 : 3;
+  if (timed <= 0) timed = 1;
   MPI_Comm local;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
   int lrank = 0, lsize = 0, ndev = 0;
@@ -83,14 +100,33 @@ int main(int argc, char **argv) {
   CUDA(cudaMalloc(&out, max_n * sizeof(float)));
   CUDA(cudaMalloc(&status, sizeof(int)));
   std::vector<float> h_in(max_n), h_out(max_n), want(max_n);
+  cudaStream_t stream;
+  CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CUDA(cudaEventCreate(&e0));
+  CUDA(cudaEventCreate(&e1));
   long bad = 0, checked = 0;
   for (int count = 2; count <= max_n; count *= 2) { // 8 B to 64 KiB
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (graph) { // captured once; only the input changes between replays
+      CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      allreduce_oneshot<<<1, 512, 0, stream>>>(dw, in, out, count, status);
+      CUDA(cudaStreamEndCapture(stream, &g));
+      CUDA(cudaGraphInstantiate(&exec, g, 0));
+    }
     for (int round = 0; round < rounds; round++) {
       // Small integers: the float sums are exact in any order.
       for (int i = 0; i < count; i++) h_in[i] = (float)((rank + 1) * (i % 97 + 1) + round);
-      CUDA(cudaMemcpy(in, h_in.data(), count * sizeof(float), cudaMemcpyHostToDevice));
-      allreduce_oneshot<<<1, 512>>>(dw, in, out, count, status);
+      // On the kernel's stream: a non-blocking stream is not ordered after the legacy default stream.
+      CUDA(cudaMemcpyAsync(in, h_in.data(), count * sizeof(float), cudaMemcpyHostToDevice, stream));
+      CUDA(cudaMemsetAsync(out, 0, count * sizeof(float), stream)); // each call must write the result anew
+      if (graph)
+        CUDA(cudaGraphLaunch(exec, stream));
+      else
+        allreduce_oneshot<<<1, 512, 0, stream>>>(dw, in, out, count, status);
       CUDA(cudaGetLastError());
+      CUDA(cudaStreamSynchronize(stream));
       int st = -1;
       CUDA(cudaMemcpy(&st, status, sizeof st, cudaMemcpyDeviceToHost));
       CUDA(cudaMemcpy(h_out.data(), out, count * sizeof(float), cudaMemcpyDeviceToHost));
@@ -102,13 +138,32 @@ int main(int argc, char **argv) {
       for (int i = 0; i < count; i++) bad += h_out[i] != want[i];
       checked += count;
     }
+    if (graph) { // back-to-back replays, GPU time; the slowest rank's
+      MPI_Barrier(MPI_COMM_WORLD);
+      CUDA(cudaEventRecord(e0, stream));
+      for (int i = 0; i < timed; i++) CUDA(cudaGraphLaunch(exec, stream));
+      CUDA(cudaEventRecord(e1, stream));
+      CUDA(cudaEventSynchronize(e1));
+      float ms = 0, worst = 0;
+      CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      MPI_Reduce(&ms, &worst, 1, MPI_FLOAT, MPI_MAX, 0, MPI_COMM_WORLD);
+      if (rank == 0)
+        std::printf("allreduce_oneshot: graph replay, %6d B: %8.3f us per replay (%d back to back)\n",
+                    count * (int)sizeof(float), 1e3 * worst / timed, timed);
+      CUDA(cudaGraphExecDestroy(exec));
+      CUDA(cudaGraphDestroy(g));
+    }
   }
   long all_bad = 0;
   MPI_Allreduce(&bad, &all_bad, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0)
-    std::printf("allreduce_oneshot: %d ranks, 8 B to 64 KiB, %d rounds each: %s (%ld elements per rank checked "
+    std::printf("allreduce_oneshot: %d ranks, 8 B to 64 KiB, %d %s each: %s (%ld elements per rank checked "
                 "against MPI_Allreduce)\n",
-                size, rounds, all_bad ? "MISMATCH" : "ok", checked);
+                size, rounds, graph ? "graph replays (captured once per size)" : "rounds", all_bad ? "MISMATCH" : "ok",
+                checked);
+  CUDA(cudaEventDestroy(e0));
+  CUDA(cudaEventDestroy(e1));
+  CUDA(cudaStreamDestroy(stream));
   CUDA(cudaFree(in));
   CUDA(cudaFree(out));
   CUDA(cudaFree(status));

@@ -24,10 +24,10 @@
  *   that dies or hangs gives VMMIPC_ERR_PEER or VMMIPC_ERR_TIMEOUT naming it:
  *   a rank of the caller's node that dies within about 100 ms plus one
  *   agreement, a rank of another node within the timeout. Stream waits on
- *   the kernel path (VMMIPC_SYNC=kernel or auto, docs/device-api.md) give up
- *   after the timeout; on stream memory operations they have no bound of
- *   their own; both are released when the comm fails
- *   (VMMIPC_SIGNAL_FAILED). After an agreement times out or a peer is gone
+ *   the kernel path (docs/sync.md) give up after the timeout and then fail
+ *   the comm; on stream memory operations they have no bound of their own;
+ *   both are released when the comm fails (VMMIPC_SIGNAL_FAILED). After an
+ *   agreement times out or a peer is gone
  *   the comm is broken: every later call on it fails at once, and
  *   vmmipc_comm_destroy frees it locally.
  * - One verdict: every rank of a collective returns the same result, even
@@ -135,9 +135,12 @@ VMMIPC_API void vmmipc_uuid_format(const vmmipc_uuid_t *uuid, char out[VMMIPC_UU
 
 /* An entry point of the CUDA driver that vmmipc loaded (the same library
  * and instance, VMMIPC_CUDA_DRIVER or libcuda.so.1), for programs that make
- * driver calls without linking libcuda. cuda_version <= 0 asks for the ABI
- * of the prototype in the cuda.h vmmipc was built with (CUDA 13.0 changed
- * cuCtxGetDevice and cuCtxSynchronize under the same name). */
+ * driver calls without linking libcuda. name: unversioned, as cuda.h
+ * documents it ("cuMemcpyHtoD"; a versioned "cuMemcpyHtoD_v2" is
+ * VMMIPC_ERR_INVALID_ARG). cuda_version <= 0 asks for the ABI of the
+ * prototype in the cuda.h vmmipc was built with (CUDA 13.0 changed
+ * cuCtxGetDevice and cuCtxSynchronize under the same name: 0 gives cuda.h's
+ * cuCtxSynchronize(void)). */
 VMMIPC_API vmmipc_result_t vmmipc_driver_proc(const char *name, int cuda_version, void **fn);
 
 /* ---- node-local communicator -------------------------------------------- */
@@ -243,7 +246,10 @@ VMMIPC_API vmmipc_result_t vmmipc_comm_cache_trim(vmmipc_comm_t comm, uint64_t *
  * calls fail at once naming this rank), and releases the stream waits
  * enqueued on its windows (docs/sync.md). Every later call on the comm fails
  * with VMMIPC_ERR_ABORTED; vmmipc_comm_destroy (then local) still frees it,
- * and vmmipc_win_free its windows. */
+ * and vmmipc_win_free its windows. A vmmipc_comm_destroy blocked on another
+ * thread ends too, and frees the comm only once this call has left it. Once
+ * vmmipc_comm_destroy has returned, the handle is freed: aborting it then is
+ * the caller's use after free, as with any freed handle. */
 VMMIPC_API vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t comm);
 
 /* ---- access ------------------------------------------------------------ */
@@ -466,17 +472,33 @@ VMMIPC_API vmmipc_result_t vmmipc_win_unpin(vmmipc_win_t win);
  * VMMIPC_ERR_INVALID_ARG. They enqueue and return (no host wait); the device
  * needs 64-bit stream memory operations (else VMMIPC_ERR_UNSUPPORTED).
  * What becomes visible to whom, and when: docs/sync.md. Signal, wait and
- * wait_host may be called from several threads at once. */
+ * wait_host may be called from several threads at once.
+ * None of them loads code, allocates or waits for the context, so a kernel
+ * of the caller's may be waiting for the very signal: the window calls
+ * (vmmipc_allgather_map, vmmipc_heap_alloc) load the library's kernels into
+ * the current context and make the window's device arrays. The path
+ * (VMMIPC_SYNC: auto, kernel, memops) is decided with the comm's first
+ * window, the same on every node rank, which must all set it alike.
+ * Kernel path: a stream wait or barrier that gives up at the comm's
+ * timeout lets the stream go on, so it fails the comm: this rank's host
+ * sync calls then return VMMIPC_ERR_TIMEOUT naming the rank waited for,
+ * and its next call holding the comm (any collective) breaks it, which
+ * every rank's later collectives report.
+ * CUDA graphs: the three capture (cuStreamBeginCapture) and replay; a
+ * replay repeats the values signal and wait were captured with, while the
+ * barrier replays correctly as it is (docs/sync.md, "CUDA graphs"). */
 
 /* Values are below 2^63: the top bit is VMMIPC_SIGNAL_FAILED's (else
- * VMMIPC_ERR_INVALID_ARG). When the comm fails (a peer hung up or aborted, a
- * timeout, vmmipc_comm_abort, teardown) this rank's slots of every open
- * window are set to VMMIPC_SIGNAL_FAILED, which satisfies every wait (the
- * comparison is cyclic, as CU_STREAM_WAIT_VALUE_GEQ's), so no stream waits
- * forever; the next call on the window or comm returns the failure, naming
- * the rank. Kernels reading a slot can test the top bit. On a node of one
- * rank, signal and wait to oneself use one's own slot, and the barrier
- * completes at once. */
+ * VMMIPC_ERR_INVALID_ARG). A wait for 0 is satisfied at once and enqueues
+ * nothing. When the comm fails (a peer hung up or aborted, a timeout,
+ * vmmipc_comm_abort, teardown) this rank's slots of every open window are
+ * set to VMMIPC_SIGNAL_FAILED, which satisfies every wait for 1 to 2^63 - 1
+ * (the comparison is cyclic, as CU_STREAM_WAIT_VALUE_GEQ's), and set again
+ * after any late write of a peer until the windows are freed, so no stream
+ * waits forever; the next call on the window or comm returns the failure,
+ * naming the rank. Kernels reading a slot can test the top bit. On a node
+ * of one rank, signal and wait to oneself use one's own slot, and the
+ * barrier completes at once. */
 #define VMMIPC_SIGNAL_FAILED 0x8000000000000000ull
 
 /* Sets the caller's slot in rank's pad to value, once the work enqueued
@@ -560,7 +582,9 @@ VMMIPC_API vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t heap, size_t size, vm
 /* Local. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_stats(vmmipc_heap_t heap, vmmipc_heap_stats_t *stats);
 /* Collective: gives back the growth steps at the top of the heap that no
- * live slice uses (memory is never given back otherwise). */
+ * live slice uses (memory is never given back otherwise). All-or-nothing:
+ * a rank that cannot give a step back fails the call on every rank, naming
+ * it, and every rank keeps its steps. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t heap);
 /* Collective. First frees, in step, the windows every rank released
  * (vmmipc_win_release). Refused on every rank (VMMIPC_ERR_BUSY, naming how
@@ -581,9 +605,10 @@ VMMIPC_API vmmipc_result_t vmmipc_heap_release(vmmipc_heap_t heap);
 
 /* vmmipc_win_device_t (rank, nranks, device arrays of the peers' addresses,
  * sizes and signal slots) is in vmmipc_win_device.h, which needs no MPI. */
-/* Local: fills *out for kernels (vmmipc_device.cuh). The arrays are made on
- * the window's first call (device memory on the current device, owned by
- * the window, freed by vmmipc_win_free) and stay valid until then. */
+/* Local: fills *out for kernels (vmmipc_device.cuh). The arrays live in
+ * device memory the window's comm allocated when the window was made (no
+ * allocation here: a kernel may be running), are filled on the window's
+ * first call, and stay valid until vmmipc_win_free. */
 VMMIPC_API vmmipc_result_t vmmipc_win_device(vmmipc_win_t win, vmmipc_win_device_t *out);
 
 /* What device waits on a window recorded, and which path its host sync

@@ -24,7 +24,9 @@
  * only): the host sees it in vmmipc_win_device_status, and the next host
  * sync call on the window fails naming the rank. A slot with the top bit
  * set holds a failure value (the comm detected a failure): waits on it
- * return VMMIPC_DEV_FAILED at once.
+ * return VMMIPC_DEV_FAILED at once. A rank out of range or not on the
+ * caller's node: signal does nothing, wait returns VMMIPC_DEV_INVALID (the
+ * host calls' VMMIPC_ERR_INVALID_ARG).
  */
 #ifndef VMMIPC_DEVICE_CUH
 #define VMMIPC_DEVICE_CUH
@@ -62,33 +64,46 @@ __device__ __forceinline__ uint64_t vmmipc__dev_deadline(const vmmipc_win_device
   return vmmipc__dev_now() + (timeout_ns ? timeout_ns : w->timeout_ns);
 }
 
-/* The first wait to give up claims the record; later ones leave it. */
-__device__ inline __noinline__ void vmmipc__dev_record(const vmmipc_win_device_t *w, int state, int barrier,
-                                                       int rank, uint64_t value, uint64_t seen) {
-  if (!w->claim || !w->record) return;
-  if (atomicCAS(w->claim, 0ull, 1ull) != 0ull) return;
-  w->record->value = value;
-  w->record->seen = seen;
+/* The first wait to give up claims a record; later ones leave it. */
+__device__ inline __noinline__ void vmmipc__dev_record_to(unsigned long long *claim, vmmipc_dev_record_t *record,
+                                                          int state, int barrier, int rank, uint64_t value,
+                                                          uint64_t seen) {
+  if (!claim || !record) return;
+  if (atomicCAS(claim, 0ull, 1ull) != 0ull) return;
+  record->value = value;
+  record->seen = seen;
   __threadfence_system();
-  w->record->head = (unsigned long long)state | (unsigned long long)(barrier ? 1 : 0) << 8 |
-                    (unsigned long long)(uint32_t)rank << 32;
+  record->head = (unsigned long long)state | (unsigned long long)(barrier ? 1 : 0) << 8 |
+                 (unsigned long long)(uint32_t)rank << 32;
   __threadfence_system();
 }
 
+/* Where else a timeout is recorded: the library's host-sync kernels pass
+ * the comm's alarm (a timed-out stream wait fails the comm); NULL for the
+ * API's own waits. */
+typedef struct vmmipc__dev_alarm {
+  unsigned long long *claim;
+  vmmipc_dev_record_t *record;
+} vmmipc__dev_alarm_t;
+
 /* Spins until *slot >= value (as CU_STREAM_WAIT_VALUE_GEQ compares), a
- * failure value, or the deadline. */
+ * failure value, or the deadline. A wait for 0 holds at once, as the host
+ * calls' do: in that comparison the failure value is not at or above 0,
+ * so a wait for 0 is never made. */
 __device__ __forceinline__ int vmmipc__dev_wait_slot(const vmmipc_win_device_t *w, const uint64_t *slot,
-                                                            uint64_t value, uint64_t deadline, int rank,
-                                                            int barrier) {
+                                                     uint64_t value, uint64_t deadline, int rank, int barrier,
+                                                     const vmmipc__dev_alarm_t *alarm) {
+  if (!value) return VMMIPC_DEV_OK;
   for (;;) {
     uint64_t v = vmmipc__dev_load_acquire(slot);
     if (v & VMMIPC_DEV_FAILED_BIT) {
-      vmmipc__dev_record(w, VMMIPC_DEV_FAILED, barrier, rank, value, v);
+      vmmipc__dev_record_to(w->claim, w->record, VMMIPC_DEV_FAILED, barrier, rank, value, v);
       return VMMIPC_DEV_FAILED;
     }
     if ((int64_t)(v - value) >= 0) return VMMIPC_DEV_OK;
     if (vmmipc__dev_now() >= deadline) {
-      vmmipc__dev_record(w, VMMIPC_DEV_TIMEOUT, barrier, rank, value, v);
+      vmmipc__dev_record_to(w->claim, w->record, VMMIPC_DEV_TIMEOUT, barrier, rank, value, v);
+      if (alarm) vmmipc__dev_record_to(alarm->claim, alarm->record, VMMIPC_DEV_TIMEOUT, barrier, rank, value, v);
       return VMMIPC_DEV_TIMEOUT;
     }
   }
@@ -97,7 +112,8 @@ __device__ __forceinline__ int vmmipc__dev_wait_slot(const vmmipc_win_device_t *
 /* Barrier k over one group of slots (out[q]: the caller's slot at node rank
  * q; in[q]: q's slot here), by the whole calling block. */
 __device__ __forceinline__ int vmmipc__dev_barrier_on(const vmmipc_win_device_t *w, uint64_t *const *out,
-                                                             const uint64_t *in, uint64_t k, uint64_t timeout_ns) {
+                                                      const uint64_t *in, uint64_t k, uint64_t timeout_ns,
+                                                      const vmmipc__dev_alarm_t *alarm) {
   __shared__ int vmmipc__result;
   const int nthreads = (int)(blockDim.x * blockDim.y * blockDim.z);
   const int tid = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
@@ -109,7 +125,7 @@ __device__ __forceinline__ int vmmipc__dev_barrier_on(const vmmipc_win_device_t 
   uint64_t deadline = vmmipc__dev_deadline(w, timeout_ns);
   for (int q = tid; q < n; q += nthreads) {
     if (q == me || !in) continue;
-    int r = vmmipc__dev_wait_slot(w, &in[q], k, deadline, w->node_ranks[q], 1);
+    int r = vmmipc__dev_wait_slot(w, &in[q], k, deadline, w->node_ranks[q], 1, alarm);
     if (r) atomicMax(&vmmipc__result, r);
   }
   __syncthreads(); /* every thread's acquire precedes the block's later reads */
@@ -128,7 +144,8 @@ __device__ __forceinline__ void *vmmipc_dev_ptr(const vmmipc_win_device_t *w, in
 
 /* Sets the caller's slot in rank's pad to value; release at system scope.
  * The same slot as vmmipc_win_signal(win, rank, ...): use growing values
- * and one signaller (device or host) per slot at a time. */
+ * and one signaller (device or host) per slot at a time. A rank out of
+ * range or of another node: nothing. */
 __device__ __forceinline__ void vmmipc_dev_signal(const vmmipc_win_device_t *w, int rank, uint64_t value) {
   if (rank < 0 || rank >= w->nranks) return;
   uint64_t *slot = w->signal_out[rank];
@@ -137,15 +154,16 @@ __device__ __forceinline__ void vmmipc_dev_signal(const vmmipc_win_device_t *w, 
 
 /* Waits until rank's slot in the caller's pad is at least value; acquire
  * at system scope. One thread calls it (others of the block wait at a
- * __syncthreads() after). Returns VMMIPC_DEV_OK, VMMIPC_DEV_TIMEOUT after
- * timeout_ns (0: the comm's timeout), or VMMIPC_DEV_FAILED (a failure
- * value; also, unrecorded, for a rank out of range or of another node). */
+ * __syncthreads() after). Returns VMMIPC_DEV_OK (at once for value 0),
+ * VMMIPC_DEV_TIMEOUT after timeout_ns (0: the comm's timeout),
+ * VMMIPC_DEV_FAILED (a failure value), or VMMIPC_DEV_INVALID (rank out of
+ * range or not on the caller's node; nothing recorded). */
 __device__ __forceinline__ int vmmipc_dev_wait(const vmmipc_win_device_t *w, int rank, uint64_t value,
-                                                      uint64_t timeout_ns) {
-  if (rank < 0 || rank >= w->nranks) return VMMIPC_DEV_FAILED;
+                                               uint64_t timeout_ns) {
+  if (rank < 0 || rank >= w->nranks) return VMMIPC_DEV_INVALID;
   const uint64_t *slot = w->signal_in[rank];
-  if (!slot) return rank == w->rank ? VMMIPC_DEV_OK : VMMIPC_DEV_FAILED; /* a node of one; another node */
-  return vmmipc__dev_wait_slot(w, slot, value, vmmipc__dev_deadline(w, timeout_ns), rank, 0);
+  if (!slot) return VMMIPC_DEV_INVALID; /* a rank of another node */
+  return vmmipc__dev_wait_slot(w, slot, value, vmmipc__dev_deadline(w, timeout_ns), rank, 0, nullptr);
 }
 
 /* Barrier among the node ranks of the window: every thread of exactly one
@@ -161,7 +179,7 @@ __device__ __forceinline__ int vmmipc_dev_barrier(const vmmipc_win_device_t *w, 
   __syncthreads();
   if (tid == 0) vmmipc__epoch = ++*w->epoch; /* one block per rank: no other writer */
   __syncthreads();
-  return vmmipc__dev_barrier_on(w, w->barrier_out, w->barrier_in, vmmipc__epoch, timeout_ns);
+  return vmmipc__dev_barrier_on(w, w->barrier_out, w->barrier_in, vmmipc__epoch, timeout_ns, nullptr);
 }
 
 #endif /* VMMIPC_DEVICE_CUH */

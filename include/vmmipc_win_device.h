@@ -17,6 +17,8 @@ extern "C" {
 #define VMMIPC_DEV_OK 0
 #define VMMIPC_DEV_TIMEOUT 1 /* the deadline passed before the slot reached the value */
 #define VMMIPC_DEV_FAILED 2  /* the slot holds a failure value (top bit set): a peer failed */
+#define VMMIPC_DEV_INVALID 3 /* vmmipc_dev_wait: the rank is out of range or not on the caller's node
+                                (the host calls' VMMIPC_ERR_INVALID_ARG); nothing is recorded */
 
 /* A slot whose top bit is set holds a failure value, written when the comm
  * detects a failure: every wait on it returns at once (VMMIPC_DEV_FAILED). */
@@ -32,10 +34,12 @@ typedef struct vmmipc_dev_record {
 } vmmipc_dev_record_t;
 
 /* A window as kernels see it: a plain struct, taken by value (kernel
- * argument or __constant__). Arrays are device memory owned by the window
- * and freed with it; indexes are comm ranks unless said otherwise. A NULL
- * slot (self on a node of one, ranks of other nodes) makes signal a no-op
- * and wait return VMMIPC_DEV_OK, as the host calls do. */
+ * argument or __constant__). Arrays are device memory owned by the window's
+ * comm and valid until the window is freed; indexes are comm ranks unless
+ * said otherwise. Slots are NULL exactly for ranks of other nodes, where
+ * the host calls return VMMIPC_ERR_INVALID_ARG: vmmipc_dev_signal does
+ * nothing there and vmmipc_dev_wait returns VMMIPC_DEV_INVALID (as for a
+ * rank out of range). */
 typedef struct vmmipc_win_device {
   int rank;                        /* the caller's rank in the window's comm */
   int nranks;                      /* the comm's size */

@@ -32,6 +32,17 @@ vmmipc_mpi_test(test_device NP 1 2 3 SOURCES test_device.cc)
 vmmipc_mpi_test(test_device NP 2 ENV VMMIPC_SYNC=memops SUFFIX .memops)
 vmmipc_mpi_test(test_device NP 2 3 ENV VMMIPC_SYNC=kernel SUFFIX .kernel)
 vmmipc_mpi_test(test_sync NP 2 VNODES 1 TIMEOUT 300)
+# The failure value, CUDA graphs (the stand-in's capture), and host sync
+# next to a user's waiting kernel (a binary of its own: its first host sync
+# call is the test's), on each path.
+vmmipc_mpi_test(test_sync_release NP 1 2 3 SOURCES test_sync_release.cc)
+vmmipc_mpi_test(test_sync_release NP 2 ENV VMMIPC_SYNC=memops SUFFIX .memops)
+vmmipc_mpi_test(test_sync_release NP 2 ENV VMMIPC_SYNC=kernel SUFFIX .kernel)
+vmmipc_mpi_test(test_sync_graph NP 2 3 4 SOURCES test_sync_graph.cc)
+vmmipc_mpi_test(test_sync_graph NP 2 ENV VMMIPC_SYNC=memops SUFFIX .memops)
+vmmipc_mpi_test(test_sync_user_kernel NP 1 2 3 SOURCES test_sync_user_kernel.cc ENV VMMIPC_STANDIN_WAIT_MS=8000)
+vmmipc_mpi_test(test_sync_user_kernel NP 2 ENV VMMIPC_STANDIN_WAIT_MS=8000 VMMIPC_SYNC=memops SUFFIX .memops)
+vmmipc_mpi_test(test_sync_user_kernel NP 2 ENV VMMIPC_STANDIN_WAIT_MS=8000 VMMIPC_SYNC=kernel SUFFIX .kernel)
 if(VMMIPC_TEST_DRIVER STREQUAL "standin")
   vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_STANDIN_CAPS=nomemops VMMIPC_SYNC=memops SUFFIX .nomemops)
   vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_STANDIN_CAPS=nokernels SUFFIX .nokernels)
@@ -53,6 +64,8 @@ if(NOT VMMIPC_SANITIZE)
                   ENV LD_PRELOAD=$<TARGET_FILE:vmmipc_skewclock> VMMIPC_TEST_SKEW_RANK=1 VMMIPC_TEST_SKEW_S=600)
 endif()
 vmmipc_mpi_test(test_contract NP 1 SOURCES test_contract.cc)
+# A collective one rank never calls, with a short timeout as while developing.
+vmmipc_mpi_test(test_mismatch NP 2 3 SOURCES test_mismatch.cc ENV VMMIPC_TIMEOUT_MS=1000 TIMEOUT 60)
 vmmipc_mpi_test(test_cache_release NP 2 3 SOURCES test_cache_release.cc)
 vmmipc_mpi_test(test_cache_release NP 4 VNODES 2)
 # One GPU for two ranks, as on a one-GPU machine: checks that need two GPUs
@@ -76,7 +89,7 @@ foreach(victim 0 last)
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 2 ${MPIEXEC_EXECUTABLE} ${_recovery}
                    ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 3 $<TARGET_FILE:test_kill>)
   set_tests_properties(test_kill.np3.victim_${victim} PROPERTIES TIMEOUT 120 PROCESSORS 3 SKIP_RETURN_CODE 77
-                       ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim};VMMIPC_STANDIN_WAIT_MS=30000")
+                       ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim};VMMIPC_STANDIN_WAIT_MS=80000")
 endforeach()
 # The dead rank on another node than the collector: its node peer tells the
 # collector (a death notice), so every survivor still learns at once.
@@ -85,11 +98,11 @@ add_test(NAME test_kill.np4.vnodes2.victim_last
                  ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 4 ${CMAKE_CURRENT_SOURCE_DIR}/harness/vnode.sh
                  $<TARGET_FILE:test_kill>)
 set_tests_properties(test_kill.np4.vnodes2.victim_last PROPERTIES TIMEOUT 120 PROCESSORS 4 SKIP_RETURN_CODE 77
-                     ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=last;VMMIPC_STANDIN_WAIT_MS=30000;VMMIPC_TEST_RANKS_PER_NODE=2")
+                     ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=last;VMMIPC_STANDIN_WAIT_MS=80000;VMMIPC_TEST_RANKS_PER_NODE=2")
 # A rank SIGKILLed at a random moment of a loop of map collectives (issue 29):
 # every survivor fails one call at once naming it, then frees everything.
 add_test(NAME test_kill.np4.loop
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 3 ${MPIEXEC_EXECUTABLE} ${_recovery}
                  ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 4 $<TARGET_FILE:test_kill>)
 set_tests_properties(test_kill.np4.loop PROPERTIES TIMEOUT 120 PROCESSORS 4 SKIP_RETURN_CODE 77
-                     ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=2;VMMIPC_TEST_KILL_LOOP=1;VMMIPC_STANDIN_WAIT_MS=30000")
+                     ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=2;VMMIPC_TEST_KILL_LOOP=1;VMMIPC_STANDIN_WAIT_MS=80000")

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -85,6 +86,29 @@ TEST(DriverLoad, ADriverWithoutGetProcAddressV2IsLoadedThroughTheUnversionedLook
   ExpectChildExits0(ThroughTheUnversionedLookup, "unversioned cuGetProcAddress");
 }
 
+// cuGetProcAddress takes the names cuda.h documents; the versioned symbols
+// its macros map them to are refused, naming the name to pass.
+int NamesOfDriverFunctions(void *) {
+  if (vmmipc_set_device(0) != VMMIPC_SUCCESS) return 10;
+  void *fn = reinterpret_cast<void *>(1);
+  vmmipc_result_t r = vmmipc_driver_proc("cuMemcpyHtoD_v2", 0, &fn);
+  if (r == VMMIPC_SUCCESS && !vt::UsingStandin()) return 0;  // a driver that takes it too
+  if (r != VMMIPC_ERR_INVALID_ARG || fn) return 11;
+  if (!std::strstr(vmmipc_last_error(), "\"cuMemcpyHtoD_v2\" is a versioned symbol")) return 12;
+  if (!std::strstr(vmmipc_last_error(), "pass the name cuda.h documents, \"cuMemcpyHtoD\"")) return 13;
+  if (vmmipc_driver_proc("cuStreamSynchronize_ptsz", 0, &fn) != VMMIPC_ERR_INVALID_ARG) return 14;
+  if (!std::strstr(vmmipc_last_error(), "\"cuStreamSynchronize\"")) return 15;
+  fn = reinterpret_cast<void *>(1);
+  if (vmmipc_driver_proc("cuNoSuchFunction", 0, &fn) != VMMIPC_ERR_UNSUPPORTED || fn) return 16;
+  if (!std::strstr(vmmipc_last_error(), "has no function \"cuNoSuchFunction\"")) return 17;
+  if (vmmipc_driver_proc("cuMemcpyHtoD", 0, &fn) != VMMIPC_SUCCESS || !fn) return 18;
+  return 0;
+}
+
+TEST(DriverLoad, AVersionedNameIsRefusedNamingTheNameToPass) {
+  ExpectChildExits0(NamesOfDriverFunctions, "driver function names");
+}
+
 int FailedLoadsAreRetried(void *) {
   const std::string good = std::getenv("VMMIPC_CUDA_DRIVER");
   int before = vt::FdCount();
@@ -93,6 +117,11 @@ int FailedLoadsAreRetried(void *) {
   int n = 0;
   if (vmmipc_device_count(&n) != VMMIPC_ERR_UNSUPPORTED) return 10;
   if (!std::strstr(vmmipc_last_error(), "/nonexistent/libcuda-missing.so")) return 11;
+  // The hint names the stand-in where it is: here, the build tree's.
+  char standin[PATH_MAX];
+  if (!realpath(good.c_str(), standin)) return 19;
+  if (!std::strstr(vmmipc_last_error(), ("without a GPU, the CPU stand-in: VMMIPC_CUDA_DRIVER=" + std::string(standin)).c_str()))
+    return 20;
   setenv("VMMIPC_CUDA_DRIVER", good.c_str(), 1);
   setenv("VMMIPC_STANDIN_DEVICES", "0", 1);
   if (vmmipc_device_count(&n) != VMMIPC_ERR_UNSUPPORTED) return 12;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/comm.h"
 #include "common/testhooks.h"
 #include "harness/bufs.h"
 
@@ -407,6 +408,46 @@ TEST_F(Faults, ConfigurationIsAgreedAndExplicitBeatsEnvironment) {
   EXPECT_EQ(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c), VMMIPC_ERR_INVALID_ARG);
   EXPECT_TRUE(Has(vmmipc_last_error(), "disagree on the socket mode")) << vmmipc_last_error();
   if (vt::Rank() == 1) unsetenv("VMMIPC_SOCKET_DIR");
+}
+
+// vmmipc_comm_abort from another thread while vmmipc_comm_destroy is
+// blocked (its agreement waits for ranks that have not called it yet), as
+// vmmipc.h allows: the destroy ends with the abort, and frees the comm only
+// once the abort has left it. The abort is held in its middle for 300 ms
+// (the "abort_slow" hook) so that, without that, the destroy's free comes
+// first: ASan reports the abort's use of the freed comm. The peers are told
+// of the abort before the sockets close.
+TEST_F(Faults, AnAbortWhileDestroyIsBlockedOnAnotherThread) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  vmmipc_comm_t c = Create(30000);
+  ASSERT_NE(c, nullptr);
+  if (vt::Rank() == 0) {
+    vmmipc_result_t r = VMMIPC_SUCCESS;
+    std::string msg;
+    std::thread destroyer([&] {
+      r = vmmipc_comm_destroy(c);
+      msg = vmmipc_last_error();
+    });
+    // The destroy holds the comm: its agreement waits for the other ranks.
+    for (;;) {
+      const char *op = __atomic_load_n(&c->busy_op, __ATOMIC_ACQUIRE);
+      if (op && std::string(op) == "vmmipc_comm_destroy") break;
+      std::this_thread::yield();
+    }
+    vmmipc__test_fail_at("abort_slow", 1);
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_VMM_OK(vmmipc_comm_abort(c));
+    destroyer.join();
+    EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << msg;
+    EXPECT_LT(Since(t0), 5.0) << "the destroy ended with the abort";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (vt::Rank() != 0) {
+    auto t1 = std::chrono::steady_clock::now();
+    EXPECT_EQ(vmmipc_comm_destroy(c), VMMIPC_ERR_ABORTED) << vmmipc_last_error();
+    EXPECT_LT(Since(t1), 5.0) << "told of the abort, not left to wait out the timeout";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace

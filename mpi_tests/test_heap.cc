@@ -647,4 +647,53 @@ TEST_F(Heap, Arguments) {
   ASSERT_VMM_OK(vmmipc_heap_destroy(h));
 }
 
+// A trim whose unmap fails on one rank (the second unmap it makes: a step
+// partly unmapped there when it fails, or on a node of one, the second of
+// the two steps, after the first was unmapped whole): every rank gets the
+// error naming that rank, and every rank keeps its steps: the same mapped
+// size as before, the live window's data intact, and the heap goes on in
+// step: an alloc that must grow past what is mapped, then a trim that
+// gives every step back.
+TEST_F(Heap, ATrimThatFailsOnOneRankKeepsTheHeapInStep) {
+  for (int f : {vt::Size() - 1, 0}) {
+    vmmipc_heap_t h = MakeHeap(c_, kGran, 16 * kGran);
+    ASSERT_NE(h, nullptr);
+    vmmipc_win_t a = nullptr, b1 = nullptr, b2 = nullptr;
+    ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran / 2, &a));
+    ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b1));  // a step each
+    ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b2));
+    ASSERT_VMM_OK(vmmipc_win_free(b2));  // the top two steps are free: a trim gives them back
+    ASSERT_VMM_OK(vmmipc_win_free(b1));
+    FillOwn(a, 21);
+    MPI_Barrier(MPI_COMM_WORLD);
+    vmmipc_heap_stats_t before = Stats(h);
+    ASSERT_EQ(before.mapped, 3 * kGran);
+    if (vt::Rank() == f) vmmipc__test_fail_at("trim_unmap", 2);
+    vmmipc_result_t r = vmmipc_heap_trim(h);
+    vmmipc__test_fail_at(nullptr, 0);
+    std::string msg = vmmipc_last_error();
+    EXPECT_EQ(r, VMMIPC_ERR_CUDA) << msg;
+    EXPECT_TRUE(vt::SameEverywhere(r)) << msg;
+    EXPECT_TRUE(Has(msg, "rank " + std::to_string(f))) << msg;
+    vmmipc_heap_stats_t after = Stats(h);
+    EXPECT_EQ(after.mapped, before.mapped) << "the trim was rolled back";
+    EXPECT_EQ(after.trimmed_steps, before.trimmed_steps);
+    std::vector<size_t> sizes(vt::Size(), kGran / 2);
+    CheckAll(a, 21, sizes);
+    // In step: a window that needs a new step past the kept ones.
+    vmmipc_win_t c = nullptr;
+    ASSERT_VMM_OK(vmmipc_heap_alloc(h, 4 * kGran, &c));
+    EXPECT_GT(Stats(h).mapped, before.mapped);
+    FillOwn(c, 22);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CheckAll(c, 22, std::vector<size_t>(vt::Size(), 4 * kGran));
+    MPI_Barrier(MPI_COMM_WORLD);
+    ASSERT_VMM_OK(vmmipc_win_free(c));
+    ASSERT_VMM_OK(vmmipc_win_free(a));
+    ASSERT_VMM_OK(vmmipc_heap_trim(h));
+    EXPECT_EQ(Stats(h).mapped, 0u);
+    ASSERT_VMM_OK(vmmipc_heap_destroy(h));
+  }
+}
+
 }  // namespace

@@ -3,7 +3,8 @@
 1. every relative Markdown link and image points at a file or folder that
    exists, and every path named in the text (docs/....md, examples/...) does;
 2. every C/C++ block of docs/integration.md is a file under examples/ whole,
-   or lines of one verbatim, so the guide shows only code that CI builds;
+   or lines of one verbatim, so the guide shows only code that CI builds
+   (a first line "// compile: ..." is scripts/check_doc_code.py's marker);
 3. the users' pages (docs/*.md) stay within their size budget.
 Run by CI from the repository root."""
 import pathlib
@@ -46,6 +47,8 @@ for page in pages:
 guide = (root / "docs" / "integration.md").read_text()
 sources = {p: p.read_text() for p in (root / "examples").rglob("*") if p.is_file()}
 blocks = re.findall(r"```(?:c|cpp|cu)\n(.*?)```", guide, re.S)
+# A first line "// compile: ..." is scripts/check_doc_code.py's marker, not the file's.
+blocks = [re.sub(r"\A//\s*compile:.*\n", "", b) for b in blocks]
 for b in blocks:
     if not any(b.rstrip("\n") in s for s in sources.values()):
         fail(f"docs/integration.md: a code block is not in any file under examples/: {b.splitlines()[0]!r}")

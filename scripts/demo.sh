@@ -5,6 +5,9 @@
 # nvidia-smi sees any (the table of vmmipc against raw driver VMM, NCCL and
 # the NVLink line rate); otherwise on the CPU stand-in driver (a functional
 # check: what ran and which data checks passed, no figures).
+# When ranks share a GPU and MPS is available, a private MPS daemon
+# (scripts/mps.sh, in BUILD_DIR/mps) serves the run, so that the ranks'
+# kernels run at once; it is stopped at the end. MPS=0: never.
 # One line per phase; each phase's output is in BUILD_DIR/demo-logs/.
 #   BUILD_DIR (default build), NP (ranks, default 2), MAX_SIZE (largest
 #   message: 1G on GPUs, 8M on the stand-in), VMMIPC_MPI, VMMIPC_NO_INSTALL=1:
@@ -63,6 +66,20 @@ if [ "${gpus:-0}" -gt 0 ]; then
     where="$np ranks on $gpus GPUs, one each, with the real CUDA driver"
   fi
   max=${MAX_SIZE:-1G}
+  if [ "$np" -gt "$gpus" ] && [ "${MPS:-auto}" != 0 ]; then
+    had_mark=0
+    [ -f "$build/mps/started-by-mps.sh" ] && had_mark=1
+    if mps_env=$("$root/scripts/mps.sh" start "$build/mps" 2> "$logs/mps.log"); then
+      eval "$mps_env" # the ranks inherit the daemon's variables from the launcher
+      if [ "$had_mark" = 0 ] && [ -f "$build/mps/started-by-mps.sh" ]; then
+        trap '"$root/scripts/mps.sh" stop "$build/mps" >> "$logs/mps.log" 2>&1 || true' EXIT
+      fi
+      say "MPS: $(head -1 "$logs/mps.log" | sed 's/^mps: //')"
+      where="$where, under MPS"
+    else
+      say "MPS: not used ($(tail -1 "$logs/mps.log" | sed 's/^mps: //')); the ranks' kernels time-slice the GPU"
+    fi
+  fi
 else
   export VMMIPC_CUDA_DRIVER="$build/mpi_tests/standin/libvmmipc_standin.so"
   where="$np ranks on the CPU stand-in driver (no GPU found): a functional check, no performance figures"

@@ -177,6 +177,51 @@ def check_tbar(d, require):
     return len(latencies(d))
 
 
+def check_devbench(d, require):
+    """vmmipc_device_bench, vmmipc_floor_bench, nvshmem_bench (common/devbench.cuh): every row measured or
+    skipped with its reason; a MISMATCH fails, except in the floors, where it is a finding about a variant."""
+    if "skipped" in d:  # a launch that could not run (wave4.sh writes why: NVSHMEM refused, not built)
+        measured_or_skipped(d, d.get("benchmark"))
+        return 0
+    need(positive(d.get("ranks")) and isinstance(d.get("gpus"), int), "no positive ranks or gpus")
+    need(d.get("mps") in (True, False, None), f"mps must be true, false or null, not {d.get('mps')!r}")
+    need(isinstance(d.get("rows"), list) and d["rows"], "no rows")
+    n = 0
+    for r in d["rows"]:
+        w = f"row {r.get('name')}/{r.get('path')}" + (f"/{r['bytes']} B" if "bytes" in r else "")
+        need(isinstance(r.get("name"), str) and r["name"] and isinstance(r.get("path"), str), f"{w}: no name or path")
+        if not measured_or_skipped(r, w):
+            continue
+        st = r.get("stats") or {}
+        for k in ("median", "p10", "p90", "min", "max"):
+            need(positive(st.get(k)), f"{w}: stats has no positive {k}")
+        need(st["min"] <= st["p10"] <= st["median"] <= st["p90"] <= st["max"], f"{w}: stats out of order: {st}")
+        s = r.get("samples", [])
+        need(len(s) == r.get("reps") and all(map(positive, s)), f"{w}: {len(s)} samples for {r.get('reps')} reps")
+        need(r.get("data") in ("ok", "MISMATCH", "unchecked"), f"{w}: data {r.get('data')!r}")
+        need(r["data"] != "MISMATCH" or d["benchmark"] == "vmmipc_floor_bench",
+             f"{w}: the data check failed ({r.get('mismatches')} mismatches)")
+        n += 1
+    names = {r["name"] for r in d["rows"] if "skipped" not in r}
+    for name in require:
+        need(name in names, f"{name} was not measured")
+    return n
+
+
+def check_heap(d, require):
+    need(positive(d.get("ranks")), "no positive ranks")
+    if "skipped" in d:  # a launch that left no JSON (wave4.sh writes why)
+        measured_or_skipped(d, "vmmipc_heap")
+        return 0
+    rows = {r.get("row"): r for r in d.get("rows", [])}
+    for name in ("mpi_floor (allgather 8B+allreduce 4B)", "heap_alloc + win_free 2 MiB") + tuple(require):
+        need(name in rows and (positive(rows[name].get("median")) or rows[name].get("skipped")),
+             f"no {name!r} row, measured or skipped")
+    for k, v in (d.get("mixed_workload") or {}).items():
+        need(k == "windows" or v.get("skipped") or v.get("data_ok") is True, f"mixed workload {k}: data check failed")
+    return sum(1 for r in d.get("rows", []) if positive(r.get("median")))
+
+
 def check_csv(path):
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
@@ -197,9 +242,13 @@ def run(path, csv_path=None, require=(), expect_skipped=(), incomplete=False):
     if kind == "vmmipc_setup":
         n = check_setup(d, require, incomplete)
     else:
-        fn = {"vmmipc_bw": check_bw, "vmmipc_sync": check_sync, "torch_barrier": check_tbar}.get(kind)
+        fn = {"vmmipc_bw": check_bw, "vmmipc_sync": check_sync, "torch_barrier": check_tbar,
+              "vmmipc_device_bench": check_devbench, "vmmipc_floor_bench": check_devbench,
+              "nvshmem_bench": check_devbench, "vmmipc_heap": check_heap}.get(kind)
         need(fn, f"{path}: unknown benchmark {kind!r}")
         n = fn(d, require)
+        if kind in D.LISTS:
+            require = ()  # checked by name above
         have = {e["name"] for e in d.get("latency", []) if D.ok(e) and "stats" in e}
         for name in require:  # latency entries measured in at least one mode
             w = [e.get("skipped") or e.get("error") for e in d.get("latency", []) if e.get("name") == name]

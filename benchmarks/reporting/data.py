@@ -1,6 +1,7 @@
 """Reading benchmark JSON and results directories: the one place that knows
 the files' shapes (vmmipc_bw, vmmipc_setup, vmmipc_sync, torch_symm_mem,
-torch_barrier, told apart by their "benchmark" key)."""
+torch_barrier, and issue 30's vmmipc_device_bench, vmmipc_floor_bench,
+nvshmem_bench and vmmipc_heap, told apart by their "benchmark" key)."""
 import json
 import os
 import re
@@ -8,6 +9,9 @@ import sys
 
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
 ROLES = {"vmmipc_bw": "bw", "torch_symm_mem": "torch", "vmmipc_sync": "sync", "torch_barrier": "tbar"}
+# Issue 30's programs: one file per launch (ranks, MPS on or off, host path), so a list per role.
+LISTS = {"vmmipc_device_bench": "device", "vmmipc_floor_bench": "floor", "nvshmem_bench": "nvshmem",
+         "vmmipc_heap": "heap"}
 
 
 def load(paths):
@@ -34,9 +38,12 @@ def pick(loaded):
     scale and probes (run-gpu.sh's extra vmmipc_setup launches) sorted by the
     GPUs they wanted, then ranks."""
     run = {"bw": None, "setup": None, "torch": None, "sync": None, "tbar": None, "scale": [], "probes": []}
+    run.update({k: [] for k in LISTS.values()})
     for _, d in loaded:
         kind = d.get("benchmark")
-        if kind == "vmmipc_setup" and d.get("tag") in ("scale", "probes"):
+        if kind in LISTS:
+            run[LISTS[kind]].append(d)
+        elif kind == "vmmipc_setup" and d.get("tag") in ("scale", "probes"):
             run[d["tag"]].append(d)
         elif kind == "vmmipc_setup" and run["setup"] is None:
             run["setup"] = d
@@ -44,7 +51,14 @@ def pick(loaded):
             run[ROLES[kind]] = d
     for k in ("scale", "probes"):
         run[k].sort(key=lambda d: (gpus_wanted(d), d.get("ranks") or 0))
+    for k in LISTS.values():  # a fixed order whatever the file names: ranks, MPS on first, then the path
+        run[k].sort(key=lambda d: (d.get("ranks") or 0, d.get("mps") is not True, str(d.get("vmmipc_sync"))))
     return run
+
+
+def issue30(files):
+    """Whether a run has issue 30's files."""
+    return any(files.get(k) for k in LISTS.values())
 
 
 def gpus_of(d):
@@ -171,16 +185,22 @@ class Run:
         self.plots = sorted(os.listdir(pdir)) if os.path.isdir(pdir) else []
 
     def any(self):
-        return any(self.files[k] for k in ROLES.values()) or bool(self.files["setup"] or self.files["scale"])
+        return any(self.files[k] for k in ROLES.values()) or bool(self.files["setup"] or self.files["scale"]) \
+            or issue30(self.files)
 
     def main(self):
-        return self.files["bw"] or self.files["setup"] or self.files["sync"]
+        return self.files["bw"] or self.files["setup"] or self.files["sync"] or \
+            next((d for d in self.files["device"] if "skipped" not in d), None)
+
+    def singles(self):
+        """The files of one role each, then issue 30's lists, in that order."""
+        return [self.files[k] for k in ("bw", "setup", "sync")] + [d for k in LISTS.values() for d in self.files[k]]
 
     def gpus(self):
         """"2x NVIDIA H200", from the devices the ranks used."""
         seen = {}
-        for key in ("bw", "setup", "sync"):
-            for dev in (self.files[key] or {}).get("devices", []):
+        for f in self.singles():
+            for dev in (f or {}).get("devices", []):
                 seen.setdefault(dev.get("uuid"), dev.get("name", "?"))
             if seen:
                 break
@@ -192,8 +212,8 @@ class Run:
         return m.group(1) if m else None
 
     def cuda(self):
-        for key in ("bw", "setup", "sync"):
-            v = ((self.files[key] or {}).get("driver") or {}).get("version")
+        for f in self.singles():
+            v = ((f or {}).get("driver") or {}).get("version")
             if v:
                 return f"{v // 1000}.{v % 1000 // 10}"
         return None

@@ -2,6 +2,7 @@
 the same run, recomputed from the medians (not copied from the programs'
 verdicts). A row: id, goal, measured, target, verdict (PASS, FAIL, n/a with
 the reason in measured, or info for a comparison without a target)."""
+from . import issue30
 from .data import GiB, KiB, MiB, has_modes, lat, lat_median, median, missing, per_mapping, placement, row, \
     series, series_entry, size_str, standin, gpus_of, gpus_wanted, entry, why
 
@@ -258,10 +259,12 @@ def sync_rows(sync, tbar):
 def goal_rows(run):
     """Every goal row of one run (data.pick's roles)."""
     if not (run.get("bw") or run.get("setup") or run.get("torch") or run.get("scale")):
-        return sync_rows(run["sync"], run.get("tbar")) if run.get("sync") else []
-    rows = bw_rows(run.get("bw")) + setup_rows(run.get("setup"), run.get("torch"))
-    rows += issue11_rows(run.get("setup"), run.get("scale"))
-    return rows + (sync_rows(run["sync"], run.get("tbar")) if run.get("sync") else [])
+        rows = sync_rows(run["sync"], run.get("tbar")) if run.get("sync") else []
+    else:
+        rows = bw_rows(run.get("bw")) + setup_rows(run.get("setup"), run.get("torch"))
+        rows += issue11_rows(run.get("setup"), run.get("scale"))
+        rows += sync_rows(run["sync"], run.get("tbar")) if run.get("sync") else []
+    return rows + issue30.rows(run)
 
 
 def table(rows):

@@ -5,6 +5,7 @@ says why it has none. The same inputs give the same bytes."""
 import os
 
 from . import data as D
+from . import issue30
 from .data import GiB, MiB, KiB, size_str
 from .goals import goal_rows
 
@@ -94,7 +95,12 @@ def chosen_goals(runs):
 
 HEADLINE = ("bw.ce_read_vs_raw", "bw.line_rate", "bw.vs_nccl_uni", "setup.1g_vs_floor", "setup.1g_vs_torch",
             "i11.first_2m_vs_ipc", "i11.again", "sync:stream barrier vs cuStreamSynchronize + MPI_Barrier [queued, "
-            "primary]", "sync:stream barrier vs NCCL send/recv of 8 bytes (one way) [queued, primary]")
+            "primary]", "sync:stream barrier vs NCCL send/recv of 8 bytes (one way) [queued, primary]",
+            "i30.signal.2", "i30.barrier.2", "i30.host_barrier.2", "i30.heap.2", "i30.allreduce.2", "i30.graph.2")
+
+
+def newest_i30(runs):
+    return next((r for r in runs if D.issue30(r.files)), None)
 
 
 def best_ce(bw, d, size):
@@ -176,6 +182,18 @@ def users_page(runs, out, tables):
                  ("host.sync_barrier", "host", "cuStreamSynchronize + MPI_Barrier"))
         p.table(["Operation", "µs"], [[t, us(D.lat_median(D.lat(sy, n, mo)))] for n, mo, t in names], False)
         p.plots(runs, "sync", ["sync_latency.png"], "Plot")
+    run = newest_i30(runs)
+    if run:
+        tbls = [t for t in issue30.tables(run.files) if t[0].startswith("vmmipc against NVSHMEM")]
+        p.add("## Device sync on one shared GPU", "")
+        p.para(f"Ranks sharing one GPU (under MPS where the run says so), each vmmipc figure next to NVSHMEM's from "
+               f"run {run.label()}; the floors, the all-reduce and the other rank counts: the full page.")
+        if tbls:
+            title, head, body, note = tbls[0]
+            p.para(f"{title}:")
+            p.table(head, body, False)
+        else:
+            p.para("No vmmipc or NVSHMEM rows in this run (floors only).")
     return p.text()
 
 
@@ -194,7 +212,8 @@ def dev_tables(runs, out, users):
             [[f"[{r.name}]({p.link(r.path)}/)", r.date, r.gpus() + (" (CPU stand-in)" if r.standin() else ""),
               (D.placement(r.main()) if r.main() else "-") + ("; each rank sees only its GPU" if r.visible else ""),
               ", ".join([k for k in ("bw", "setup", "torch", "sync", "tbar") if r.files[k]] +
-                        [f"{k} x{len(r.files[k])}" for k in ("scale", "probes") if r.files[k]]),
+                        [f"{k} x{len(r.files[k])}" for k in ("scale", "probes") + tuple(D.LISTS.values())
+                         if r.files[k]]),
               f"{r.driver() or '?'} / {r.cuda() or '?'}"] for r in runs])
     p.add("## Goals", "")
     p.para("Each row from the newest run that gave the goal a verdict; newer runs' n/a reasons follow.")
@@ -310,6 +329,15 @@ def dev_tables(runs, out, users):
                                       for s in bws] for z in sizes])
         p.plots(runs, "sync", ["sync_latency.png", "sync_bandwidth.png"], "Plots")
 
+    run = newest_i30(runs)
+    if run:
+        p.add("## Device sync on one shared GPU (issue 30), µs", "")
+        p.para(f"From run {run.label()}: the raw floors, and every vmmipc row next to its NVSHMEM anchor of the same "
+               f"run, by rank count.")
+        for title, head, body, note in issue30.tables(run.files):
+            p.add(f"### {title}", "")
+            p.table(head, body, False)
+            p.para(note)
     vis = [r for r in runs if r.visible]
     p.add("## GPUs hidden from each other", "")
     p.para(f"From run {vis[0].label()} (`run-gpu.sh --per-rank-visible`): its tables are those above when it is the "

@@ -458,8 +458,14 @@ static void write_json(const setup_ctx_t *c, const char *path, const heap_row_t 
   jw_init(&w, f);
   jw_obj(&w, NULL);
   jw_str(&w, "bench", "vmmipc_setup --heap");
+  jw_str(&w, "benchmark", "vmmipc_heap"); /* the report tools' key (benchmarks/reporting) */
   jw_int(&w, "ranks", c->node->size);
   jw_int(&w, "gpus", c->gpus);
+  const char *mps = getenv("VMMIPC_BENCH_MPS"); /* set by the scripts that start MPS or know it is off */
+  if (mps)
+    jw_bool(&w, "mps", strcmp(mps, "1") == 0);
+  else
+    jw_null(&w, "mps");
   jw_str(&w, "units", "seconds; each repetition is the maximum over ranks");
   jw_arr(&w, "rows");
   for (int i = 0; i < nrows; i++) {

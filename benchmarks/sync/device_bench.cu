@@ -1,16 +1,24 @@
-// Device-API latencies (issue 23), one JSON line per figure on rank 0:
-//   dev_barrier      in-kernel barrier, us per barrier over N barriers
-//   dev_signal_wait  in-kernel signal -> wait, one way (ping-pong / 2)
-//   host_barrier     vmmipc_win_barrier on a stream, GPU us per barrier
-//   host_signal_wait vmmipc_win_signal + vmmipc_win_wait ping-pong, one way
-//   allreduce        the one-shot all-reduce of examples/allreduce_oneshot.cu
-//                    (one kernel, two device barriers), 8 B to 64 KiB, and
-//                    NCCL's ncclAllReduce as the anchor (dlopen'ed; NCCL
-//                    refuses ranks that share a GPU: the row says skipped)
-// The host rows run on the path VMMIPC_SYNC picks (the "path" field says
-// which). Two ranks; on one GPU kernels of the ranks time-slice, so the
-// in-kernel rows measure the scheduler, not the interconnect.
-//   mpirun -np 2 vmmipc_device_bench [iterations]
+// Device-API latencies (issues 23 and 30), any number of ranks (2 or more):
+//   dev_barrier          in-kernel vmmipc_dev_barrier, every rank, per barrier
+//   dev_signal_wait      vmmipc_dev_signal -> vmmipc_dev_wait, ranks 0 and 1, one way
+//   dev_put_signal_wait  the same after an 8-byte store into the peer's buffer,
+//                        which the waiter checks after its wait (data ok/MISMATCH)
+//   host_barrier         vmmipc_win_barrier on a stream, every rank, per barrier
+//   host_signal_wait     vmmipc_win_signal + vmmipc_win_wait, ranks 0 and 1, one way
+//   allreduce            the one-shot all-reduce of examples/allreduce_oneshot.cu
+//                        (one kernel, two device barriers), 8 B to 64 KiB, checked
+//   allreduce_graph      the same kernel captured once in a CUDA graph and replayed
+//   allreduce (nccl)     ncclAllReduce as an anchor (dlopen'ed; NCCL refuses ranks
+//                        that share a GPU: the row says skipped)
+// The host rows run on the path VMMIPC_SYNC picks ("path" says which: one
+// launch per path). In-kernel rows are timed inside the kernel with
+// %globaltimer after one untimed round (a batch is the slowest rank's);
+// host and all-reduce rows by CUDA events around a batch issued back to
+// back. Median over --reps batches. Without MPS, kernels of ranks sharing
+// a GPU time-slice: the in-kernel rows then measure the scheduler.
+//   mpirun -np N vmmipc_device_bench [--iters 2000] [--reps 10] [--host-iters 500]
+//          [--ar-iters 200] [--rows dev,put,host,allreduce,graph,nccl] [--timeout-s 20] [--json FILE]
+// (a lone number as the first argument is --iters, as before.)
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -19,54 +27,94 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
+#include "common/devbench.cuh"
 #include "vmmipc.h"
 #include "vmmipc_device.cuh"
 
-#define VMM(call)                                                                  \
-  do {                                                                             \
-    if ((call) != VMMIPC_SUCCESS) {                                                \
-      std::fprintf(stderr, "rank %d: %s: %s\n", rank, #call, vmmipc_last_error()); \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                \
-    }                                                                              \
+using devbench::Row;
+
+#define VMM(call)                                                                   \
+  do {                                                                              \
+    if ((call) != VMMIPC_SUCCESS) devbench::die("%s: %s", #call, vmmipc_last_error()); \
   } while (0)
 
-__global__ void k_barriers(vmmipc_win_device_t w, int n, int *bad) {
-  for (int i = 0; i < n; i++)
-    if (vmmipc_dev_barrier(&w, 0) && threadIdx.x == 0) atomicAdd(bad, 1);
-}
+static constexpr size_t kPayloadOff = 1u << 20; // the ping-pong's payload, clear of the all-reduce slices
+static constexpr int kMaxFloats = 16384;        // 64 KiB
 
-// Rank 0 signals 2i+1 and waits for 2i+2; rank 1 answers.
-__global__ void k_pingpong(vmmipc_win_device_t w, int peer, int n, int *bad) {
-  for (int i = 0; i < n; i++) {
-    uint64_t v = 2 * (uint64_t)i + 1;
-    if (w.rank == 0) {
-      vmmipc_dev_signal(&w, peer, v);
-      if (vmmipc_dev_wait(&w, peer, v + 1, 0)) atomicAdd(bad, 1);
-    } else {
-      if (vmmipc_dev_wait(&w, peer, v, 0)) atomicAdd(bad, 1);
-      vmmipc_dev_signal(&w, peer, v + 1);
-    }
+struct Res {
+  unsigned long long ns, bad, failed;
+};
+
+__host__ __device__ inline uint64_t tag(uint64_t v) { return v * 0x9e3779b97f4a7c15ull + 1; }
+
+// One untimed barrier, then n timed; every thread of the one block calls.
+__global__ void k_barriers(vmmipc_win_device_t w, int n, uint64_t timeout_ns, Res *res) {
+  unsigned long long failed = vmmipc_dev_barrier(&w, timeout_ns) != VMMIPC_DEV_OK;
+  const uint64_t t0 = devbench::globaltimer();
+  for (int i = 0; i < n && !failed; i++) failed = vmmipc_dev_barrier(&w, timeout_ns) != VMMIPC_DEV_OK;
+  if (threadIdx.x == 0) {
+    res->ns = devbench::globaltimer() - t0;
+    res->bad = 0;
+    res->failed = failed;
   }
 }
 
-__global__ void k_allreduce(vmmipc_win_device_t w, const float *in, float *out, int n, int *bad) {
+// One thread. One untimed round trip, then n timed: the lower rank signals
+// base+2i+1 and waits for base+2i+2. payload: an 8-byte store into the
+// peer's buffer before each signal, checked by the peer after its wait.
+__global__ void k_pingpong(vmmipc_win_device_t w, int peer, uint64_t base, int n, int payload, uint64_t timeout_ns,
+                           Res *res) {
+  const uint64_t *mine = reinterpret_cast<const uint64_t *>(static_cast<char *>(vmmipc_dev_ptr(&w, w.rank)) +
+                                                            kPayloadOff);
+  uint64_t *theirs = reinterpret_cast<uint64_t *>(static_cast<char *>(vmmipc_dev_ptr(&w, peer)) + kPayloadOff);
+  const bool first = w.rank < peer;
+  unsigned long long bad = 0, failed = 0;
+  uint64_t t0 = 0;
+  for (int i = 0; i <= n; i++) {
+    if (i == 1) t0 = devbench::globaltimer();
+    const uint64_t a = base + 2 * (uint64_t)i + 1, b = a + 1;
+    const uint64_t send = first ? a : b, recv = first ? b : a;
+    if (first) {
+      if (payload) *theirs = tag(send);
+      vmmipc_dev_signal(&w, peer, send);
+    }
+    if (vmmipc_dev_wait(&w, peer, recv, timeout_ns) != VMMIPC_DEV_OK) {
+      failed = 1;
+      break;
+    }
+    if (payload && *mine != tag(recv)) bad++;
+    if (!first) {
+      if (payload) *theirs = tag(send);
+      vmmipc_dev_signal(&w, peer, send);
+    }
+  }
+  res->ns = devbench::globaltimer() - t0;
+  res->bad = bad;
+  res->failed = failed;
+}
+
+// examples/allreduce_oneshot.cu's kernel: in -> my slice; barrier; out = sum
+// of every slice; barrier.
+__global__ void k_allreduce(vmmipc_win_device_t w, const float *in, float *out, int n, unsigned long long *failed) {
   float *mine = static_cast<float *>(vmmipc_dev_ptr(&w, w.rank));
   for (int i = threadIdx.x; i < n; i += blockDim.x) mine[i] = in[i];
-  if (vmmipc_dev_barrier(&w, 0) && threadIdx.x == 0) atomicAdd(bad, 1);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+  int r = vmmipc_dev_barrier(&w, 0);
+  for (int i = threadIdx.x; r == VMMIPC_DEV_OK && i < n; i += blockDim.x) {
     float s = 0;
     for (int q = 0; q < w.nranks; q++) s += static_cast<const float *>(vmmipc_dev_ptr(&w, q))[i];
     out[i] = s;
   }
-  if (vmmipc_dev_barrier(&w, 0) && threadIdx.x == 0) atomicAdd(bad, 1);
+  int r2 = vmmipc_dev_barrier(&w, 0);
+  if (threadIdx.x == 0 && (r || r2)) atomicAdd(failed, 1ull);
 }
 
 // NCCL, loaded at run time: only the few ABI types needed are declared.
 struct Nccl {
   void *lib = nullptr, *comm = nullptr;
   int (*GetUniqueId)(void *) = nullptr;
-  int (*CommInitRank)(void **, int, ...) = nullptr; // (comm*, nranks, ncclUniqueId by value, rank)
   int (*AllReduce)(const void *, void *, size_t, int, int, void *, cudaStream_t) = nullptr;
   int (*CommDestroy)(void *) = nullptr;
 };
@@ -76,7 +124,9 @@ struct NcclId {
 
 static const char *nccl_init(Nccl *x, int rank, int size) {
   x->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (!x->lib) return "libnccl.so.2 not found";
+  int have = x->lib != nullptr, all = 0;
+  MPI_Allreduce(&have, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all) return "libnccl.so.2 not found";
   x->GetUniqueId = reinterpret_cast<int (*)(void *)>(dlsym(x->lib, "ncclGetUniqueId"));
   void *init = dlsym(x->lib, "ncclCommInitRank");
   x->AllReduce =
@@ -88,156 +138,322 @@ static const char *nccl_init(Nccl *x, int rank, int size) {
   if (rank == 0 && x->GetUniqueId(&id)) std::memset(&id, 0, sizeof id);
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
   auto fn = reinterpret_cast<int (*)(void **, int, NcclId, int)>(init);
-  int rc = fn(&x->comm, size, id, rank), all = 0;
+  int rc = fn(&x->comm, size, id, rank);
   MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (all) return "ncclCommInitRank failed (ranks sharing a GPU are refused)";
   return nullptr;
 }
 
-static void row(const char *what, const char *path, int n, double us) {
-  std::printf("{\"bench\": \"device\", \"row\": \"%s\", \"path\": \"%s\", \"iterations\": %d, \"us\": %.3f}\n", what,
-              path, n, us);
-  std::fflush(stdout);
+struct Bench {
+  int rank = 0, size = 0, peer = 0, iters = 0, reps = 0, host_iters = 0, ar_iters = 0;
+  uint64_t timeout_ns = 0, sig_base = 0; // signal values of the pair (0, 1), growing over the run
+  vmmipc_win_t win = nullptr;
+  vmmipc_win_device_t dw;
+  cudaStream_t s = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  Res *res = nullptr; // host-mapped
+  bool pair() const { return rank < 2; }
+};
+
+// One sample from a kernel's result on the ranks that ran it.
+static void kernel_sample(Bench &b, bool ran, double per, Row &row, long &failed) {
+  double ns = ran ? (double)b.res->ns : 0;
+  row.samples.push_back(devbench::max_over_ranks(ns) * 1e-9 / per);
+  row.mismatches += devbench::sum_over_ranks(ran ? (long)b.res->bad : 0);
+  failed += devbench::sum_over_ranks(ran ? (long)b.res->failed : 0);
+}
+
+static void settle(Row &row, long failed, bool checked) {
+  if (failed) {
+    row.skipped = "a device wait gave up (" + std::to_string(failed) + " rank-batches); no figure";
+    row.samples.clear();
+  } else if (checked) {
+    row.data = row.mismatches ? devbench::MISMATCH : devbench::OK;
+  }
+}
+
+static Row dev_barrier_row(Bench &b) {
+  Row row;
+  row.name = "dev_barrier";
+  row.what = "per barrier";
+  row.path = "device";
+  row.iters = b.iters;
+  row.note = "one block of 32 threads per rank, every rank";
+  long failed = 0;
+  for (int r = 0; r < b.reps; r++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    k_barriers<<<1, 32, 0, b.s>>>(b.dw, b.iters, b.timeout_ns, b.res);
+    DB_CUDA(cudaGetLastError());
+    DB_CUDA(cudaStreamSynchronize(b.s));
+    kernel_sample(b, true, b.iters, row, failed);
+  }
+  settle(row, failed, false);
+  return row;
+}
+
+static Row dev_pingpong_row(Bench &b, int payload) {
+  Row row;
+  row.name = payload ? "dev_put_signal_wait" : "dev_signal_wait";
+  row.what = "one way (round trip / 2)";
+  row.path = "device";
+  row.bytes = payload ? 8 : 0;
+  row.iters = b.iters;
+  row.note = payload ? "an 8-byte store into the peer's buffer, vmmipc_dev_signal; the peer checks it after "
+                       "vmmipc_dev_wait; ranks 0 and 1"
+                     : "vmmipc_dev_signal / vmmipc_dev_wait, one thread, ranks 0 and 1";
+  long failed = 0;
+  for (int r = 0; r < b.reps; r++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (b.pair()) {
+      k_pingpong<<<1, 1, 0, b.s>>>(b.dw, b.peer, b.sig_base, b.iters, payload, b.timeout_ns, b.res);
+      DB_CUDA(cudaGetLastError());
+      DB_CUDA(cudaStreamSynchronize(b.s));
+    }
+    b.sig_base += 2 * (uint64_t)(b.iters + 1);
+    kernel_sample(b, b.pair(), 2.0 * b.iters, row, failed);
+  }
+  settle(row, failed, payload != 0);
+  return row;
+}
+
+// Events around a batch on this rank's stream; the slowest rank's time.
+static double event_batch(Bench &b, bool run, void (*issue)(Bench &, int), int n) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  float ms = 0;
+  if (run) {
+    DB_CUDA(cudaEventRecord(b.e0, b.s));
+    issue(b, n);
+    DB_CUDA(cudaEventRecord(b.e1, b.s));
+    DB_CUDA(cudaEventSynchronize(b.e1));
+    DB_CUDA(cudaEventElapsedTime(&ms, b.e0, b.e1));
+  }
+  return devbench::max_over_ranks(ms * 1e-3);
+}
+
+static void issue_barriers(Bench &b, int n) {
+  for (int i = 0; i < n; i++) VMM(vmmipc_win_barrier(b.win, b.s));
+}
+
+static void issue_signal_wait(Bench &b, int n) {
+  for (int i = 0; i < n; i++) {
+    const uint64_t a = b.sig_base + 2 * (uint64_t)i + 1;
+    if (b.rank == 0) {
+      VMM(vmmipc_win_signal(b.win, b.peer, a, b.s));
+      VMM(vmmipc_win_wait(b.win, b.peer, a + 1, b.s));
+    } else {
+      VMM(vmmipc_win_wait(b.win, b.peer, a, b.s));
+      VMM(vmmipc_win_signal(b.win, b.peer, a + 1, b.s));
+    }
+  }
+}
+
+static const char *host_path(Bench &b) {
+  vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
+  VMM(vmmipc_win_device_status(b.win, &st));
+  return st.kernel_calls ? (st.memops_calls ? "mixed" : "kernel") : "memops";
+}
+
+static void host_rows(Bench &b, devbench::Report &rep) {
+  issue_barriers(b, 10); // warm-up: the path's first-call costs
+  DB_CUDA(cudaStreamSynchronize(b.s));
+  Row bar;
+  bar.name = "host_barrier";
+  bar.what = "per barrier";
+  bar.iters = b.host_iters;
+  bar.note = "vmmipc_win_barrier back to back on one stream per rank, every rank";
+  for (int r = 0; r < b.reps; r++) bar.samples.push_back(event_batch(b, true, issue_barriers, b.host_iters) / b.host_iters);
+  Row sw;
+  sw.name = "host_signal_wait";
+  sw.what = "one way (round trip / 2)";
+  sw.bytes = 0;
+  sw.iters = b.host_iters;
+  sw.note = "vmmipc_win_signal + vmmipc_win_wait on one stream each, ranks 0 and 1";
+  if (b.pair()) { // warm-up round trip
+    issue_signal_wait(b, 1);
+    DB_CUDA(cudaStreamSynchronize(b.s));
+  }
+  b.sig_base += 2;
+  for (int r = 0; r < b.reps; r++) {
+    sw.samples.push_back(event_batch(b, b.pair(), issue_signal_wait, b.host_iters) / b.host_iters / 2);
+    b.sig_base += 2 * (uint64_t)b.host_iters;
+  }
+  // The path of rank 0's calls (ranks 2.. made no signal calls).
+  std::string path = host_path(b);
+  bar.path = sw.path = path;
+  rep.add(bar);
+  rep.add(sw);
+}
+
+struct AllReduce {
+  float *in = nullptr, *out = nullptr;
+  std::vector<float> host;
+  unsigned long long *failed = nullptr;
+  vmmipc_win_device_t dw;
+  int count = 0;
+  cudaGraphExec_t graph = nullptr;
+  Nccl *nccl = nullptr;
+};
+static AllReduce g_ar;
+
+static void issue_allreduce(Bench &b, int n) {
+  for (int i = 0; i < n; i++) k_allreduce<<<1, 512, 0, b.s>>>(g_ar.dw, g_ar.in, g_ar.out, g_ar.count, g_ar.failed);
+  DB_CUDA(cudaGetLastError());
+}
+static void issue_graph(Bench &b, int n) {
+  for (int i = 0; i < n; i++) DB_CUDA(cudaGraphLaunch(g_ar.graph, b.s));
+}
+static void issue_nccl(Bench &b, int n) {
+  for (int i = 0; i < n; i++)
+    g_ar.nccl->AllReduce(g_ar.in, g_ar.out, (size_t)g_ar.count, 7 /* ncclFloat32 */, 0 /* ncclSum */, g_ar.nccl->comm,
+                         b.s);
+}
+
+// Counts wrong elements of out (every rank's input is (rank + 1) * (i % 97 + 1)).
+static long allreduce_bad(Bench &b, int count) {
+  std::vector<float> got((size_t)count);
+  DB_CUDA(cudaMemcpy(got.data(), g_ar.out, (size_t)count * sizeof(float), cudaMemcpyDeviceToHost));
+  const float ranks = (float)b.size * (float)(b.size + 1) / 2;
+  long bad = 0;
+  for (int i = 0; i < count; i++) bad += got[(size_t)i] != (float)(i % 97 + 1) * ranks;
+  return devbench::sum_over_ranks(bad);
+}
+
+static Row allreduce_row(Bench &b, int count, const char *name, const char *path, void (*issue)(Bench &, int),
+                         const char *note) {
+  Row row;
+  row.name = name;
+  row.what = "per call";
+  row.path = path;
+  row.bytes = (long)count * 4;
+  row.iters = b.ar_iters;
+  row.note = note;
+  g_ar.count = count;
+  DB_CUDA(cudaMemset(g_ar.failed, 0, sizeof *g_ar.failed));
+  issue(b, 3); // warm-up
+  DB_CUDA(cudaStreamSynchronize(b.s));
+  for (int r = 0; r < b.reps; r++) {
+    DB_CUDA(cudaMemsetAsync(g_ar.out, 0, (size_t)count * sizeof(float), b.s)); // the batch must write the result
+    row.samples.push_back(event_batch(b, true, issue, b.ar_iters) / b.ar_iters);
+    row.mismatches += allreduce_bad(b, count);
+  }
+  unsigned long long f = 0;
+  DB_CUDA(cudaMemcpy(&f, g_ar.failed, sizeof f, cudaMemcpyDeviceToHost));
+  settle(row, devbench::sum_over_ranks((long)f), true);
+  return row;
 }
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  int rank = 0, size = 0, ndev = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size != 2) {
-    if (rank == 0) std::fprintf(stderr, "vmmipc_device_bench: run with two ranks\n");
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-  const int n = argc > 1 ? std::atoi(argv[1]) : 10000;
-  cudaGetDeviceCount(&ndev);
-  cudaSetDevice(rank % ndev);
-  cudaFree(nullptr);
+  devbench::Args args{argc, argv};
+  Bench b;
+  MPI_Comm_rank(MPI_COMM_WORLD, &b.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &b.size);
+  if (b.size < 2) devbench::die("vmmipc_device_bench: run with two or more ranks");
+  const bool lone = argc > 1 && argv[1][0] >= '0' && argv[1][0] <= '9';
+  b.iters = (int)(lone ? std::atol(argv[1]) : args.num("iters", 2000));
+  b.reps = (int)args.num("reps", 10);
+  b.host_iters = (int)args.num("host-iters", 500);
+  b.ar_iters = (int)args.num("ar-iters", 200);
+  b.timeout_ns = (uint64_t)args.num("timeout-s", 20) * 1000000000ull;
+  if (b.iters < 1 || b.reps < 1 || b.host_iters < 1 || b.ar_iters < 1)
+    devbench::die("--iters, --reps, --host-iters, --ar-iters: at least 1");
+  b.peer = b.rank < 2 ? 1 - b.rank : -1;
+
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, b.rank, MPI_INFO_NULL, &local);
+  int lrank = 0, lsize = 0, ndev = 0;
+  MPI_Comm_rank(local, &lrank);
+  MPI_Comm_size(local, &lsize);
+  if (lsize != b.size) devbench::die("vmmipc_device_bench: every rank must be on one node");
+  DB_CUDA(cudaGetDeviceCount(&ndev));
+  DB_CUDA(cudaSetDevice(lrank % ndev));
+  DB_CUDA(cudaFree(nullptr));
+  devbench::Report rep("vmmipc_device_bench", argc, argv);
+  rep.devices();
+  rep.config("iters", std::to_string(b.iters));
+  rep.config("reps", std::to_string(b.reps));
+  rep.config("host_iters", std::to_string(b.host_iters));
+  rep.config("ar_iters", std::to_string(b.ar_iters));
+
   vmmipc_comm_t comm;
   VMM(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &comm));
-  vmmipc_win_t win;
-  VMM(vmmipc_allgather_map(comm, nullptr, nullptr, &win));
-  vmmipc_win_device_t dw;
-  VMM(vmmipc_win_device(win, &dw));
-  int *bad = nullptr;
-  cudaMallocManaged(&bad, sizeof(int));
-  *bad = 0;
-  cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  const int peer = 1 - rank;
-  float ms = 0;
-  // In-kernel rows: one warm-up launch, then timed by events around the kernel.
-  for (int pass = 0; pass < 2; pass++) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    cudaEventRecord(e0, s);
-    k_barriers<<<1, 32, 0, s>>>(dw, pass ? n : 10, bad);
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-  }
-  cudaEventElapsedTime(&ms, e0, e1);
-  if (rank == 0) row("dev_barrier", "device", n, 1e3 * ms / n);
-  for (int pass = 0; pass < 2; pass++) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    cudaEventRecord(e0, s);
-    k_pingpong<<<1, 1, 0, s>>>(dw, peer, pass ? n : 10, bad);
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-    // The next pass starts its values again at 1: fresh window slots.
-    if (!pass) {
-      VMM(vmmipc_win_free(win));
-      VMM(vmmipc_allgather_map(comm, nullptr, nullptr, &win));
-      VMM(vmmipc_win_device(win, &dw));
-    }
-  }
-  cudaEventElapsedTime(&ms, e0, e1);
-  if (rank == 0) row("dev_signal_wait", "device", n, 1e3 * ms / n / 2);
-  // Host-API rows, on the path VMMIPC_SYNC picks.
-  const int hn = n < 2000 ? n : 2000;
+  vmmipc_buf_t buf;
+  VMM(vmmipc_alloc(2u << 20, &buf)); // all-reduce slices from 0, the ping-pong's payload at 1 MiB
+  VMM(vmmipc_allgather_map(comm, buf, nullptr, &b.win));
+  VMM(vmmipc_win_device(b.win, &b.dw));
+  DB_CUDA(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking));
+  DB_CUDA(cudaEventCreate(&b.e0));
+  DB_CUDA(cudaEventCreate(&b.e1));
+  DB_CUDA(cudaHostAlloc(&b.res, sizeof *b.res, cudaHostAllocMapped));
   MPI_Barrier(MPI_COMM_WORLD);
-  for (int i = 0; i < 10; i++) VMM(vmmipc_win_barrier(win, s));
-  cudaStreamSynchronize(s);
-  MPI_Barrier(MPI_COMM_WORLD);
-  cudaEventRecord(e0, s);
-  for (int i = 0; i < hn; i++) VMM(vmmipc_win_barrier(win, s));
-  cudaEventRecord(e1, s);
-  cudaEventSynchronize(e1);
-  cudaEventElapsedTime(&ms, e0, e1);
-  vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
-  VMM(vmmipc_win_device_status(win, &st));
-  const char *path = st.kernel_calls ? "kernel" : "memops";
-  if (rank == 0) row("host_barrier", path, hn, 1e3 * ms / hn);
-  MPI_Barrier(MPI_COMM_WORLD);
-  cudaEventRecord(e0, s);
-  for (int i = 0; i < hn; i++) {
-    uint64_t v = 2 * (uint64_t)i + 1;
-    if (rank == 0) {
-      VMM(vmmipc_win_signal(win, peer, v, s));
-      VMM(vmmipc_win_wait(win, peer, v + 1, s));
-    } else {
-      VMM(vmmipc_win_wait(win, peer, v, s));
-      VMM(vmmipc_win_signal(win, peer, v + 1, s));
-    }
-  }
-  cudaEventRecord(e1, s);
-  cudaEventSynchronize(e1);
-  cudaEventElapsedTime(&ms, e0, e1);
-  if (rank == 0) row("host_signal_wait", path, hn, 1e3 * ms / hn / 2);
-  // One-shot all-reduce vs NCCL, 8 B to 64 KiB of floats.
-  const int ar_iters = n < 200 ? n : 200, max_n = 16384;
-  vmmipc_buf_t slice;
-  VMM(vmmipc_alloc(max_n * sizeof(float), &slice));
-  vmmipc_win_t arw;
-  VMM(vmmipc_allgather_map(comm, slice, nullptr, &arw));
-  vmmipc_win_device_t ad;
-  VMM(vmmipc_win_device(arw, &ad));
-  float *in = nullptr, *out = nullptr;
-  cudaMalloc(&in, max_n * sizeof(float));
-  cudaMalloc(&out, max_n * sizeof(float));
-  cudaMemset(in, 0, max_n * sizeof(float));
-  Nccl nc;
-  const char *skip = nccl_init(&nc, rank, size);
-  for (int count : {2, 16, 128, 1024, 8192, max_n}) { // 8 B to 64 KiB
-    for (int method = 0; method < 2; method++) {
-      if (method == 1 && skip) {
-        if (rank == 0)
-          std::printf("{\"bench\": \"device\", \"row\": \"allreduce\", \"path\": \"nccl\", \"bytes\": %d, "
-                      "\"skipped\": \"%s\"}\n", count * 4, skip);
-        continue;
-      }
-      for (int pass = 0; pass < 2; pass++) { // warm-up, then timed
-        MPI_Barrier(MPI_COMM_WORLD);
-        cudaEventRecord(e0, s);
-        for (int i = 0; i < (pass ? ar_iters : 3); i++) {
-          if (method == 0)
-            k_allreduce<<<1, 512, 0, s>>>(ad, in, out, count, bad);
-          else
-            nc.AllReduce(in, out, count, 7 /* ncclFloat32 */, 0 /* ncclSum */, nc.comm, s);
-        }
-        cudaEventRecord(e1, s);
-        cudaEventSynchronize(e1);
-      }
-      cudaEventElapsedTime(&ms, e0, e1);
-      if (rank == 0)
-        std::printf("{\"bench\": \"device\", \"row\": \"allreduce\", \"path\": \"%s\", \"bytes\": %d, "
-                    "\"iterations\": %d, \"us\": %.3f}\n",
-                    method ? "nccl" : "vmmipc_oneshot", count * 4, ar_iters, 1e3 * ms / ar_iters);
-      std::fflush(stdout);
-    }
-  }
-  if (nc.comm) nc.CommDestroy(nc.comm);
-  cudaFree(in);
-  cudaFree(out);
-  VMM(vmmipc_win_free(arw));
-  VMM(vmmipc_buf_free(slice));
 
-  VMM(vmmipc_win_device_status(win, &st));
+  if (args.has("rows", "dev")) {
+    rep.add(dev_barrier_row(b));
+    rep.add(dev_pingpong_row(b, 0));
+  }
+  if (args.has("rows", "put")) rep.add(dev_pingpong_row(b, 1));
+  if (args.has("rows", "host")) host_rows(b, rep);
+
+  const bool ar = args.has("rows", "allreduce"), graph = args.has("rows", "graph"), nccl = args.has("rows", "nccl");
+  if (ar || graph || nccl) {
+    g_ar.dw = b.dw;
+    DB_CUDA(cudaMalloc(&g_ar.in, kMaxFloats * sizeof(float)));
+    DB_CUDA(cudaMalloc(&g_ar.out, kMaxFloats * sizeof(float)));
+    DB_CUDA(cudaMalloc(&g_ar.failed, sizeof *g_ar.failed));
+    std::vector<float> h(kMaxFloats);
+    for (int i = 0; i < kMaxFloats; i++) h[(size_t)i] = (float)((b.rank + 1) * (i % 97 + 1));
+    DB_CUDA(cudaMemcpy(g_ar.in, h.data(), kMaxFloats * sizeof(float), cudaMemcpyHostToDevice));
+    Nccl nc;
+    const char *skip = nccl ? nccl_init(&nc, b.rank, b.size) : nullptr;
+    g_ar.nccl = &nc;
+    for (int count = 2; count <= kMaxFloats; count *= 2) { // 8 B to 64 KiB
+      if (ar)
+        rep.add(allreduce_row(b, count, "allreduce", "vmmipc_oneshot", issue_allreduce,
+                              "one kernel per call: copy in, dev_barrier, sum, dev_barrier"));
+      if (graph) {
+        cudaGraph_t g;
+        g_ar.count = count;
+        DB_CUDA(cudaStreamBeginCapture(b.s, cudaStreamCaptureModeThreadLocal));
+        issue_allreduce(b, 1);
+        DB_CUDA(cudaStreamEndCapture(b.s, &g));
+        DB_CUDA(cudaGraphInstantiate(&g_ar.graph, g, 0));
+        rep.add(allreduce_row(b, count, "allreduce_graph", "vmmipc_oneshot", issue_graph,
+                              "the same kernel captured once in a CUDA graph; per replay"));
+        DB_CUDA(cudaGraphExecDestroy(g_ar.graph));
+        DB_CUDA(cudaGraphDestroy(g));
+      }
+      if (nccl && skip) {
+        Row row;
+        row.name = "allreduce";
+        row.path = "nccl";
+        row.bytes = (long)count * 4;
+        row.skipped = skip;
+        rep.add(row);
+      } else if (nccl) {
+        rep.add(allreduce_row(b, count, "allreduce", "nccl", issue_nccl, "ncclAllReduce, float sum"));
+      }
+    }
+    if (nc.comm) nc.CommDestroy(nc.comm);
+    cudaFree(g_ar.in);
+    cudaFree(g_ar.out);
+    cudaFree(g_ar.failed);
+  }
+
+  vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
+  VMM(vmmipc_win_device_status(b.win, &st));
+  if (st.state)
+    std::fprintf(stderr, "rank %d: a device wait gave up: state %d, rank %d, value %llu, seen %llu\n", b.rank,
+                 st.state, st.rank, (unsigned long long)st.value, (unsigned long long)st.seen);
+  rep.finish();
+  int failed = rep.failures() + (st.state != 0);
   int all = 0;
-  MPI_Allreduce(bad, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (all || st.state) std::fprintf(stderr, "rank %d: %d device waits failed, record %d\n", rank, all, st.state);
-  VMM(vmmipc_win_free(win));
+  MPI_Allreduce(&failed, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  cudaFreeHost(b.res);
+  cudaEventDestroy(b.e0);
+  cudaEventDestroy(b.e1);
+  cudaStreamDestroy(b.s);
+  VMM(vmmipc_win_free(b.win));
+  VMM(vmmipc_buf_free(buf));
   VMM(vmmipc_comm_destroy(comm));
   MPI_Finalize();
   return all ? 1 : 0;

@@ -6,9 +6,9 @@ torch is not installed), writes into the next rank's buffer through the
 view, synchronises with win.barrier, and checks what the previous rank
 wrote into its own buffer.
 
-    mpiexec -n 2 python3 examples/python/allgather.py
-    (PYTHONPATH=<build>/python, or the install's site-packages; on a machine
-    without a GPU, VMMIPC_CUDA_DRIVER=<build>/mpi_tests/standin/libvmmipc_standin.so)
+    build/vmmipc-mpirun 2 build/python/vmmipc-python examples/python/allgather.py
+    (installed: <prefix>/bin/...; on a machine without a GPU,
+    VMMIPC_CUDA_DRIVER=build/mpi_tests/standin/libvmmipc_standin.so)
 """
 import sys
 

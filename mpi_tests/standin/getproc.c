@@ -64,6 +64,8 @@ static const sti_entry sti_entries[] = {
     {"cuGetProcAddress", 12000, (sti_fn)cuGetProcAddress_v2},
     /* stream memory operations (the window synchronisation) */
     E(cuStreamWriteValue64, 12000), E(cuStreamWaitValue64, 12000), E(cuStreamBatchMemOp, 12000),
+    /* stream capture (capture.c) */
+    E(cuStreamIsCapturing, 10000), E(cuThreadExchangeStreamCaptureMode, 10010),
     /* the host-sync kernels and the device API's window arrays */
     E(cuModuleLoadData, 2000), E(cuModuleUnload, 2000), E(cuModuleGetFunction, 2000), E(cuLaunchKernel, 4000),
     E(cuMemHostAlloc, 2020), E(cuMemFreeHost, 2000), E(cuMemHostGetDevicePointer, 3020),

@@ -2,17 +2,23 @@
  * (src/sync/kern/sync.cu): cuModuleLoadData accepts an image that names
  * them, cuModuleGetFunction knows their names, and cuLaunchKernel runs the
  * equivalent on the calling thread, as every stand-in stream operation is
- * synchronous. A wait gives up at its deadline and records itself in the
- * window's device record, as the kernel does. Mapped host memory
- * (cuMemHostAlloc) is plain memory whose device address is its own.
- * VMMIPC_STANDIN_CAPS=nokernels makes cuModuleLoadData fail as a device
- * without a usable binary would. */
+ * synchronous (on a capturing stream it is recorded instead, capture.c). A
+ * wait gives up at its deadline and records itself in the window's device
+ * record, and a host-sync wait also in the comm's alarm, as the kernels do.
+ * Mapped host memory (cuMemHostAlloc) is plain memory whose device address
+ * is its own. VMMIPC_STANDIN_CAPS=nokernels makes cuModuleLoadData fail as
+ * a device without a usable binary would.
+ *
+ * As the driver does, cuModuleLoadData waits while a kernel of its context
+ * runs: the emulated ones, and the stand-in's user kernel
+ * (vmmipc_standin_spin, a kernel spinning on a device word), so that a
+ * test can show a library call that loads code while a user's kernel
+ * waits for it. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "state.h"
-#include "stream_event.h"
+#include "capture.h"
 #include "vmmipc_win_device.h"
 
 typedef enum { STI_K_SIGNAL, STI_K_WAIT, STI_K_BARRIER } sti_kind;
@@ -31,6 +37,20 @@ static struct CUfunc_st sti_funcs[] = {
 
 static struct CUmod_st *sti_mods;
 static long sti_host_allocs, sti_launches;
+static int sti_running[STI_MAX_DEVICES]; /* kernels running, by physical device (lock held) */
+
+/* A kernel of ctx starts or ends (takes the lock). */
+static void sti_kernel_runs(struct CUctx_st *ctx, int delta) {
+  pthread_mutex_lock(&sti.mu);
+  sti_running[ctx->phys] += delta;
+  pthread_mutex_unlock(&sti.mu);
+}
+
+static long sti_budget_ms(void) {
+  const char *e = getenv("VMMIPC_STANDIN_WAIT_MS");
+  long v = e && *e ? strtol(e, NULL, 10) : 0;
+  return v > 0 ? v : 120000;
+}
 
 /* Live modules and mapped host allocations, and launches so far. */
 STI_EXPORT void vmmipc_standin_kernel_counts(long *modules, long *host_allocs, long *launches) {
@@ -54,10 +74,32 @@ CUresult cuModuleLoadData(CUmodule *module, const void *image) {
     rc = CUDA_ERROR_INVALID_IMAGE; /* only the library's own kernels are emulated */
   else if (!(m = calloc(1, sizeof *m)))
     rc = CUDA_ERROR_OUT_OF_MEMORY;
-  if (m) {
+  /* A load waits for the context's running kernels (lock dropped between
+   * looks); the driver would wait forever, the stand-in as long as a
+   * stream wait. */
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  long budget = sti_budget_ms();
+  while (!rc && sti_running[sti_current->phys] > 0) {
+    sti_leave();
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= budget) {
+      free(m);
+      return CUDA_ERROR_LAUNCH_TIMEOUT;
+    }
+    if ((rc = sti_enter_ctx())) {
+      free(m);
+      return rc;
+    }
+  }
+  if (m && !rc) {
     m->next = sti_mods;
     sti_mods = m;
     *module = m;
+  } else {
+    free(m);
   }
   sti_leave();
   return rc;
@@ -132,33 +174,41 @@ static uint64_t sti_now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* As vmmipc__dev_record: the first to give up claims the record. */
-static void sti_record(const vmmipc_win_device_t *w, int state, int barrier, int rank, uint64_t value,
-                       uint64_t seen) {
+/* As vmmipc__dev_record_to: the first to give up claims the record. */
+static void sti_record(unsigned long long *claim, vmmipc_dev_record_t *rec, int state, int barrier, int rank,
+                       uint64_t value, uint64_t seen) {
   unsigned long long zero = 0;
-  if (!w->claim || !w->record) return;
-  if (!__atomic_compare_exchange_n(w->claim, &zero, 1ull, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return;
-  w->record->value = value;
-  w->record->seen = seen;
-  __atomic_store_n(&w->record->head,
+  if (!claim || !rec) return;
+  if (!__atomic_compare_exchange_n(claim, &zero, 1ull, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return;
+  rec->value = value;
+  rec->seen = seen;
+  __atomic_store_n(&rec->head,
                    (unsigned long long)state | (unsigned long long)(barrier ? 1 : 0) << 8 |
                        (unsigned long long)(uint32_t)rank << 32,
                    __ATOMIC_SEQ_CST);
 }
 
+/* Where a host-sync kernel's timeout also goes: the comm's alarm. */
+typedef struct {
+  unsigned long long *claim;
+  vmmipc_dev_record_t *rec;
+} sti_alarm;
+
 /* As vmmipc__dev_wait_slot, polling with a growing pause. */
 static int sti_wait_slot(const vmmipc_win_device_t *w, const uint64_t *slot, uint64_t value, uint64_t deadline,
-                         int rank, int barrier) {
+                         int rank, int barrier, const sti_alarm *a) {
   long pause_ns = 1000;
+  if (!value) return VMMIPC_DEV_OK;
   for (;;) {
     uint64_t v = __atomic_load_n(slot, __ATOMIC_SEQ_CST);
     if (v & VMMIPC_DEV_FAILED_BIT) {
-      sti_record(w, VMMIPC_DEV_FAILED, barrier, rank, value, v);
+      sti_record(w->claim, w->record, VMMIPC_DEV_FAILED, barrier, rank, value, v);
       return VMMIPC_DEV_FAILED;
     }
     if ((int64_t)(v - value) >= 0) return VMMIPC_DEV_OK;
     if (sti_now_ns() >= deadline) {
-      sti_record(w, VMMIPC_DEV_TIMEOUT, barrier, rank, value, v);
+      sti_record(w->claim, w->record, VMMIPC_DEV_TIMEOUT, barrier, rank, value, v);
+      sti_record(a->claim, a->rec, VMMIPC_DEV_TIMEOUT, barrier, rank, value, v);
       return VMMIPC_DEV_TIMEOUT;
     }
     struct timespec ts = {0, pause_ns};
@@ -171,6 +221,21 @@ static uint64_t sti_deadline(const vmmipc_win_device_t *w, uint64_t timeout_ns) 
   return sti_now_ns() + (timeout_ns ? timeout_ns : w->timeout_ns);
 }
 
+/* The kernels' arguments, as sync.cu declares them:
+ *   vmmipc_k_signal(w, int rank, uint64_t value)
+ *   vmmipc_k_wait(w, int rank, uint64_t value, uint64_t timeout_ns, alarm claim, alarm record)
+ *   vmmipc_k_barrier(w, out, in, uint64_t *epoch, uint64_t timeout_ns, alarm claim, alarm record) */
+static int sti_arg_sizes(sti_kind kind, size_t *sizes) {
+  static const size_t sig[] = {sizeof(vmmipc_win_device_t), sizeof(int), 8};
+  static const size_t wait[] = {sizeof(vmmipc_win_device_t), sizeof(int), 8, 8, sizeof(void *), sizeof(void *)};
+  static const size_t bar[] = {sizeof(vmmipc_win_device_t), sizeof(void *), sizeof(void *), sizeof(void *), 8,
+                               sizeof(void *), sizeof(void *)};
+  const size_t *from = kind == STI_K_SIGNAL ? sig : kind == STI_K_WAIT ? wait : bar;
+  int n = kind == STI_K_SIGNAL ? 3 : kind == STI_K_WAIT ? 6 : 7;
+  memcpy(sizes, from, (size_t)n * sizeof *sizes);
+  return n;
+}
+
 static void sti_run(sti_kind kind, void **p) {
   const vmmipc_win_device_t *w = p[0];
   if (kind == STI_K_SIGNAL) {
@@ -181,17 +246,21 @@ static void sti_run(sti_kind kind, void **p) {
   } else if (kind == STI_K_WAIT) {
     int rank = *(const int *)p[1];
     uint64_t value = *(const uint64_t *)p[2], timeout = *(const uint64_t *)p[3];
+    sti_alarm a = {*(unsigned long long *const *)p[4], *(vmmipc_dev_record_t *const *)p[5]};
     if (rank >= 0 && rank < w->nranks && w->signal_in[rank])
-      (void)sti_wait_slot(w, w->signal_in[rank], value, sti_deadline(w, timeout), rank, 0);
+      (void)sti_wait_slot(w, w->signal_in[rank], value, sti_deadline(w, timeout), rank, 0, &a);
   } else {
     uint64_t *const *out = *(uint64_t *const *const *)p[1];
     const uint64_t *in = *(const uint64_t *const *)p[2];
-    uint64_t k = *(const uint64_t *)p[3], timeout = *(const uint64_t *)p[4];
+    uint64_t *epoch = *(uint64_t *const *)p[3];
+    uint64_t timeout = *(const uint64_t *)p[4];
+    sti_alarm a = {*(unsigned long long *const *)p[5], *(vmmipc_dev_record_t *const *)p[6]};
+    uint64_t k = __atomic_add_fetch(epoch, 1, __ATOMIC_SEQ_CST); /* this barrier's number */
     for (int q = 0; q < w->node_size; q++)
       if (q != w->node_rank && out[q]) __atomic_store_n(out[q], k, __ATOMIC_SEQ_CST);
     uint64_t deadline = sti_deadline(w, timeout);
     for (int q = 0; q < w->node_size; q++)
-      if (q != w->node_rank && sti_wait_slot(w, &in[q], k, deadline, w->node_ranks[q], 1)) break;
+      if (q != w->node_rank && sti_wait_slot(w, &in[q], k, deadline, w->node_ranks[q], 1, &a)) break;
   }
 }
 
@@ -211,8 +280,56 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
     rc = CUDA_ERROR_INVALID_VALUE;
   else
     sti_launches++;
+  struct CUctx_st *ctx = sti_current;
   sti_leave();
+  if (!rc && sti_capturing(s)) {
+    size_t sizes[STI_MAX_KERNEL_ARGS];
+    int n = sti_arg_sizes(f->kind, sizes);
+    return sti_capture_launch(s, f, params, sizes, n);
+  }
   /* Outside the lock, as a stream wait is: peers' threads signal meanwhile. */
-  if (!rc) sti_run(f->kind, params);
+  if (!rc) {
+    sti_kernel_runs(ctx, 1);
+    sti_run(f->kind, params);
+    sti_kernel_runs(ctx, -1);
+  }
   return rc;
+}
+
+/* Kernels running now (emulated launches and vmmipc_standin_spin), in all
+ * contexts: lets a test wait until its user kernel has started. */
+STI_EXPORT long vmmipc_standin_kernels_running(void) {
+  long n = 0;
+  pthread_mutex_lock(&sti.mu);
+  for (int i = 0; i < STI_MAX_DEVICES; i++) n += sti_running[i];
+  pthread_mutex_unlock(&sti.mu);
+  return n;
+}
+
+/* A user's kernel in the current context, for tests: spins until the
+ * 64-bit word at `addr` (device memory) reaches `value` as
+ * vmmipc_dev_wait compares, holds a failure value, or timeout_ms passes.
+ * Returns VMMIPC_DEV_OK, VMMIPC_DEV_FAILED or VMMIPC_DEV_TIMEOUT, or -1
+ * without a context. While it spins, cuModuleLoadData in its context
+ * waits. */
+STI_EXPORT int vmmipc_standin_spin(const uint64_t *addr, uint64_t value, long timeout_ms) {
+  if (sti_enter_ctx()) return -1;
+  struct CUctx_st *ctx = sti_current;
+  sti_running[ctx->phys]++;
+  sti_leave();
+  uint64_t deadline = sti_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  int r;
+  for (long pause_ns = 1000;; pause_ns = pause_ns < 1000000 ? pause_ns * 2 : pause_ns) {
+    uint64_t v = __atomic_load_n(addr, __ATOMIC_SEQ_CST);
+    if ((r = v & VMMIPC_DEV_FAILED_BIT ? VMMIPC_DEV_FAILED : (int64_t)(v - value) >= 0 ? VMMIPC_DEV_OK : -1) >= 0)
+      break;
+    if (sti_now_ns() >= deadline) {
+      r = VMMIPC_DEV_TIMEOUT;
+      break;
+    }
+    struct timespec ts = {0, pause_ns};
+    nanosleep(&ts, NULL);
+  }
+  sti_kernel_runs(ctx, -1);
+  return r;
 }

@@ -5,24 +5,27 @@
  * the shared page, outside the lock). A GPU would wait forever; the
  * stand-in gives up after VMMIPC_STANDIN_WAIT_MS (default 120000) with
  * CUDA_ERROR_LAUNCH_TIMEOUT, so that a test bug ends instead of hanging.
- * CU_STREAM_MEM_OP_BARRIER in a batch is a full fence. */
+ * CU_STREAM_MEM_OP_BARRIER in a batch is a full fence. A 32-bit write
+ * (CU_STREAM_MEM_OP_WRITE_VALUE_32) stores the 4 bytes at its address. On
+ * a capturing stream (capture.c) the operations are recorded instead. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
-#include "state.h"
-#include "stream_event.h"
+#include "capture.h"
 
-/* Checks the stream, the 8-byte aligned device address and the capability. */
-static CUresult sti_memop_check(CUstream s, CUdeviceptr addr) {
+/* Checks the stream, the aligned device address of `size` bytes and the
+ * capability. */
+static CUresult sti_memop_check(CUstream s, CUdeviceptr addr, size_t size) {
   CUresult rc = sti_enter_ctx();
   if (rc) return rc;
   if (!sti.cap_memops)
     rc = CUDA_ERROR_NOT_SUPPORTED;
   else if (!sti_stream_valid(s))
     rc = CUDA_ERROR_INVALID_HANDLE;
-  else if (!addr || (addr & 7) || !sti_is_device_range((uintptr_t)addr, 8))
+  else if (!addr || (addr & (size - 1)) || !sti_is_device_range((uintptr_t)addr, size))
     rc = CUDA_ERROR_INVALID_VALUE;
   sti_leave();
   return rc;
@@ -32,6 +35,12 @@ static CUresult sti_write(CUdeviceptr addr, cuuint64_t value, unsigned int flags
   if (flags & ~(unsigned)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) return CUDA_ERROR_INVALID_VALUE;
   /* Sequentially consistent: also the default's fence before the write. */
   __atomic_store_n((uint64_t *)(uintptr_t)addr, (uint64_t)value, __ATOMIC_SEQ_CST);
+  return CUDA_SUCCESS;
+}
+
+static CUresult sti_write32(CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
+  if (flags & ~(unsigned)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) return CUDA_ERROR_INVALID_VALUE;
+  __atomic_store_n((uint32_t *)(uintptr_t)addr, (uint32_t)value, __ATOMIC_SEQ_CST);
   return CUDA_SUCCESS;
 }
 
@@ -71,12 +80,30 @@ static CUresult sti_wait(CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 }
 
 CUresult cuStreamWriteValue64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
-  CUresult rc = sti_memop_check(s, addr);
+  CUresult rc = sti_memop_check(s, addr, 8);
+  if (!rc && sti_capturing(s)) {
+    CUstreamBatchMemOpParams op;
+    memset(&op, 0, sizeof op);
+    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    op.writeValue.address = addr;
+    op.writeValue.value64 = value;
+    op.writeValue.flags = flags;
+    return sti_capture_batch(s, 1, &op);
+  }
   return rc ? rc : sti_write(addr, value, flags);
 }
 
 CUresult cuStreamWaitValue64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
-  CUresult rc = sti_memop_check(s, addr);
+  CUresult rc = sti_memop_check(s, addr, 8);
+  if (!rc && sti_capturing(s)) {
+    CUstreamBatchMemOpParams op;
+    memset(&op, 0, sizeof op);
+    op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    op.waitValue.address = addr;
+    op.waitValue.value64 = value;
+    op.waitValue.flags = flags;
+    return sti_capture_batch(s, 1, &op);
+  }
   return rc ? rc : sti_wait(addr, value, flags);
 }
 
@@ -106,19 +133,32 @@ CUresult cuStreamBatchMemOp(CUstream s, unsigned int count, CUstreamBatchMemOpPa
       if (!sti.cap_memops) return CUDA_ERROR_NOT_SUPPORTED;
       continue;
     }
-    if (t != CU_STREAM_MEM_OP_WRITE_VALUE_64 && t != CU_STREAM_MEM_OP_WAIT_VALUE_64) return CUDA_ERROR_INVALID_VALUE;
-    CUresult rc = sti_memop_check(s, t == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? ops[i].writeValue.address
-                                                                          : ops[i].waitValue.address);
+    CUresult rc;
+    if (t == CU_STREAM_MEM_OP_WRITE_VALUE_32)
+      rc = sti_memop_check(s, ops[i].writeValue.address, 4);
+    else if (t == CU_STREAM_MEM_OP_WRITE_VALUE_64 || t == CU_STREAM_MEM_OP_WAIT_VALUE_64)
+      rc = sti_memop_check(s, t == CU_STREAM_MEM_OP_WAIT_VALUE_64 ? ops[i].waitValue.address
+                                                                  : ops[i].writeValue.address, 8);
+    else
+      rc = CUDA_ERROR_INVALID_VALUE;
     if (rc) return rc;
   }
+  if (sti_capturing(s)) return sti_capture_batch(s, count, ops);
   for (unsigned i = 0; i < count; i++) {
-    if (ops[i].operation == CU_STREAM_MEM_OP_BARRIER) { /* the stream's earlier writes are done: a full fence */
-      __atomic_thread_fence(__ATOMIC_SEQ_CST);
-      continue;
+    CUresult rc = CUDA_SUCCESS;
+    switch (ops[i].operation) {
+      case CU_STREAM_MEM_OP_BARRIER: /* the stream's earlier writes are done: a full fence */
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+        rc = sti_write32(ops[i].writeValue.address, ops[i].writeValue.value, ops[i].writeValue.flags);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        rc = sti_write(ops[i].writeValue.address, ops[i].writeValue.value64, ops[i].writeValue.flags);
+        break;
+      default:
+        rc = sti_wait(ops[i].waitValue.address, ops[i].waitValue.value64, ops[i].waitValue.flags);
     }
-    CUresult rc = ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_64
-                      ? sti_write(ops[i].writeValue.address, ops[i].writeValue.value64, ops[i].writeValue.flags)
-                      : sti_wait(ops[i].waitValue.address, ops[i].waitValue.value64, ops[i].waitValue.flags);
     if (rc) return rc;
   }
   return CUDA_SUCCESS;

@@ -20,12 +20,16 @@ extern "C" {
  * takes one slice of it on every rank (the same index everywhere, since
  * windows come and go collectively): per_win 64-bit slots, node_size for
  * signals (slot q: written by node rank q), node_size for host-API barriers,
- * then node_size for device barriers (vmmipc_dev_barrier). */
+ * node_size for device barriers (vmmipc_dev_barrier), then 2 node_size for
+ * host-API barriers captured in CUDA graphs on the memory-operation path
+ * (two phases; sync/barrier.c). */
+struct vmmipc__sync;
+#define VMMIPC__POOL_SLOTS_PER_RANK 5 /* per_win = 5 * node_size */
 struct vmmipc__pool {
   vmmipc_buf_t local;    /* this rank's pool */
   vmmipc_buf_t *peer;    /* [node_size]: the peers' pools mapped here (NULL for self) */
   CUdeviceptr *base;     /* [node_size]: where each rank's pool is seen here */
-  int per_win;           /* slots per window: 3 * node_size */
+  int per_win;           /* slots per window: VMMIPC__POOL_SLOTS_PER_RANK * node_size */
   int slices;            /* windows the pool holds */
   unsigned char *used;   /* [slices]: 0 free, 1 taken, 2 free and zeroed here (or its zeroing queued) */
   uint64_t *zgen;        /* [slices]: the zeroing that made it so (queued ones are > synced) */
@@ -35,6 +39,7 @@ struct vmmipc__pool {
   CUstream stream;       /* private, non-blocking: zeroing slices and host waits */
   CUcontext ctx;         /* the context it was made in (the release may run on any thread) */
   pthread_mutex_t mu;    /* serialises the private stream */
+  struct vmmipc__sync *sync; /* host sync's state for the comm (sync/setup.c) */
 };
 
 struct vmmipc_win {
@@ -42,10 +47,9 @@ struct vmmipc_win {
   vmmipc_buf_t own;      /* the caller's buffer (not owned; its `exposed` counts this window) */
   vmmipc_buf_t *peers;   /* [node_size]: imported mappings, NULL for self or none */
   int slice;             /* its slice of the comm's signal pool; -1: none (a node of one) */
-  uint64_t barriers;     /* barriers entered so far (__atomic builtins) */
+  uint64_t barriers;     /* uncaptured memory-operation barriers entered so far (__atomic builtins) */
   int memops;            /* 0: not checked yet, 1: supported, -1: not supported */
-  struct vmmipc__windev *dev; /* the device API's arrays, made on first use (sync/device.c) */
-  int sync_auto;         /* VMMIPC_SYNC=auto's choice: 0 not made, 1 memops, 2 kernels (__atomic builtins) */
+  struct vmmipc__windev *dev; /* the device API's arrays, filled on first use (sync/device.c) */
   uint64_t sync_kernel;  /* host sync calls that ran as kernels (__atomic builtins) */
   uint64_t sync_memops;  /* ... as stream memory operations */
   /* A heap window (src/heap): own and peers are views into the heap's

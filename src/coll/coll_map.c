@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "coll/coll.h"
+#include "sync/sync.h"
 #include "vmm/vmm.h"
 
 typedef struct {
@@ -65,6 +66,7 @@ vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t c, vmmipc_buf_t buf, const vm
     local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: window tables", op);
   if (!local && n > 1) local = vmmipc__check_access(access, op);
   if (!local && w) local = vmmipc__pool_take(c, &w->slice, op);
+  if (!local && w) local = vmmipc__sync_win_ready(c, w->slice, op); /* what host sync may not do later */
   for (int p = 0; all && send && p < n; p++) {
     all[p] = p != c->node_rank;
     send[p] = buf;

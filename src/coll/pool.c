@@ -8,6 +8,7 @@
 #include "coll/coll.h"
 #include "driver/device.h"
 #include "sync/release.h"
+#include "sync/sync.h"
 #include "vmm/vmm.h"
 
 typedef struct {
@@ -48,6 +49,7 @@ static vmmipc_result_t import_pool(void *arg, int q, vmmipc_desc_t d) {
 
 void vmmipc__pool_destroy(struct vmmipc__pool *p, int node_size) {
   if (!p) return;
+  vmmipc__sync_free(p); /* its keeper first: it writes into the pool */
   for (int q = 0; p->peer && q < node_size; q++) vmmipc_buf_free(p->peer[q]);
   const vmmipc__cu_t *cu = NULL;
   if (p->stream && vmmipc__cu_load(&cu) == VMMIPC_SUCCESS) cu->cuStreamDestroy(p->stream);
@@ -80,7 +82,7 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
     props.export_cache = 0; /* exported once: a cached fd would only sit open */
     local = vmmipc_alloc_ex(1, &props, &p->local);
     if (!local) {
-      p->per_win = 3 * n;
+      p->per_win = VMMIPC__POOL_SLOTS_PER_RANK * n;
       p->slices = (int)(p->local->mapped / 8 / (size_t)p->per_win);
       p->used = calloc((size_t)p->slices, 1);
       p->zgen = calloc((size_t)p->slices, sizeof *p->zgen);
@@ -93,6 +95,9 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
     }
     if (!local) local = zero_all(cu, p, op); /* before any peer can write: no window takes a zeroing */
   }
+  /* The host-sync path, the same on every node rank (every rank takes part). */
+  vmmipc_result_t t = vmmipc__sync_setup(c, p, local, op);
+  if (!local) local = t;
   vmmipc_desc_t mine = NULL;
   if (!local && n > 1) local = vmmipc_export(p->local, &mine);
   vmmipc_desc_t *send = calloc((size_t)n, sizeof *send);
@@ -109,10 +114,12 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
   vmmipc_desc_free(mine);
   free(send);
   free(all);
+  /* Its failures are the user's call's ("<op> failed on rank R ..."), with
+   * no prefix of their own: the pool is an internal step of that call, and
+   * a rank missing from it is missing from the call. */
   vmmipc_result_t r = vmmipc__agree(c, local, secondary, op);
   vmmipc__coll_done(c, r);
   if (r) {
-    vmmipc__error_prefix("making the signal pool: ");
     vmmipc__pool_destroy(p, n);
     return r;
   }
@@ -120,6 +127,7 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
   c->pool = p;
   c->pool_free = vmmipc__pool_destroy;
   c->release = vmmipc__sync_release;
+  c->check = vmmipc__sync_check;
   return VMMIPC_SUCCESS;
 }
 
@@ -162,7 +170,7 @@ vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char 
     if (rc) r = vmmipc__cu_error(rc, NULL, "%s: waiting for the zeroing of the window's signal slots", op);
   }
   if (r) return r;
-  p->used[k] = 1;
+  __atomic_store_n(&p->used[k], 1, __ATOMIC_RELAXED); /* the release reads it from any thread */
   p->next_before = p->next;
   p->next = (k + 1) % p->slices;
   *slice = k;
@@ -201,12 +209,12 @@ static vmmipc_result_t pool_zero(struct vmmipc__pool *p, int me, int k, const ch
 void vmmipc__pool_undo(struct vmmipc_comm *c, int slice) {
   struct vmmipc__pool *p = c->pool;
   if (!p || slice < 0 || slice >= p->slices) return;
-  p->used[slice] = 2; /* nobody wrote to it */
+  __atomic_store_n(&p->used[slice], 2, __ATOMIC_RELAXED); /* nobody wrote to it */
   p->next = p->next_before; /* as on the ranks that failed before taking */
 }
 
 void vmmipc__pool_give(struct vmmipc_comm *c, int slice) {
-  if (c->pool && slice >= 0 && slice < c->pool->slices) c->pool->used[slice] = 0;
+  if (c->pool && slice >= 0 && slice < c->pool->slices) __atomic_store_n(&c->pool->used[slice], 0, __ATOMIC_RELAXED);
 }
 
 /* Queued, not waited for: the take waits for it if it comes before the
@@ -216,12 +224,12 @@ void vmmipc__pool_give_zeroed(struct vmmipc_comm *c, int slice) {
   if (!p || slice < 0 || slice >= p->slices) return;
   const vmmipc__cu_t *cu;
   if (vmmipc__cu_load(&cu) != VMMIPC_SUCCESS) {
-    p->used[slice] = 0;
+    __atomic_store_n(&p->used[slice], 0, __ATOMIC_RELAXED);
     return;
   }
   pthread_mutex_lock(&p->mu);
   CUresult rc = queue_zero(cu, p, c->node_rank, slice);
   if (!rc) p->zgen[slice] = ++p->gen;
   pthread_mutex_unlock(&p->mu);
-  p->used[slice] = rc ? 0 : 2; /* a failure only costs the next take a zeroing */
+  __atomic_store_n(&p->used[slice], rc ? 0 : 2, __ATOMIC_RELAXED); /* a failure only costs the next take a zeroing */
 }

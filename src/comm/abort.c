@@ -4,17 +4,70 @@
  * stream waits on its windows, and tells the node's peers (an END frame
  * on every connection), which fail at once naming this rank. The
  * sockets belong to whichever thread holds the comm: if a call is inside,
- * that thread tells the peers as it leaves (guard.c), else this one does. */
+ * that thread tells the peers as it leaves (guard.c), else this one does.
+ *
+ * Lifetime: an abort may run while vmmipc_comm_destroy is blocked on
+ * another thread, and that destroy then frees the comm. Live comms are in a
+ * registry: an abort finds its comm there (by address, touching nothing of
+ * it) and counts itself in under the registry's lock; the free takes the
+ * comm out of the registry and then waits until no abort is in it. */
+#include <pthread.h>
+
 #include "comm/comm.h"
+#include "common/testhooks.h"
+
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t live_cv = PTHREAD_COND_INITIALIZER;
+static struct vmmipc_comm *live_head; /* live_mu */
+
+void vmmipc__live_add(struct vmmipc_comm *c) {
+  pthread_mutex_lock(&live_mu);
+  c->live_next = live_head;
+  live_head = c;
+  pthread_mutex_unlock(&live_mu);
+}
+
+void vmmipc__live_remove(struct vmmipc_comm *c) {
+  pthread_mutex_lock(&live_mu);
+  struct vmmipc_comm **pp = &live_head;
+  while (*pp && *pp != c) pp = &(*pp)->live_next;
+  if (*pp) *pp = c->live_next;
+  while (c->aborting > 0) pthread_cond_wait(&live_cv, &live_mu);
+  pthread_mutex_unlock(&live_mu);
+}
+
+/* Counts an abort into c if c is live; 0 if it is not (destroyed). */
+static int abort_enter(struct vmmipc_comm *c) {
+  pthread_mutex_lock(&live_mu);
+  struct vmmipc_comm *x = live_head;
+  while (x && x != c) x = x->live_next;
+  if (x) c->aborting++;
+  pthread_mutex_unlock(&live_mu);
+  return x != NULL;
+}
+
+static void abort_leave(struct vmmipc_comm *c) {
+  pthread_mutex_lock(&live_mu);
+  if (--c->aborting == 0) pthread_cond_broadcast(&live_cv);
+  pthread_mutex_unlock(&live_mu);
+}
 
 vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t c) {
   if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_comm_abort: comm is NULL");
+  if (!abort_enter(c))
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "vmmipc_comm_abort: not a live comm; hint: a comm must not be used after "
+                         "vmmipc_comm_destroy returned");
   __atomic_store_n(&c->aborted, 1, __ATOMIC_SEQ_CST);
   vmmipc__release_waits(c);
+  if (VMMIPC__INJECT("abort_slow")) VMMIPC__LATE(200);
+  /* The sockets are free: this thread tells the peers, holding the comm
+   * as VMMIPC__BUSY_ABORT, which a destroy waits out. */
   int idle = 0;
-  if (__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+  if (__atomic_compare_exchange_n(&c->busy, &idle, VMMIPC__BUSY_ABORT, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
     vmmipc__tell_abort(c);
     __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
   }
+  abort_leave(c);
   return VMMIPC_SUCCESS;
 }

@@ -49,7 +49,8 @@ struct vmmipc_comm {
   uint64_t agreements;     /* agreements so far (tags their MPI messages) */
   uint64_t id;             /* rank 0's random id for this comm (withdrawals carry it) */
   int mpi_dirty;           /* a message of this rank may never be received: keep the MPI comms */
-  int busy;                /* a thread is inside a call on this comm (__atomic builtins) */
+  int busy;                /* a thread is inside a call on this comm (__atomic builtins); VMMIPC__BUSY_ABORT:
+                              vmmipc_comm_abort tells the peers */
   const char *busy_op;     /* which call, for the refusal message (__atomic builtins) */
   int broken;              /* a bounded wait expired or a peer failed: every call fails (__atomic loads
                               from other threads) */
@@ -57,11 +58,17 @@ struct vmmipc_comm {
   char broken_msg[VMMIPC__ERRMSG_MAX];
   int broken_rank;             /* the rank its failure named (-1: none), named again by every later call */
   int aborted;             /* vmmipc_comm_abort was called (__atomic builtins; any thread) */
+  int aborting;            /* vmmipc_comm_abort calls inside now (abort.c's registry lock) */
+  struct vmmipc_comm *live_next; /* the registry of live comms (abort.c) */
   int abort_told;          /* the peers were told (__atomic builtins) */
   /* Releases the stream waits enqueued on this comm's windows (set by whoever
    * made the signal pool: sync/release.c); called once the comm fails. */
   void (*release)(struct vmmipc_comm *);
   int released;            /* (__atomic builtins) */
+  /* Run by every call that holds the comm (vmmipc__enter): breaks the comm
+   * if a host-sync stream wait timed out (set with the release hook:
+   * sync/alarm.c). */
+  void (*check)(struct vmmipc_comm *);
   int open_windows;
   int open_heaps;          /* heaps made on this comm not destroyed yet: comm_destroy is refused */
   struct vmmipc__mapcache *cache; /* NULL: no mapping cache */
@@ -132,6 +139,14 @@ int vmmipc__deferred_count_of(struct vmmipc_comm *c, int heap, const void *group
  * free released objects (freed at once, in step) or more may be left, more
  * of them; returns the first failure or the last success. */
 vmmipc_result_t vmmipc__agree_drain(struct vmmipc_comm *c, vmmipc_result_t local, const char *op);
+
+/* ---- lifetime (abort.c) ---- */
+#define VMMIPC__BUSY_ABORT 2
+/* Live comms: vmmipc_comm_abort only touches a comm it finds here. add: a
+ * comm handed to the caller; remove: before it is freed, and waits until
+ * no abort is inside it. */
+void vmmipc__live_add(struct vmmipc_comm *c);
+void vmmipc__live_remove(struct vmmipc_comm *c);
 
 /* ---- agreement (agree.c) ---- */
 /* All-or-nothing outcome of a collective over comm->dup, bounded by the

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -118,6 +119,7 @@ static const char *resolve_dir(const vmmipc_config_t *cfg) {
 
 static void comm_free(struct vmmipc_comm *c) {
   if (!c) return;
+  vmmipc__live_remove(c); /* an abort still inside finishes first */
   vmmipc__release_waits(c); /* teardown: nothing waits on the pool once it is gone */
   if (c->pool && c->pool_free) c->pool_free(c->pool, c->node_size);
   /* Mappings still in use (bcast_map/scatter_map outputs) live on and are
@@ -438,8 +440,22 @@ static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
   /* Only out of host memory can fail here: the comm then works uncached. */
   if (idle > 0 && vmmipc__mapcache_create(idle, &c->cache) != VMMIPC_SUCCESS) c->cache = NULL;
   if (c->cache) vmmipc__mapcache_set_max_bytes(c->cache, resolve_cache_bytes(cfg));
+  vmmipc__live_add(c);
   *out = c;
   return VMMIPC_SUCCESS;
+}
+
+/* Takes the comm for a local free: refused while a call is inside, but an
+ * abort telling the peers (bounded: a few writes of 100 ms at most) is
+ * waited out. */
+static int hold_for_free(struct vmmipc_comm *c) {
+  for (int64_t until = vmmipc__now_ms() + 2000;;) {
+    int idle = 0;
+    if (__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return 1;
+    if (idle != VMMIPC__BUSY_ABORT || vmmipc__now_ms() >= until) return 0;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
@@ -447,8 +463,7 @@ vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   if (!c) return VMMIPC_SUCCESS; /* like free(NULL) */
 again:
   if (c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) { /* nobody to agree with: clean up locally */
-    int idle = 0;
-    if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+    if (!hold_for_free(c))
       return vmmipc__error(VMMIPC_ERR_BUSY, "%s: another thread is inside a call on this comm", op);
     vmmipc__deferred_reap_local(c); /* what this rank released */
     if (c->open_heaps) {
@@ -463,6 +478,7 @@ again:
                            "locally on a broken comm)",
                            op, c->open_windows);
     }
+    if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c); /* once: see below */
     comm_free(c);
     return VMMIPC_SUCCESS;
   }
@@ -512,8 +528,12 @@ again:
     vmmipc__error_code(r);
   }
   /* Freeing calls MPI_Comm_free: this thread stays counted inside until it
-   * is done (nobody else may use the comm by now). */
+   * is done (nobody else may use the comm by now). An abort from another
+   * thread meanwhile could not tell the peers: this thread does, before
+   * the sockets close, so that they fail at once instead of waiting out
+   * their agreement. */
   __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
+  if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c);
   comm_free(c);
   vmmipc__leave_process();
   return r;

@@ -64,6 +64,7 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
     __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
     return r;
   }
+  if (c->check) c->check(c);
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
     vmmipc__leave(c);
     return vmmipc__error(VMMIPC_ERR_ABORTED, "%s: the communicator was aborted (vmmipc_comm_abort) on this rank", op);

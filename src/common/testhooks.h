@@ -18,14 +18,17 @@ extern "C" {
  * timeout late), "heap_oom" (the next heap growth step is out of device
  * memory), "heap_fds" (the next heap growth step's export hits the fd
  * limit), "heap_record" (the next vmmipc_heap_create has no host memory for
- * its record). At the collector of an agreement (comm/agree.c): "verdict" (it
- * stalls 1.5 x the timeout between deciding and announcing),
- * "verdict_slow" / "verdict_stuck" (after sending rank 1 its verdict, it
- * stalls for the timeout plus 1.5 graces / twice the timeout plus four),
- * "verdict_wait" (its wait for the verdicts' sends fails), "agree_mpi" (its
- * wait for the outcomes fails in MPI), "verdict_drop" (its socket to its
- * first node peer is shut after deciding). At a member: "withdraw" (it
- * withdraws after its verdict came, as one whose timeout fired then). */
+ * its record), "trim_unmap" (the next unmap of a heap trim fails, the range still
+ * mapped), "abort_slow" (the next vmmipc_comm_abort pauses 300 ms after it
+ * marked the comm and released its waits, as a slow release would). At the
+ * collector of an agreement (comm/agree.c): "verdict" (it stalls 1.5 x the
+ * timeout between deciding and announcing), "verdict_slow" /
+ * "verdict_stuck" (after sending rank 1 its verdict, it stalls for the
+ * timeout plus 1.5 graces / twice the timeout plus four), "verdict_wait"
+ * (its wait for the verdicts' sends fails), "agree_mpi" (its wait for the
+ * outcomes fails in MPI), "verdict_drop" (its socket to its first node peer
+ * is shut after deciding). At a member: "withdraw" (it withdraws after its
+ * verdict came, as one whose timeout fired then). */
 void vmmipc__test_fail_at(const char *step, int nth);
 /* Whether this occurrence of `step` must fail (counts occurrences). */
 int vmmipc__test_should_fail(const char *step);

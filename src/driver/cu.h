@@ -58,7 +58,9 @@ extern "C" {
   X(cuMemFree)                              \
   X(cuMemHostAlloc)                         \
   X(cuMemFreeHost)                          \
-  X(cuMemHostGetDevicePointer)
+  X(cuMemHostGetDevicePointer)               \
+  X(cuStreamIsCapturing)                     \
+  X(cuThreadExchangeStreamCaptureMode)
 
 /* __typeof__ of the prototype in cuda.h; macros such as cuDeviceGetUuid ->
  * cuDeviceGetUuid_v2 expand consistently in the field name and its type. */

@@ -5,6 +5,7 @@
 #include "driver/cu.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -114,6 +115,42 @@ static vmmipc_result_t vmmipc__load_from(void *lib, const char *path) {
   return VMMIPC_SUCCESS;
 }
 
+/* Set by src/CMakeLists.txt from the install's libdir; builds of the sources
+ * elsewhere (fuzz/) get the usual one. */
+#ifndef VMMIPC_STANDIN_INSTALL_DIR
+#define VMMIPC_STANDIN_INSTALL_DIR "<prefix>/lib/vmmipc/"
+#endif
+
+/* Where the CPU stand-in is, for the message of a failed load: next to this
+ * library as an install puts it (<libdir>/vmmipc/, the component "standin")
+ * or as a build tree has it (src/ -> mpi_tests/standin/), else where an
+ * install would put it. */
+static const char *standin_hint(char *buf, size_t cap) {
+  static const char *const beside[] = {"/vmmipc/libvmmipc_standin.so", "/../mpi_tests/standin/libvmmipc_standin.so"};
+  Dl_info info;
+  char dir[PATH_MAX] = "";
+  const char *(*self)(char *, size_t) = standin_hint;
+  void *sym = NULL; /* a function pointer, as dladdr takes it */
+  memcpy(&sym, &self, sizeof sym);
+  if (dladdr(sym, &info) && info.dli_fname && realpath(info.dli_fname, dir)) {
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+  }
+  for (size_t i = 0; *dir && i < sizeof beside / sizeof *beside; i++) {
+    char cand[PATH_MAX + 64], real[PATH_MAX];
+    snprintf(cand, sizeof cand, "%s%s", dir, beside[i]);
+    if (realpath(cand, real)) {
+      snprintf(buf, cap, "VMMIPC_CUDA_DRIVER=%s", real);
+      return buf;
+    }
+  }
+  snprintf(buf, cap,
+           "libvmmipc_standin.so, which 'cmake --install BUILD --component standin' puts in %s (a build has it in "
+           "BUILD/mpi_tests/standin/)",
+           VMMIPC_STANDIN_INSTALL_DIR);
+  return buf;
+}
+
 /* Called with the lock held. */
 static vmmipc_result_t vmmipc__load_locked(void) {
   const char *env = getenv("VMMIPC_CUDA_DRIVER");
@@ -124,11 +161,12 @@ static vmmipc_result_t vmmipc__load_locked(void) {
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char *why = dlerror();
+    char standin[PATH_MAX + 64];
     return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,
                          "loading the CUDA driver: dlopen(\"%s\") failed: %s; hint: install the NVIDIA "
-                         "driver, or set VMMIPC_CUDA_DRIVER to the full path of a driver library "
-                         "(for GPU-less tests: the CPU stand-in, libvmmipc_standin.so)",
-                         path, why ? why : "unknown error");
+                         "driver, or set VMMIPC_CUDA_DRIVER to the full path of a driver library; without a GPU, "
+                         "the CPU stand-in: %s",
+                         path, why ? why : "unknown error", standin_hint(standin, sizeof standin));
   }
   vmmipc_result_t r = vmmipc__load_from(lib, path);
   if (r != VMMIPC_SUCCESS) {
@@ -153,6 +191,18 @@ int vmmipc__cu_abi_version(const char *name) {
   return CUDA_VERSION;
 }
 
+/* The length of `name` without a version or stream suffix (_v2, _ptds,
+ * _ptsz): the symbols cuda.h's macros map names to, which cuGetProcAddress
+ * never finds (it takes the names of the documentation). */
+static size_t base_name_len(const char *name) {
+  size_t n = strlen(name);
+  const char *u = strrchr(name, '_');
+  if (!u) return n;
+  if (strcmp(u, "_ptds") == 0 || strcmp(u, "_ptsz") == 0) return (size_t)(u - name);
+  if (u[1] == 'v' && u[2] && strspn(u + 2, "0123456789") == strlen(u + 2)) return (size_t)(u - name);
+  return n;
+}
+
 vmmipc_result_t vmmipc_driver_proc(const char *name, int cuda_version, void **fn) {
   if (!name || !fn) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_driver_proc: name or fn is NULL");
   *fn = NULL;
@@ -162,14 +212,30 @@ vmmipc_result_t vmmipc_driver_proc(const char *name, int cuda_version, void **fn
   int version = cuda_version > 0 ? cuda_version : vmmipc__cu_abi_version(name);
   CUdriverProcAddressQueryResult status;
   CUresult rc = vmmipc__getproc(name, fn, version, &status);
-  if (rc != CUDA_SUCCESS || !*fn || status != CU_GET_PROC_ADDRESS_SUCCESS) {
-    *fn = NULL;
+  if (rc == CUDA_SUCCESS && *fn && status == CU_GET_PROC_ADDRESS_SUCCESS) return VMMIPC_SUCCESS;
+  *fn = NULL;
+  int dv = cu->driver_version;
+  if (status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
     return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,
-                         "vmmipc_driver_proc: %s has no entry point \"%s\" at CUDA version %d (CUresult %d, "
-                         "query status %d)",
-                         cu->path, name, version, (int)rc, (int)status);
+                         "vmmipc_driver_proc: the driver %s (CUDA %d.%d) has \"%s\" only for CUDA versions after %d; "
+                         "hint: pass cuda_version 0 for the prototype of vmmipc's cuda.h, or the version whose "
+                         "prototype you use",
+                         cu->path, dv / 1000, dv % 1000 / 10, name, version);
+  size_t base = base_name_len(name);
+  if (base < strlen(name)) {
+    char plain[128];
+    snprintf(plain, sizeof plain, "%.*s", (int)(base < sizeof plain ? base : sizeof plain - 1), name);
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "vmmipc_driver_proc: \"%s\" is a versioned symbol, which the driver does not look up; hint: "
+                         "pass the name cuda.h documents, \"%s\" (cuda_version picks which ABI of it: 0 gives the "
+                         "prototype of vmmipc's cuda.h)",
+                         name, plain);
   }
-  return VMMIPC_SUCCESS;
+  return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,
+                       "vmmipc_driver_proc: the driver %s (CUDA %d.%d) has no function \"%s\" (CUresult %d, query "
+                       "status %d); hint: check the name against cuda.h (unversioned, e.g. \"cuMemcpyHtoD\"); a "
+                       "function newer than the driver is not there either",
+                       cu->path, dv / 1000, dv % 1000 / 10, name, (int)rc, (int)status);
 }
 
 /* Reads the table directly: it is also used while the table is being built. */

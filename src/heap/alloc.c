@@ -12,6 +12,7 @@
 
 #include "common/le.h"
 #include "heap/heap.h"
+#include "sync/sync.h"
 
 #define ALLOC_MSG 16 /* size, digest */
 
@@ -129,6 +130,7 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
   if (!local) local = new_window(n, me, &w);
   if (!local) local = vmmipc__heap_room(h); /* frees never need memory: room for them too */
   if (!local) local = vmmipc__pool_take(c, &w->slice, op); /* no driver call: its zeroing was queued at its free */
+  if (!local) local = vmmipc__sync_win_ready(c, w->slice, op); /* a driver call once per 64 slices */
   unsigned char mine[ALLOC_MSG];
   vmmipc__put64(mine, size);
   vmmipc__put64(mine + 8, h->digest);
@@ -192,6 +194,17 @@ static void heap_reap(struct vmmipc_win *w, int in_step) {
   drop_window(w, c->node_size);
 }
 
+/* Whether the top `k` steps lie in the last free block, which reaches the
+ * end of what is mapped: the same answer on every rank. */
+static int top_steps_free(const struct vmmipc_heap *h, int k) {
+  if (k > h->num_steps || h->num_free == 0) return 0;
+  const struct vmmipc__heap_free *last = &h->free[h->num_free - 1];
+  return last->off + last->len == h->mapped && last->off <= h->steps[h->num_steps - k].off;
+}
+
+/* Unmaps the free steps at the top, agrees, and only then releases them
+ * (or, if any rank failed, maps them again): every rank's heap stays as
+ * every other's, and usable. */
 vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t h) {
   const char *op = "vmmipc_heap_trim";
   if (!h) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: heap is NULL", op);
@@ -199,29 +212,36 @@ vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t h) {
   vmmipc_result_t r = vmmipc__enter(c, op, 1);
   if (r) return r;
   double t0 = vmmipc__now();
-  vmmipc_result_t local = VMMIPC_SUCCESS;
-  char msg[VMMIPC__ERRMSG_MAX] = "";
-  /* Steps from the top down, while the last free block covers the whole step:
-   * every rank releases the same ones. */
-  while (!h->broken && h->num_steps > 0 && h->num_free > 0) {
-    struct vmmipc__heap_step *s = &h->steps[h->num_steps - 1];
-    struct vmmipc__heap_free *last = &h->free[h->num_free - 1];
-    if (last->off + last->len != h->mapped || last->off > s->off) break;
-    size_t size = s->size;
-    vmmipc_result_t e = vmmipc__heap_step_release(h, s, op);
-    if (e && !local) {
-      local = e;
-      snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
-    }
-    h->num_steps--;
-    last->len -= size;
-    if (!last->len) h->num_free--;
-    h->mapped -= size;
-    h->trimmed_steps += size / h->grow;
-    vmmipc__heap_mix(h, 5, h->mapped, size);
+  vmmipc_result_t local = h->broken ? vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                                                    "%s: the ranks' heaps went out of step in an earlier call; only "
+                                                    "vmmipc_heap_destroy works on this heap",
+                                                    op)
+                                    : VMMIPC_SUCCESS;
+  int k = 0; /* steps unmapped here, from the top */
+  while (!local && top_steps_free(h, k + 1)) {
+    local = vmmipc__heap_step_unmap(h, &h->steps[h->num_steps - 1 - k], op);
+    if (!local) k++;
   }
-  if (local) vmmipc__error_set_raw(msg);
   r = vmmipc__agree(c, local, 0, op); /* what failed where, told to all */
+  if (r) {
+    char keep[VMMIPC__ERRMSG_MAX];
+    snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+    for (int i = 0; i < k; i++) (void)vmmipc__heap_step_remap(h, &h->steps[h->num_steps - 1 - i], op);
+    vmmipc__error_set_raw(keep);
+  } else {
+    for (int i = 0; i < k; i++) {
+      struct vmmipc__heap_step *s = &h->steps[h->num_steps - 1];
+      struct vmmipc__heap_free *last = &h->free[h->num_free - 1];
+      size_t size = s->size;
+      vmmipc__heap_step_drop(h, s);
+      h->num_steps--;
+      last->len -= size;
+      if (!last->len) h->num_free--;
+      h->mapped -= size;
+      h->trimmed_steps += size / h->grow;
+      vmmipc__heap_mix(h, 5, h->mapped, size);
+    }
+  }
   c->timing.total_s = vmmipc__now() - t0;
   vmmipc__leave(c);
   return r;

@@ -86,6 +86,15 @@ void vmmipc__heap_mix(struct vmmipc_heap *h, uint64_t tag, uint64_t a, uint64_t 
 vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const char *op);
 /* Unmaps and releases what the step holds here. Returns the first failure. */
 vmmipc_result_t vmmipc__heap_step_release(struct vmmipc_heap *h, struct vmmipc__heap_step *s, const char *op);
+/* A trim in two halves, so that it can be undone until every rank agreed:
+ * unmap takes the step out of every segment here, keeping its handles (on
+ * a failure it maps back what it unmapped and the step is as before);
+ * remap undoes it; drop releases the handles of an unmapped step. A step
+ * that cannot be mapped back leaves the heap broken (out of step: only
+ * destroy works, and every rank's next heap call fails). */
+vmmipc_result_t vmmipc__heap_step_unmap(struct vmmipc_heap *h, struct vmmipc__heap_step *s, const char *op);
+vmmipc_result_t vmmipc__heap_step_remap(struct vmmipc_heap *h, struct vmmipc__heap_step *s, const char *op);
+void vmmipc__heap_step_drop(struct vmmipc_heap *h, struct vmmipc__heap_step *s);
 /* Where node rank q's segment starts here. */
 static inline CUdeviceptr vmmipc__heap_seg(const struct vmmipc_heap *h, int q) {
   return h->base + (CUdeviceptr)q * (CUdeviceptr)h->reserve;

@@ -143,6 +143,69 @@ vmmipc_result_t vmmipc__heap_step_release(struct vmmipc_heap *h, struct vmmipc__
   return r;
 }
 
+/* Maps node rank q's allocation of the step into q's segment here again,
+ * with the access the heap gives it. */
+static vmmipc_result_t remap_one(const vmmipc__cu_t *cu, struct vmmipc_heap *h, struct vmmipc__heap_step *s, int q,
+                                 const char *op) {
+  CUdeviceptr at = vmmipc__heap_seg(h, q) + s->off;
+  CUresult rc = cu->cuMemMap(at, s->size, 0, s->handle[q], 0);
+  if (rc)
+    return vmmipc__cu_error(rc, NULL, "%s: cuMemMap of a growth step again (offset %zu, segment of rank %d)", op,
+                            s->off, h->c->rank_of[q]);
+  int own = q == h->c->node_rank;
+  return vmmipc__set_access(cu, at, s->size, own ? h->own_access : h->peer_access, own ? 1 : h->num_peer_access,
+                            op);
+}
+
+/* Maps again the segments below `upto` (node ranks) that hold the step. */
+static vmmipc_result_t remap_below(const vmmipc__cu_t *cu, struct vmmipc_heap *h, struct vmmipc__heap_step *s,
+                                   int upto, const char *op) {
+  vmmipc_result_t first = VMMIPC_SUCCESS;
+  for (int q = 0; q < upto; q++) {
+    if (!s->handle[q]) continue;
+    vmmipc_result_t r = remap_one(cu, h, s, q, op);
+    if (r && !first) first = r;
+  }
+  return first;
+}
+
+vmmipc_result_t vmmipc__heap_step_unmap(struct vmmipc_heap *h, struct vmmipc__heap_step *s, const char *op) {
+  const vmmipc__cu_t *cu = NULL;
+  vmmipc_result_t r = vmmipc__cu_load(&cu);
+  if (r) return r;
+  for (int q = 0; q < h->c->node_size; q++) {
+    if (!s->handle[q]) continue;
+    CUresult rc = VMMIPC__INJECT("trim_unmap") ? CUDA_ERROR_INVALID_VALUE
+                                               : cu->cuMemUnmap(vmmipc__heap_seg(h, q) + s->off, s->size);
+    if (!rc) continue;
+    r = vmmipc__cu_error(rc, NULL, "%s: cuMemUnmap of a growth step (offset %zu, segment of rank %d)", op, s->off,
+                         h->c->rank_of[q]);
+    char keep[VMMIPC__ERRMSG_MAX];
+    snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+    if (remap_below(cu, h, s, q, op)) h->broken = 1; /* half mapped here: out of step */
+    vmmipc__error_set_raw(keep);
+    return r;
+  }
+  return VMMIPC_SUCCESS;
+}
+
+vmmipc_result_t vmmipc__heap_step_remap(struct vmmipc_heap *h, struct vmmipc__heap_step *s, const char *op) {
+  const vmmipc__cu_t *cu = NULL;
+  vmmipc_result_t r = vmmipc__cu_load(&cu);
+  if (!r) r = remap_below(cu, h, s, h->c->node_size, op);
+  if (r) h->broken = 1;
+  return r;
+}
+
+void vmmipc__heap_step_drop(struct vmmipc_heap *h, struct vmmipc__heap_step *s) {
+  const vmmipc__cu_t *cu = NULL;
+  if (vmmipc__cu_load(&cu) == VMMIPC_SUCCESS)
+    for (int q = 0; q < h->c->node_size; q++)
+      if (s->handle[q]) cu->cuMemRelease(s->handle[q]); /* unmapped: the memory goes back with the last handle */
+  free(s->handle);
+  s->handle = NULL;
+}
+
 vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const char *op) {
   struct vmmipc_comm *c = h->c;
   int n = c->node_size, me = c->node_rank;

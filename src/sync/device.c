@@ -1,7 +1,8 @@
 /* vmmipc_win_device and vmmipc_win_device_status: the arrays kernels read
- * (one device allocation per window, made on first use from what the
- * window already knows: no collective), and the record in mapped host
- * memory where a device wait that gave up leaves its mark. */
+ * (in the window's slice of the comm's arena, setup.c, made at window
+ * creation; filled here on first use from what the window already knows:
+ * no collective, no allocation), and the record in mapped host memory where
+ * a device wait that gave up leaves its mark. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,42 +14,42 @@
 static pthread_mutex_t windev_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Slot `slot` of window w in node rank q's pad, as seen here. */
-static uint64_t pad_slot(struct vmmipc_win *w, int q, int slot) {
-  const struct vmmipc__pool *p = w->comm->pool;
-  return (uint64_t)(p->base[q] + ((CUdeviceptr)w->slice * (CUdeviceptr)p->per_win + (CUdeviceptr)slot) * 8);
-}
+static uint64_t pad_slot(struct vmmipc_win *w, int q, int slot) { return (uint64_t)vmmipc__slot_addr(w, q, slot); }
 
-/* A synchronous upload, on the pool's private stream where there is one (a
- * pageable cuMemcpyHtoD may return before the data lands). */
+/* A synchronous upload on the pool's private stream (a pageable
+ * cuMemcpyHtoD may return before the data lands), in the relaxed capture
+ * mode: the private stream is never captured, and a user's capture on
+ * another stream goes on. */
 static CUresult upload(const vmmipc__cu_t *cu, struct vmmipc_comm *c, CUdeviceptr to, const void *from, size_t n) {
   struct vmmipc__pool *p = c->pool;
-  CUstream s = p ? p->stream : NULL;
-  if (p) pthread_mutex_lock(&p->mu);
-  CUresult rc = cu->cuMemcpyHtoDAsync(to, from, n, s);
-  if (!rc) rc = cu->cuStreamSynchronize(s);
-  if (p) pthread_mutex_unlock(&p->mu);
+  vmmipc__relaxed_t relaxed;
+  vmmipc__capture_relax(cu, &relaxed);
+  pthread_mutex_lock(&p->mu);
+  CUresult rc = cu->cuMemcpyHtoDAsync(to, from, n, p->stream);
+  if (!rc) rc = cu->cuStreamSynchronize(p->stream);
+  pthread_mutex_unlock(&p->mu);
+  vmmipc__capture_restore(cu, &relaxed);
   return rc;
 }
 
-static void windev_destroy(const vmmipc__cu_t *cu, struct vmmipc__windev *v) {
-  if (!v) return;
-  if (v->mem) cu->cuMemFree(v->mem);
-  if (v->record) cu->cuMemFreeHost(v->record);
-  free(v);
-}
-
-/* The host image of the arrays, in 8-byte words: claim, epoch, ptrs, sizes,
- * signal_out, signal_in (nranks each), node_ranks (ints), barrier_out and
- * the host barrier's out (node_size each). */
+/* The host image of the arrays, in 8-byte words: claim, epoch, the host
+ * barrier's epoch, a spare word, ptrs, sizes, signal_out, signal_in
+ * (nranks each), node_ranks (ints), barrier_out and the host barrier's out
+ * (node_size each): setup.c sizes the arena for this. */
 static vmmipc_result_t windev_make(struct vmmipc_win *w, const char *op, struct vmmipc__windev **out) {
   struct vmmipc_comm *c = w->comm;
+  struct vmmipc__sync *s = c->pool ? c->pool->sync : NULL;
   const vmmipc__cu_t *cu;
   vmmipc_result_t r = vmmipc__cu_load(&cu);
   if (r) return r;
+  const int k = w->slice / VMMIPC__ARENA_SLICES, j = w->slice % VMMIPC__ARENA_SLICES;
+  if (!s || w->slice < 0 || !s->chunk[k])
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: the window has no device arrays (a bug)", op);
   const size_t N = (size_t)c->size, n = (size_t)c->node_size;
-  const int me = c->node_rank, slots = w->slice >= 0;
-  const size_t o_ptrs = 2, o_sizes = o_ptrs + N, o_sout = o_sizes + N, o_sin = o_sout + N, o_nr = o_sin + N;
+  const int me = c->node_rank;
+  const size_t o_ptrs = 4, o_sizes = o_ptrs + N, o_sout = o_sizes + N, o_sin = o_sout + N, o_nr = o_sin + N;
   const size_t o_bout = o_nr + (n + 1) / 2, o_hout = o_bout + n, words = o_hout + n;
+  if (words != s->words) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: device array layout (a bug)", op);
   struct vmmipc__windev *v = calloc(1, sizeof *v);
   uint64_t *h = calloc(words, 8);
   if (!v || !h) {
@@ -63,7 +64,7 @@ static vmmipc_result_t windev_make(struct vmmipc_win *w, const char *op, struct 
     h[o_ptrs + rank] = (uint64_t)(uintptr_t)ptr;
     h[o_sizes + rank] = size;
     int q = c->node_of[rank];
-    if (q >= 0 && slots) {
+    if (q >= 0) {
       h[o_sout + rank] = pad_slot(w, q, me);
       h[o_sin + rank] = pad_slot(w, me, q);
     }
@@ -71,33 +72,19 @@ static vmmipc_result_t windev_make(struct vmmipc_win *w, const char *op, struct 
   int *nr = (int *)(void *)&h[o_nr];
   for (size_t q = 0; q < n; q++) {
     nr[q] = c->rank_of[q];
-    if (slots) {
-      h[o_bout + q] = pad_slot(w, (int)q, 2 * (int)n + me);
-      h[o_hout + q] = pad_slot(w, (int)q, (int)n + me);
-    }
+    h[o_bout + q] = pad_slot(w, (int)q, 2 * (int)n + me);
+    h[o_hout + q] = pad_slot(w, (int)q, (int)n + me);
   }
-  CUdeviceptr rec = 0;
-  const char *what = "cuMemAlloc";
-  CUresult rc = cu->cuMemAlloc(&v->mem, words * 8);
-  if (!rc) rc = upload(cu, c, v->mem, h, words * 8);
-  if (!rc) {
-    what = "cuMemHostAlloc";
-    void *hp = NULL;
-    rc = cu->cuMemHostAlloc(&hp, sizeof *v->record, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
-    v->record = hp;
-  }
-  if (!rc) {
-    memset((void *)v->record, 0, sizeof *v->record);
-    what = "cuMemHostGetDevicePointer";
-    rc = cu->cuMemHostGetDevicePointer(&rec, v->record, 0);
-  }
+  const CUdeviceptr m = s->chunk[k] + (CUdeviceptr)j * (CUdeviceptr)(words * 8);
+  v->record = &s->records[k][j];
+  memset((void *)v->record, 0, sizeof *v->record); /* before the claim is cleared by the upload */
+  CUresult rc = upload(cu, c, m, h, words * 8);
   free(h);
   if (rc) {
-    windev_destroy(cu, v);
-    return vmmipc__cu_error(rc, NULL, "%s: the window's device arrays (%zu bytes): %s", op, words * 8, what);
+    free(v);
+    return vmmipc__cu_error(rc, NULL, "%s: the window's device arrays (%zu bytes): the upload", op, words * 8);
   }
   vmmipc_win_device_t *d = &v->d;
-  const CUdeviceptr m = v->mem;
   d->rank = c->rank;
   d->nranks = c->size;
   d->node_rank = me;
@@ -111,10 +98,12 @@ static vmmipc_result_t windev_make(struct vmmipc_win *w, const char *op, struct 
   d->signal_in = (uint64_t *const *)(uintptr_t)(m + o_sin * 8);
   d->node_ranks = (const int *)(uintptr_t)(m + o_nr * 8);
   d->barrier_out = (uint64_t *const *)(uintptr_t)(m + o_bout * 8);
-  d->barrier_in = slots ? (uint64_t *)(uintptr_t)pad_slot(w, me, 2 * (int)n) : NULL;
-  d->record = (vmmipc_dev_record_t *)(uintptr_t)rec;
+  d->barrier_in = (uint64_t *)(uintptr_t)pad_slot(w, me, 2 * (int)n);
+  d->record = (vmmipc_dev_record_t *)(uintptr_t)(s->records_dev[k] + (CUdeviceptr)j * sizeof(vmmipc_dev_record_t));
+  v->mem = m;
   v->hbar_out = m + o_hout * 8;
-  v->hbar_in = slots ? (CUdeviceptr)pad_slot(w, me, (int)n) : 0;
+  v->hbar_in = (CUdeviceptr)pad_slot(w, me, (int)n);
+  v->hbar_epoch = m + 16;
   *out = v;
   return VMMIPC_SUCCESS;
 }
@@ -133,9 +122,8 @@ vmmipc_result_t vmmipc__windev_get(struct vmmipc_win *w, const char *op, struct 
 }
 
 void vmmipc__windev_free(struct vmmipc_win *w) {
-  const vmmipc__cu_t *cu;
-  if (!w || !w->dev || vmmipc__cu_load(&cu)) return;
-  windev_destroy(cu, w->dev);
+  if (!w) return;
+  free(w->dev); /* the arrays stay in the comm's arena, for the slice's next window */
   w->dev = NULL;
 }
 

@@ -1,9 +1,11 @@
 /* The kernel path of host sync: the library's kernels (kern/sync.cu, as
- * PTX embedded at build time) loaded once per context with
- * cuModuleLoadData, and launched with cuLaunchKernel on the caller's
- * stream. Modules stay loaded for the life of the process, like the driver
- * table. */
+ * PTX embedded at build time), loaded with cuModuleLoadData once per
+ * context by the window calls (setup.c: a module load waits for the
+ * context's running kernels, so never a host sync call), and launched with
+ * cuLaunchKernel on the caller's stream. Modules stay loaded for the life
+ * of the process, like the driver table. */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "sync/sync.h"
@@ -11,7 +13,7 @@
 extern const unsigned char vmmipc__sync_ptx[];
 extern const size_t vmmipc__sync_ptx_size;
 
-#define KERNELS_MAX 64 /* contexts; beyond that, stream memory operations */
+#define KERNELS_MAX 64 /* contexts */
 
 typedef struct {
   CUcontext ctx;
@@ -33,7 +35,8 @@ static CUresult kernels_load(const vmmipc__cu_t *cu, kmod_t *m) {
   return rc;
 }
 
-vmmipc_result_t vmmipc__kernels_get(const vmmipc__cu_t *cu, const char *op, vmmipc__kernels_t *out) {
+/* The current context's entry, loading it if `load` (kmods_mu held). */
+static vmmipc_result_t lookup(const vmmipc__cu_t *cu, const char *op, int load, vmmipc__kernels_t *out) {
   CUcontext ctx = NULL;
   CUresult rc = cu->cuCtxGetCurrent(&ctx);
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuCtxGetCurrent", op);
@@ -43,14 +46,22 @@ vmmipc_result_t vmmipc__kernels_get(const vmmipc__cu_t *cu, const char *op, vmmi
   kmod_t *m = NULL;
   for (int i = 0; i < nkmods && !m; i++)
     if (kmods[i].ctx == ctx) m = &kmods[i];
-  if (!m && nkmods < KERNELS_MAX) {
-    m = &kmods[nkmods++];
+  if (!m && load && nkmods < KERNELS_MAX) {
+    m = &kmods[nkmods];
     m->ctx = ctx;
     m->rc = kernels_load(cu, m);
+    nkmods++;
   }
+  int found = m != NULL;
   rc = m ? m->rc : CUDA_ERROR_NOT_SUPPORTED;
   if (!rc) *out = m->k;
   pthread_mutex_unlock(&kmods_mu);
+  if (!found && !load)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: the library's kernels are not loaded in the current context: a host sync call never "
+                         "loads code (a load waits for the context's kernels); hint: make a window (or heap window) "
+                         "with this context current first",
+                         op);
   if (rc)
     return vmmipc__cu_error(rc, "the device cannot run the library's PTX (sm_75 and a CUDA 13 driver are needed); "
                                 "VMMIPC_SYNC=memops uses stream memory operations",
@@ -58,12 +69,21 @@ vmmipc_result_t vmmipc__kernels_get(const vmmipc__cu_t *cu, const char *op, vmmi
   return VMMIPC_SUCCESS;
 }
 
-/* Everything a launch needs: the window's arrays and the kernels. */
+vmmipc_result_t vmmipc__kernels_load(const vmmipc__cu_t *cu, const char *op, vmmipc__kernels_t *out) {
+  return lookup(cu, op, 1, out);
+}
+
+vmmipc_result_t vmmipc__kernels_find(const vmmipc__cu_t *cu, const char *op, vmmipc__kernels_t *out) {
+  return lookup(cu, op, 0, out);
+}
+
+/* Everything a launch needs: the window's arrays, the kernels, the alarm. */
 static vmmipc_result_t launch_begin(struct vmmipc_win *w, const char *op, const vmmipc__cu_t **cu,
-                                    struct vmmipc__windev **v, vmmipc__kernels_t *k) {
+                                    struct vmmipc__windev **v, vmmipc__kernels_t *k, struct vmmipc__sync **s) {
   vmmipc_result_t r = vmmipc__cu_load(cu);
-  if (!r) r = vmmipc__kernels_get(*cu, op, k);
+  if (!r) r = vmmipc__kernels_find(*cu, op, k);
   if (!r) r = vmmipc__windev_get(w, op, v);
+  *s = w->comm->pool->sync;
   return r;
 }
 
@@ -78,7 +98,8 @@ vmmipc_result_t vmmipc__kern_signal(struct vmmipc_win *w, int rank, uint64_t val
   const vmmipc__cu_t *cu;
   struct vmmipc__windev *v;
   vmmipc__kernels_t k;
-  vmmipc_result_t r = launch_begin(w, op, &cu, &v, &k);
+  struct vmmipc__sync *s;
+  vmmipc_result_t r = launch_begin(w, op, &cu, &v, &k, &s);
   if (r) return r;
   void *args[] = {&v->d, &rank, &value};
   return launch(cu, k.signal, 1, stream, args, op, "vmmipc_k_signal", rank);
@@ -88,23 +109,29 @@ vmmipc_result_t vmmipc__kern_wait(struct vmmipc_win *w, int rank, uint64_t value
   const vmmipc__cu_t *cu;
   struct vmmipc__windev *v;
   vmmipc__kernels_t k;
-  vmmipc_result_t r = launch_begin(w, op, &cu, &v, &k);
+  struct vmmipc__sync *s;
+  vmmipc_result_t r = launch_begin(w, op, &cu, &v, &k, &s);
   if (r) return r;
   uint64_t timeout_ns = 0; /* the comm's */
-  void *args[] = {&v->d, &rank, &value, &timeout_ns};
+  void *claim = (void *)(uintptr_t)s->alarm_claim, *alarm = (void *)(uintptr_t)s->alarm_dev;
+  void *args[] = {&v->d, &rank, &value, &timeout_ns, &claim, &alarm};
   return launch(cu, k.wait, 1, stream, args, op, "vmmipc_k_wait", rank);
 }
 
-vmmipc_result_t vmmipc__kern_barrier(struct vmmipc_win *w, uint64_t k, void *stream, const char *op) {
+vmmipc_result_t vmmipc__kern_barrier(struct vmmipc_win *w, void *stream, const char *op) {
   const vmmipc__cu_t *cu;
   struct vmmipc__windev *v;
   vmmipc__kernels_t f;
-  vmmipc_result_t r = launch_begin(w, op, &cu, &v, &f);
+  struct vmmipc__sync *s;
+  vmmipc_result_t r = launch_begin(w, op, &cu, &v, &f, &s);
   if (r) return r;
   /* A thread per node rank (a warp at least), up to a block. */
   unsigned n = (unsigned)w->comm->node_size, threads = (n + 31) / 32 * 32;
   if (threads > 1024) threads = 1024;
   uint64_t timeout_ns = 0;
-  void *args[] = {&v->d, &v->hbar_out, &v->hbar_in, &k, &timeout_ns};
+  void *out = (void *)(uintptr_t)v->hbar_out, *in = (void *)(uintptr_t)v->hbar_in;
+  void *epoch = (void *)(uintptr_t)v->hbar_epoch;
+  void *claim = (void *)(uintptr_t)s->alarm_claim, *alarm = (void *)(uintptr_t)s->alarm_dev;
+  void *args[] = {&v->d, &out, &in, &epoch, &timeout_ns, &claim, &alarm};
   return launch(cu, f.barrier, threads, stream, args, op, "vmmipc_k_barrier", w->comm->rank);
 }

@@ -8,10 +8,15 @@
 extern "C" {
 #endif
 
+struct vmmipc__sync;
+
 /* Writes VMMIPC_SIGNAL_FAILED into every slot of this rank's part of the
- * comm's signal pool that an open window uses. Any thread; the pool's
- * private stream, under its lock. The comm's `release` hook. */
+ * comm's signal pool that an open window uses, and starts the keeper that
+ * writes it again until the pool goes. Any thread; the pool's private
+ * stream, under its lock. The comm's `release` hook. */
 void vmmipc__sync_release(struct vmmipc_comm *c);
+/* Stops the keeper, if it runs (pool teardown). */
+void vmmipc__sync_keeper_stop(struct vmmipc__sync *s);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,10 @@
 /* Stream-ordered synchronisation on windows: signal, wait, barrier, and the
  * host wait, with the driver's stream memory operations, or with kernels
- * where sync/path.c picks them (sync/kernels.c). The
+ * where the comm's path is kernels (sync/path.c, sync/kernels.c). The
  * slots live in the comm's signal pool (coll/pool.c); docs/sync.md states
- * what becomes visible to whom, and when.
+ * what becomes visible to whom, and when. A wait for 0 is satisfied at
+ * once and enqueues nothing: the failure value is not at or above 0 in the
+ * cyclic comparison, so such a wait could never be released.
  *
  * Ordering: the signal is one cuStreamBatchMemOp of an explicit system-scope
  * barrier (CU_STREAM_MEM_OP_BARRIER, CU_STREAM_MEMORY_BARRIER_TYPE_SYS) then
@@ -20,9 +22,6 @@
 #include "driver/device.h"
 #include "sync/sync.h"
 #include "vmm/vmm.h"
-
-/* cuStreamBatchMemOp takes at most this many operations per call. */
-#define SYNC_BATCH_MAX 256
 
 /* The node rank of `rank`, which must share the caller's node. */
 static vmmipc_result_t sync_peer(vmmipc_win_t w, int rank, const char *op, int *p) {
@@ -61,12 +60,6 @@ static vmmipc_result_t sync_ready(vmmipc_win_t w, const char *op, const vmmipc__
                          op);
   if (state == 2) *wait_flags |= CU_STREAM_WAIT_VALUE_FLUSH;
   return VMMIPC_SUCCESS;
-}
-
-/* Address of slot `slot` in node rank q's part of the window's slice. */
-static CUdeviceptr slot_addr(vmmipc_win_t w, int q, int slot) {
-  const struct vmmipc__pool *p = w->comm->pool;
-  return p->base[q] + ((CUdeviceptr)w->slice * (CUdeviceptr)p->per_win + (CUdeviceptr)slot) * 8;
 }
 
 /* The window given, and its comm not failed: after a failure the stream
@@ -118,7 +111,7 @@ vmmipc_result_t vmmipc_win_signal(vmmipc_win_t w, int rank, uint64_t value, void
   ops[0].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
   ops[0].memoryBarrier.flags = CU_STREAM_MEMORY_BARRIER_TYPE_SYS;
   ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-  ops[1].writeValue.address = slot_addr(w, p, w->comm->node_rank);
+  ops[1].writeValue.address = vmmipc__slot_addr(w, p, w->comm->node_rank);
   ops[1].writeValue.value64 = value;
   ops[1].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
   CUresult rc = cu->cuStreamBatchMemOp((CUstream)stream, 2, ops, 0);
@@ -133,9 +126,9 @@ vmmipc_result_t vmmipc_win_wait(vmmipc_win_t w, int rank, uint64_t value, void *
   int p = 0, kernel = 0;
   vmmipc_result_t r = sync_value(value, op);
   if (!r) r = sync_begin(w, rank, op, &p, &cu, &wf, &kernel);
-  if (r || w->slice < 0) return r;
+  if (r || w->slice < 0 || !value) return r;
   if (kernel) return vmmipc__kern_wait(w, rank, value, stream, op);
-  CUresult rc = cu->cuStreamWaitValue64((CUstream)stream, slot_addr(w, w->comm->node_rank, p), value, wf);
+  CUresult rc = cu->cuStreamWaitValue64((CUstream)stream, vmmipc__slot_addr(w, w->comm->node_rank, p), value, wf);
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamWaitValue64 for rank %d", op, rank);
   return VMMIPC_SUCCESS;
 }
@@ -145,56 +138,25 @@ vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t w, void *stream) {
   vmmipc_result_t r = sync_args(w, op);
   if (r) return r;
   const vmmipc__cu_t *cu;
-  unsigned wf;
+  unsigned wf = 0;
   int kernel = 0;
   if ((r = vmmipc__sync_path(w, op, &kernel))) return r;
   if (!kernel && (r = sync_ready(w, op, &cu, &wf))) return r;
-  vmmipc_comm_t c = w->comm;
-  int n = c->node_size, me = c->node_rank;
-  if (w->slice < 0 || n <= 1) return VMMIPC_SUCCESS;
-  /* Barrier k: write k into this rank's barrier slot of every peer, then
-   * wait until every peer's slot here reaches k. Counters only grow, so the
-   * barrier repeats without resets; both paths count and use the same slots. */
-  uint64_t k = __atomic_add_fetch(&w->barriers, 1, __ATOMIC_RELAXED);
-  if (kernel) return vmmipc__kern_barrier(w, k, stream, op);
-  CUstreamBatchMemOpParams ops[SYNC_BATCH_MAX];
-  int m = 0;
-  for (int pass = 0; pass < 2; pass++)
-    for (int q = 0; q < n; q++) {
-      if (q == me) continue;
-      memset(&ops[m], 0, sizeof ops[m]);
-      if (pass == 0) {
-        ops[m].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-        ops[m].writeValue.address = slot_addr(w, q, n + me);
-        ops[m].writeValue.value64 = k;
-        ops[m].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-      } else {
-        ops[m].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-        ops[m].waitValue.address = slot_addr(w, me, n + q);
-        ops[m].waitValue.value64 = k;
-        ops[m].waitValue.flags = wf;
-      }
-      if (++m == SYNC_BATCH_MAX) {
-        CUresult rc = cu->cuStreamBatchMemOp((CUstream)stream, (unsigned)m, ops, 0);
-        if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamBatchMemOp (%d operations)", op, m);
-        m = 0;
-      }
-    }
-  if (m) {
-    CUresult rc = cu->cuStreamBatchMemOp((CUstream)stream, (unsigned)m, ops, 0);
-    if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamBatchMemOp (%d operations)", op, m);
-  }
-  return VMMIPC_SUCCESS;
+  if (w->slice < 0 || w->comm->node_size <= 1) return VMMIPC_SUCCESS;
+  return kernel ? vmmipc__kern_barrier(w, stream, op) : vmmipc__memops_barrier(w, stream, wf, op);
 }
 
 /* Reads this rank's slot written by node rank p, through the pool's
  * private stream (it never queues behind the user's streams). */
 static vmmipc_result_t read_slot(const vmmipc__cu_t *cu, vmmipc_win_t w, int p, uint64_t *v, const char *op) {
   struct vmmipc__pool *pool = w->comm->pool;
+  vmmipc__relaxed_t relaxed; /* never spoils a capture the user has open */
+  vmmipc__capture_relax(cu, &relaxed);
   pthread_mutex_lock(&pool->mu);
-  CUresult rc = cu->cuMemcpyDtoHAsync(v, slot_addr(w, w->comm->node_rank, p), sizeof *v, pool->stream);
+  CUresult rc = cu->cuMemcpyDtoHAsync(v, vmmipc__slot_addr(w, w->comm->node_rank, p), sizeof *v, pool->stream);
   if (!rc) rc = cu->cuStreamSynchronize(pool->stream);
   pthread_mutex_unlock(&pool->mu);
+  vmmipc__capture_restore(cu, &relaxed);
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: reading the signal slot of rank %d", op, w->comm->rank_of[p]);
   return VMMIPC_SUCCESS;
 }
@@ -204,10 +166,12 @@ vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, i
   vmmipc_result_t r = sync_value(value, op);
   if (!r) r = sync_args(w, op);
   int p = 0;
-  if (r || (r = sync_peer(w, rank, op, &p)) || (r = vmmipc__windev_check(w, op))) return r;
+  if (r || (r = sync_peer(w, rank, op, &p)) || (r = vmmipc__windev_check(w, op)) ||
+      (r = vmmipc__sync_alarm(w->comm, op)))
+    return r;
   const vmmipc__cu_t *cu;
   if ((r = vmmipc__cu_load(&cu))) return r;
-  if (w->slice < 0) return VMMIPC_SUCCESS;
+  if (w->slice < 0 || !value) return VMMIPC_SUCCESS;
   if (timeout_ms <= 0) timeout_ms = w->comm->timeout_ms;
   int64_t start = vmmipc__now_ms(), deadline = start + timeout_ms, next_liveness = start + 100;
   long pause_ns = 1000;

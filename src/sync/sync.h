@@ -1,9 +1,20 @@
-/* The device API's side of a window and the kernel path of host sync:
- * device.c makes the arrays kernels read, kernels.c loads and launches the
- * library's kernels (kern/sync.cu), path.c picks kernels or stream memory
- * operations for each host sync call (VMMIPC_SYNC). */
+/* Host sync's state and the device API's side of a window:
+ *   setup.c    per comm, with its first window: the path every node rank
+ *              takes (VMMIPC_SYNC, agreed), the alarm, the device arrays of
+ *              windows (made at window creation, never on the sync path)
+ *   path.c     which path a host sync call takes
+ *   kernels.c  the library's kernels (kern/sync.cu): loaded at window
+ *              creation, found and launched by host sync calls
+ *   device.c   vmmipc_win_device: a window's arrays, filled on first use
+ *   barrier.c  the host-API barrier on each path, CUDA-graph safe
+ *   alarm.c    a host-sync kernel wait that timed out fails the comm
+ *   release.c  the failure value, and its keeper
+ * No host sync call loads code, allocates, or waits for the context
+ * (DESIGN.md section 8): a user's kernel may wait for the very signal. */
 #ifndef VMMIPC_SYNC_SYNC_H
 #define VMMIPC_SYNC_SYNC_H
+
+#include <pthread.h>
 
 #include "coll/coll.h"
 
@@ -11,41 +22,114 @@
 extern "C" {
 #endif
 
-/* What a window keeps for kernels. `d` is what vmmipc_win_device hands out;
- * the host-API barrier's slots are here too (the device barrier has its own). */
-struct vmmipc__windev {
-  vmmipc_win_device_t d;
-  CUdeviceptr mem;            /* every array of d, in one allocation */
-  CUdeviceptr hbar_out;       /* [node_size]: the caller's host-barrier slot at each node rank */
-  CUdeviceptr hbar_in;        /* node rank q's host-barrier slot here: hbar_in + 8 q */
-  vmmipc_dev_record_t *record; /* mapped host memory (cuMemHostAlloc) */
+enum { VMMIPC__PATH_MEMOPS = 1, VMMIPC__PATH_KERNELS = 2 };
+#define VMMIPC__ARENA_SLICES 64 /* windows per chunk of device arrays */
+
+/* One per comm, made with its signal pool (coll/pool.c). */
+struct vmmipc__sync {
+  int path;                        /* VMMIPC__PATH_*: the same on every node rank */
+  size_t words;                    /* 8-byte words of one window's device arrays */
+  int nchunks;
+  CUdeviceptr *chunk;              /* [nchunks]: arrays of VMMIPC__ARENA_SLICES slices (0: not made yet) */
+  vmmipc_dev_record_t **records;   /* [nchunks]: their records, in mapped host memory */
+  CUdeviceptr *records_dev;        /* [nchunks]: the records' device addresses */
+  vmmipc_dev_record_t *alarm;      /* mapped host memory: the comm's first host-sync kernel wait that timed out */
+  CUdeviceptr alarm_dev;           /* its device address */
+  CUdeviceptr alarm_claim;         /* device memory: the first to time out takes the alarm */
+  /* The keeper of the failure value (release.c). */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t keeper;
+  int keeping, stop;
 };
 
-/* The window's arrays, made on first use (thread-safe); on failure the
- * window stays without them and the next call tries again. */
-vmmipc_result_t vmmipc__windev_get(struct vmmipc_win *w, const char *op, struct vmmipc__windev **out);
+/* ---- setup.c ---- */
+/* The comm's host-sync state, by every node rank of its first window
+ * (coll/pool.c, before the pool's agreement; `local` is this rank's result
+ * so far, and the node's ranks exchange what they are even when it is a
+ * failure). Loads the library's kernels into the current context unless
+ * VMMIPC_SYNC=memops; VMMIPC_SYNC must be the same on every node rank. */
+vmmipc_result_t vmmipc__sync_setup(struct vmmipc_comm *c, struct vmmipc__pool *p, vmmipc_result_t local,
+                                   const char *op);
+/* Everything a window of `slice` needs before any host sync call on it:
+ * its chunk of device arrays, and on the kernel path the kernels in the
+ * current context (a failed load is reported by the calls). Local; at
+ * window creation, before its agreement. */
+vmmipc_result_t vmmipc__sync_win_ready(struct vmmipc_comm *c, int slice, const char *op);
+/* Stops the keeper and frees what setup and win_ready made (pool teardown). */
+void vmmipc__sync_free(struct vmmipc__pool *p);
 
+/* ---- device.c ---- */
+/* What a window keeps for kernels. `d` is what vmmipc_win_device hands out;
+ * the host-API barrier's slots and count are here too. */
+struct vmmipc__windev {
+  vmmipc_win_device_t d;
+  CUdeviceptr mem;             /* every array of d, in its slice of the comm's arena */
+  CUdeviceptr hbar_out;        /* [node_size]: the caller's host-barrier slot at each node rank */
+  CUdeviceptr hbar_in;         /* node rank q's host-barrier slot here: hbar_in + 8 q */
+  CUdeviceptr hbar_epoch;      /* host-API kernel barriers entered on this rank */
+  vmmipc_dev_record_t *record; /* mapped host memory */
+};
+/* The window's arrays, filled on first use (thread-safe; no allocation:
+ * an upload on the pool's private stream). */
+vmmipc_result_t vmmipc__windev_get(struct vmmipc_win *w, const char *op, struct vmmipc__windev **out);
 /* Fails (VMMIPC_ERR_TIMEOUT, or VMMIPC_ERR_PEER for a failure value) while
  * a device wait on w has left a record; the message names the rank. */
 vmmipc_result_t vmmipc__windev_check(struct vmmipc_win *w, const char *op);
 
-/* The library's kernels in the current context: loaded on first use per
- * context; VMMIPC_ERR_UNSUPPORTED where they cannot be loaded. */
+/* ---- kernels.c ---- */
 typedef struct vmmipc__kernels {
   CUfunction signal, wait, barrier;
 } vmmipc__kernels_t;
-vmmipc_result_t vmmipc__kernels_get(const vmmipc__cu_t *cu, const char *op, vmmipc__kernels_t *out);
-
-/* The kernel path of each host call (rank checked; w->slice >= 0). */
+/* Loads the kernels into the current context once (a failure is kept and
+ * returned again). Never on the sync path: a load waits for the context. */
+vmmipc_result_t vmmipc__kernels_load(const vmmipc__cu_t *cu, const char *op, vmmipc__kernels_t *out);
+/* The kernels of the current context, if a window creation loaded them;
+ * never loads. */
+vmmipc_result_t vmmipc__kernels_find(const vmmipc__cu_t *cu, const char *op, vmmipc__kernels_t *out);
+/* The kernel path of each host call (rank checked). */
 vmmipc_result_t vmmipc__kern_signal(struct vmmipc_win *w, int rank, uint64_t value, void *stream, const char *op);
 vmmipc_result_t vmmipc__kern_wait(struct vmmipc_win *w, int rank, uint64_t value, void *stream, const char *op);
-vmmipc_result_t vmmipc__kern_barrier(struct vmmipc_win *w, uint64_t k, void *stream, const char *op);
+vmmipc_result_t vmmipc__kern_barrier(struct vmmipc_win *w, void *stream, const char *op);
 
-/* Which path a host sync call takes: VMMIPC_SYNC=kernel|memops|auto
- * (default auto: kernels where they load, else memory operations). Checks
- * the window's record first; *kernel: 1 for kernels, 0 for memory
- * operations (counted in the window's stats). */
+/* ---- path.c ---- */
+enum { VMMIPC__MODE_AUTO = 1, VMMIPC__MODE_KERNEL, VMMIPC__MODE_MEMOPS, VMMIPC__MODE_BAD };
+/* VMMIPC_SYNC, read once; *raw: its text. */
+int vmmipc__sync_mode(const char **raw);
+/* Which path a host sync call on w takes (*kernel: 1 kernels, 0 memory
+ * operations), counted in the window's stats. Checks the window's device
+ * record and the comm's alarm first. */
 vmmipc_result_t vmmipc__sync_path(struct vmmipc_win *w, const char *op, int *kernel);
+
+/* ---- barrier.c ---- */
+/* The memory-operation barrier: a counted one (one round trip), or, on a
+ * stream being captured into a CUDA graph, one of fixed values (two
+ * phases) that replays correctly. `wait_flags`: what sync_ready found. */
+vmmipc_result_t vmmipc__memops_barrier(struct vmmipc_win *w, void *stream, unsigned wait_flags, const char *op);
+/* Address of slot `slot` in node rank q's part of the window's slice. */
+CUdeviceptr vmmipc__slot_addr(const struct vmmipc_win *w, int q, int slot);
+
+/* ---- alarm.c ---- */
+/* VMMIPC_ERR_TIMEOUT naming the rank if a host-sync kernel wait on the comm
+ * timed out (the comm then fails: see vmmipc__sync_check). */
+vmmipc_result_t vmmipc__sync_alarm(struct vmmipc_comm *c, const char *op);
+/* The comm's check hook (comm.h), run by every call that holds the comm:
+ * breaks it if the alarm is set. */
+void vmmipc__sync_check(struct vmmipc_comm *c);
+
+/* ---- capture.c ---- */
+/* Library work that must not spoil a user's stream capture (copies on the
+ * pool's private stream, which is never captured): the calling thread's
+ * capture mode is relaxed meanwhile (cuThreadExchangeStreamCaptureMode). */
+typedef struct {
+  CUstreamCaptureMode was;
+  int set;
+} vmmipc__relaxed_t;
+void vmmipc__capture_relax(const vmmipc__cu_t *cu, vmmipc__relaxed_t *r);
+void vmmipc__capture_restore(const vmmipc__cu_t *cu, const vmmipc__relaxed_t *r);
+/* Whether `stream` is being captured into a graph (0 where the driver
+ * cannot tell). */
+int vmmipc__capturing(const vmmipc__cu_t *cu, void *stream);
 
 #ifdef __cplusplus
 }

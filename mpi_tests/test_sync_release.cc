@@ -1,0 +1,108 @@
+// The failure value (docs/sync.md, "Failure value"): once a comm fails,
+// every stream wait on its windows' slots completes, whatever late writes
+// land, and a wait for 0 never waits. Runs on whichever host-sync path the
+// run takes; on the stand-in a stream wait blocks the calling thread, so a
+// wait that would hang ends at VMMIPC_STANDIN_WAIT_MS with an error.
+#include <cuda.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "harness/bufs.h"
+#include "harness/syncdrv.h"
+
+namespace {
+
+using vt::Has;
+using vt::Since;
+
+class Release : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_GE(vt::UseRankDevice(), 0);
+    ASSERT_TRUE(d_.Load());
+    ASSERT_EQ(d_.streamCreate(&s_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    ASSERT_EQ(d_.streamCreate(&io_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    // A stream wait that the release fails to end gives up after 5 s here.
+    setenv("VMMIPC_STANDIN_WAIT_MS", "5000", 1);
+    vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+    cfg.timeout_ms = 20000;
+    ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c_));
+    MPI_Comm node;
+    vmmipc_comm_node_comm(c_, &node);
+    MPI_Comm_size(node, &n_);
+    MPI_Comm_rank(node, &me_);
+    ranks_.resize(n_);
+    int mine = vt::Rank();
+    MPI_Allgather(&mine, 1, MPI_INT, ranks_.data(), 1, MPI_INT, node);
+  }
+  void TearDown() override {
+    unsetenv("VMMIPC_STANDIN_WAIT_MS");
+    if (s_) d_.streamDestroy(s_);
+    if (io_) d_.streamDestroy(io_);
+    if (c_) vmmipc_comm_destroy(c_);  // may be aborted: frees locally
+  }
+  vt::SyncDrv d_;
+  vmmipc_comm_t c_ = nullptr;
+  CUstream s_ = nullptr, io_ = nullptr;
+  int n_ = 0, me_ = 0;
+  std::vector<int> ranks_;
+};
+
+// A wait for 0 is satisfied at once and enqueues nothing, even where the
+// slot holds the failure value, which no cyclic comparison puts at or above
+// 0: stream wait (either path) and host wait alike. The slot is set by hand
+// here, as the release sets it.
+TEST_F(Release, AWaitForZeroIsSatisfiedAtOnce) {
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  const int left = ranks_[(me_ + n_ - 1) % n_];
+  MPI_Barrier(MPI_COMM_WORLD);
+  CUdeviceptr slot = vt::SlotIn(w, left, d_, io_);
+  ASSERT_NE(slot, 0u);
+  d_.Write(slot, VMMIPC_SIGNAL_FAILED, io_);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_VMM_OK(vmmipc_win_wait(w, left, 0, s_));
+  EXPECT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  EXPECT_VMM_OK(vmmipc_win_wait_host(w, left, 0, 1000));
+  EXPECT_LT(Since(t0), 2.0) << "a wait for 0 waited";
+  vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
+  ASSERT_VMM_OK(vmmipc_win_device_status(w, &st));
+  EXPECT_EQ(st.state, VMMIPC_DEV_OK) << "a wait for 0 ran and saw the failure value";
+  d_.Write(slot, 0, io_);
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+}
+
+// Rank 0 aborts: its slots hold the failure value. Rank 1, alive and not
+// told yet (its sync calls read no socket), then signals rank 0 late,
+// overwriting the value with 3. A stream wait on that slot for 10 (as one
+// still queued behind other work would start only now) must complete all
+// the same, and the slot holds the failure value again.
+TEST_F(Release, ALateSignalDoesNotRearmAWait) {
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  CUdeviceptr slot = me_ == 0 ? vt::SlotIn(w, ranks_[1], d_, io_) : 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me_ == 0) ASSERT_VMM_OK(vmmipc_comm_abort(c_));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me_ == 1) {
+    ASSERT_VMM_OK(vmmipc_win_signal(w, ranks_[0], 3, s_));  // the late write
+    ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me_ == 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(d_.waitValue64(s_, slot, 10, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+    EXPECT_EQ(d_.streamSync(s_), CUDA_SUCCESS) << "the wait was re-armed by the late write";
+    EXPECT_LT(Since(t0), 2.0);
+    EXPECT_EQ(d_.Read(slot, io_), VMMIPC_SIGNAL_FAILED);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS);  // rank 0 aborted: freed locally, or no verdict of success
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace

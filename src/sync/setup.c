@@ -1,0 +1,225 @@
+/* Host sync's state per comm, made with its first window: everything that
+ * could wait for the context (loading the library's kernels, allocating
+ * device or mapped host memory) happens here or at window creation, never
+ * in a host sync call (DESIGN.md section 8).
+ *
+ * The path is decided once per comm, the same on every node rank, from
+ * what every node rank tells (one bounded MPI_Iallgather on the node):
+ *   memops  VMMIPC_SYNC=memops;
+ *   kernels VMMIPC_SYNC=kernel;
+ *   auto    stream memory operations where two node ranks share a GPU and
+ *           every node rank has them (measured on one H200 both with and
+ *           without MPS, docs/sync.md); else kernels where every node rank
+ *           loaded them; else memory operations.
+ * Node ranks with different VMMIPC_SYNC settings fail the window. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/device.h"
+#include "sync/release.h"
+#include "sync/sync.h"
+
+/* What each node rank tells the others (MPI_BYTE). */
+struct path_info {
+  int32_t mode;      /* VMMIPC__MODE_* */
+  int32_t kernels;   /* 1: the kernels loaded into its current context */
+  int32_t memops;    /* 1: its device has 64-bit stream memory operations */
+  int32_t pad;
+  unsigned char gpu[16]; /* its device's UUID */
+};
+
+static const char *mode_name(int m) {
+  return m == VMMIPC__MODE_KERNEL ? "kernel" : m == VMMIPC__MODE_MEMOPS ? "memops" : m == VMMIPC__MODE_AUTO ? "auto" : "?";
+}
+
+/* This rank's part: loads the kernels unless memory operations are forced. */
+static void describe(const vmmipc__cu_t *cu, int mode, const char *op, struct path_info *me) {
+  memset(me, 0, sizeof *me);
+  me->mode = mode;
+  int dev = 0, ok = 0;
+  if (vmmipc__current_device(cu, op, &dev)) return;
+  CUuuid u;
+  if (cu->cuDeviceGetUuid(&u, dev) == CUDA_SUCCESS) memcpy(me->gpu, u.bytes, sizeof me->gpu);
+  if (cu->cuDeviceGetAttribute(&ok, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev) == CUDA_SUCCESS)
+    me->memops = ok != 0;
+  vmmipc__kernels_t k;
+  if (mode != VMMIPC__MODE_MEMOPS) me->kernels = vmmipc__kernels_load(cu, op, &k) == VMMIPC_SUCCESS;
+}
+
+/* The node's records, gathered within the timeout. */
+static vmmipc_result_t gather(struct vmmipc_comm *c, struct path_info *mine, struct path_info **all,
+                              const char *op) {
+  int n = c->node_size;
+  *all = calloc((size_t)n, sizeof **all);
+  struct path_info *send = malloc(sizeof *send); /* MPI may keep both after a timeout */
+  if (!*all || !send) {
+    free(*all);
+    free(send);
+    *all = NULL;
+    return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d path records", op, n);
+  }
+  *send = *mine;
+  MPI_Request req = MPI_REQUEST_NULL;
+  int mrc = MPI_Iallgather(send, (int)sizeof *send, MPI_BYTE, *all, (int)sizeof *send, MPI_BYTE, c->node, &req);
+  int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(&req, 1, vmmipc__now_ms() + c->timeout_ms, &mrc) : -1;
+  if (w > 0) { /* pending on the node comm: MPI keeps the buffers and the comms */
+    vmmipc__mpi_abandon(&req, 1, 0, *all);
+    vmmipc__mpi_keep(send);
+    *all = NULL;
+    c->mpi_dirty = 1;
+    return vmmipc__error(VMMIPC_ERR_TIMEOUT,
+                         "%s: telling the node's ranks the host-sync path timed out after %d ms: a rank of this "
+                         "node is not in the call",
+                         op, c->timeout_ms);
+  }
+  free(send);
+  if (w < 0) {
+    free(*all);
+    *all = NULL;
+    return vmmipc__mpi_error(mrc, "%s: MPI_Iallgather of the host-sync path records", op);
+  }
+  return VMMIPC_SUCCESS;
+}
+
+/* The same decision on every node rank, from the same records. */
+static vmmipc_result_t decide(struct vmmipc_comm *c, const struct path_info *all, const char *raw, int *path,
+                              const char *op) {
+  int n = c->node_size, shared = 0, kernels = 1, memops = 1;
+  for (int q = 1; q < n; q++)
+    if (all[q].mode != all[0].mode)
+      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                           "%s: the node's ranks disagree on VMMIPC_SYNC: rank %d uses %s and rank %d %s; hint: set "
+                           "it alike on every rank",
+                           op, c->rank_of[0], mode_name(all[0].mode), c->rank_of[q], mode_name(all[q].mode));
+  if (all[0].mode == VMMIPC__MODE_BAD)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: VMMIPC_SYNC is \"%s\"; hint: use kernel, memops or auto", op,
+                         raw ? raw : "");
+  for (int a = 0; a < n; a++) {
+    kernels &= all[a].kernels;
+    memops &= all[a].memops;
+    for (int b = a + 1; b < n; b++) shared |= memcmp(all[a].gpu, all[b].gpu, sizeof all[a].gpu) == 0;
+  }
+  if (all[0].mode == VMMIPC__MODE_KERNEL)
+    *path = VMMIPC__PATH_KERNELS; /* a rank whose kernels did not load fails its calls, saying why */
+  else if (all[0].mode == VMMIPC__MODE_MEMOPS || (shared && memops) || !kernels)
+    *path = VMMIPC__PATH_MEMOPS;
+  else
+    *path = VMMIPC__PATH_KERNELS;
+  return VMMIPC_SUCCESS;
+}
+
+/* The comm's alarm: a claim word in device memory (zeroed on the pool's
+ * private stream) and a record in mapped host memory. */
+static vmmipc_result_t make_alarm(const vmmipc__cu_t *cu, struct vmmipc__pool *p, struct vmmipc__sync *s,
+                                  const char *op) {
+  static const unsigned long long zero = 0;
+  void *hp = NULL;
+  CUresult rc = cu->cuMemAlloc(&s->alarm_claim, sizeof zero);
+  if (!rc) rc = cu->cuMemcpyHtoDAsync(s->alarm_claim, &zero, sizeof zero, p->stream);
+  if (!rc) rc = cu->cuStreamSynchronize(p->stream);
+  if (!rc) rc = cu->cuMemHostAlloc(&hp, sizeof *s->alarm, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+  if (!rc) {
+    s->alarm = hp;
+    memset((void *)s->alarm, 0, sizeof *s->alarm);
+    rc = cu->cuMemHostGetDevicePointer(&s->alarm_dev, hp, 0);
+  }
+  if (rc) return vmmipc__cu_error(rc, NULL, "%s: the comm's host-sync alarm", op);
+  return VMMIPC_SUCCESS;
+}
+
+vmmipc_result_t vmmipc__sync_setup(struct vmmipc_comm *c, struct vmmipc__pool *p, vmmipc_result_t local,
+                                   const char *op) {
+  const char *raw = NULL;
+  int mode = vmmipc__sync_mode(&raw);
+  const vmmipc__cu_t *cu = NULL;
+  struct path_info mine;
+  memset(&mine, 0, sizeof mine);
+  mine.mode = mode;
+  if (!local) local = vmmipc__cu_load(&cu);
+  if (!local) describe(cu, mode, op, &mine);
+  struct vmmipc__sync *s = local ? NULL : calloc(1, sizeof *s);
+  if (!local && !s) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: host-sync state", op);
+  if (s) {
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    p->sync = s; /* freed with the pool, whatever follows */
+    s->nchunks = (p->slices + VMMIPC__ARENA_SLICES - 1) / VMMIPC__ARENA_SLICES;
+    size_t N = (size_t)c->size, n = (size_t)c->node_size;
+    s->words = 4 + 4 * N + (n + 1) / 2 + 2 * n; /* device.c's layout */
+    s->chunk = calloc((size_t)s->nchunks, sizeof *s->chunk);
+    s->records = calloc((size_t)s->nchunks, sizeof *s->records);
+    s->records_dev = calloc((size_t)s->nchunks, sizeof *s->records_dev);
+    if (!s->chunk || !s->records || !s->records_dev)
+      local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: host-sync tables", op);
+    if (!local) local = make_alarm(cu, p, s, op);
+  }
+  /* Every node rank takes part, whatever failed here. */
+  struct path_info *all = NULL;
+  vmmipc_result_t g = c->node_size > 1 ? gather(c, &mine, &all, op) : VMMIPC_SUCCESS;
+  if (!local) local = g;
+  if (!local) local = decide(c, c->node_size > 1 ? all : &mine, raw, &s->path, op);
+  free(all);
+  return local;
+}
+
+vmmipc_result_t vmmipc__sync_win_ready(struct vmmipc_comm *c, int slice, const char *op) {
+  struct vmmipc__sync *s = c->pool ? c->pool->sync : NULL;
+  if (!s || slice < 0) return VMMIPC_SUCCESS;
+  const vmmipc__cu_t *cu = NULL;
+  vmmipc_result_t r = vmmipc__cu_load(&cu);
+  if (r) return r;
+  if (s->path == VMMIPC__PATH_KERNELS) {
+    vmmipc__kernels_t k;
+    (void)vmmipc__kernels_load(cu, op, &k); /* a context without them: its calls say why */
+  }
+  int k = slice / VMMIPC__ARENA_SLICES;
+  if (s->chunk[k]) return VMMIPC_SUCCESS;
+  void *hp = NULL;
+  CUdeviceptr mem = 0;
+  size_t bytes = (size_t)VMMIPC__ARENA_SLICES * s->words * 8;
+  const char *what = "cuMemAlloc";
+  CUresult rc = cu->cuMemAlloc(&mem, bytes);
+  if (!rc) {
+    what = "cuMemHostAlloc";
+    rc = cu->cuMemHostAlloc(&hp, VMMIPC__ARENA_SLICES * sizeof(vmmipc_dev_record_t),
+                            CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+  }
+  CUdeviceptr dev = 0;
+  if (!rc) {
+    what = "cuMemHostGetDevicePointer";
+    rc = cu->cuMemHostGetDevicePointer(&dev, hp, 0);
+  }
+  if (rc) {
+    if (hp) cu->cuMemFreeHost(hp);
+    if (mem) cu->cuMemFree(mem);
+    return vmmipc__cu_error(rc, NULL, "%s: device arrays for %d windows (%zu bytes): %s", op, VMMIPC__ARENA_SLICES,
+                            bytes, what);
+  }
+  s->chunk[k] = mem;
+  s->records[k] = hp;
+  s->records_dev[k] = dev;
+  return VMMIPC_SUCCESS;
+}
+
+void vmmipc__sync_free(struct vmmipc__pool *p) {
+  struct vmmipc__sync *s = p->sync;
+  if (!s) return;
+  vmmipc__sync_keeper_stop(s);
+  const vmmipc__cu_t *cu = NULL;
+  if (vmmipc__cu_load(&cu) == VMMIPC_SUCCESS) {
+    for (int k = 0; s->chunk && k < s->nchunks; k++) {
+      if (s->chunk[k]) cu->cuMemFree(s->chunk[k]);
+      if (s->records[k]) cu->cuMemFreeHost(s->records[k]);
+    }
+    if (s->alarm_claim) cu->cuMemFree(s->alarm_claim);
+    if (s->alarm) cu->cuMemFreeHost((void *)s->alarm);
+  }
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s->chunk);
+  free(s->records);
+  free(s->records_dev);
+  free(s);
+  p->sync = NULL;
+}
