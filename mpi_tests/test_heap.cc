@@ -342,6 +342,37 @@ TEST_F(Heap, ReserveExhaustedNamesTheRank) {
   ASSERT_VMM_OK(vmmipc_heap_destroy(h));
 }
 
+// A rank out of host memory for heap_create's exchange still takes part
+// with its failure: every rank fails at once with its NO_MEMORY naming it,
+// not at the timeout, and the comm stays sound (a heap is made right after).
+TEST_F(Heap, CreateOutOfHostMemoryFailsEveryRankAtOnce) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int timeout_ms = 20000;
+  vmmipc_comm_t c = Create(timeout_ms);
+  ASSERT_NE(c, nullptr);
+  for (int f : {vt::Size() - 1, 0}) {
+    if (vt::Rank() == f) vmmipc__test_fail_at("heap_record", 1);
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto t0 = std::chrono::steady_clock::now();
+    vmmipc_heap_t h = nullptr;
+    vmmipc_result_t r = vmmipc_heap_create(c, nullptr, &h);
+    double s = Since(t0);
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(r, VMMIPC_ERR_NO_MEMORY) << vmmipc_last_error();
+    EXPECT_TRUE(vt::SameEverywhere(r));
+    EXPECT_EQ(h, nullptr);
+    EXPECT_TRUE(Has(vmmipc_last_error(), "rank " + std::to_string(f))) << vmmipc_last_error();
+    EXPECT_LT(s, timeout_ms / 2000.0) << "the peers waited for the timeout: " << vmmipc_last_error();
+    vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
+    ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
+    EXPECT_EQ(st.broken, 0);
+    h = MakeHeap(c, kGran, 4 * kGran);
+    ASSERT_NE(h, nullptr);
+    ASSERT_VMM_OK(vmmipc_heap_destroy(h));
+  }
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 // A rank that never calls vmmipc_heap_alloc: the others fail with
 // VMMIPC_ERR_TIMEOUT naming it, within the bound, and the comm breaks;
 // the heap and the comm are still freed locally.

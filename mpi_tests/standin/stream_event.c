@@ -124,6 +124,15 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
   return rc;
 }
 
+/* Work completes before its call returns: a recorded event is reached. */
+CUresult cuEventQuery(CUevent hEvent) {
+  CUresult rc = sti_enter();
+  if (rc) return rc;
+  if (!sti_event_valid(hEvent)) rc = CUDA_ERROR_INVALID_HANDLE;
+  sti_leave();
+  return rc;
+}
+
 CUresult cuEventSynchronize(CUevent hEvent) {
   CUresult rc = sti_enter();
   if (rc) return rc;

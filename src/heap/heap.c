@@ -10,6 +10,7 @@
 #include "common/le.h"
 #include "driver/device.h"
 #include "common/structsize.h"
+#include "common/testhooks.h"
 #include "heap/heap.h"
 
 #define CREATE_MSG 24 /* reserve, grow, granularity */
@@ -104,6 +105,11 @@ vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *
   size_t reserve = 0, grow = 0;
   if (!local) local = local_geometry(h, cfg, op, &reserve, &grow);
   if (!local) local = vmmipc__heap_room(h);
+  if (h && VMMIPC__INJECT("heap_record")) { /* tests: no host memory for the record */
+    free(h->all);
+    h->all = NULL;
+    if (!local) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's record (injected)", op);
+  }
   unsigned char mine[CREATE_MSG];
   vmmipc__put64(mine, reserve);
   vmmipc__put64(mine + 8, grow);
