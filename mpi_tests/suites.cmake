@@ -33,12 +33,15 @@ vmmipc_mpi_test(test_sync NP 2 VNODES 1 TIMEOUT 300)
 # The failure value, CUDA graphs (the stand-in's capture), and host sync
 # next to a user's waiting kernel (a binary of its own: its first host sync
 # call is the test's), on each path.
-vmmipc_mpi_test(test_sync_release NP 1 2 3 SOURCES test_sync_release.cc)
+vmmipc_mpi_test(test_sync_release NP 1 2 3 SOURCES test_sync_release.cc
+                LAYOUTS ${VMMIPC_TEST_LAYOUTS})
 vmmipc_mpi_test(test_sync_release NP 2 ENV VMMIPC_SYNC=memops SUFFIX .memops)
 vmmipc_mpi_test(test_sync_release NP 2 ENV VMMIPC_SYNC=kernel SUFFIX .kernel)
-vmmipc_mpi_test(test_sync_graph NP 2 3 4 SOURCES test_sync_graph.cc)
+vmmipc_mpi_test(test_sync_graph NP 2 3 4 SOURCES test_sync_graph.cc
+                LAYOUTS ${VMMIPC_TEST_LAYOUTS})
 vmmipc_mpi_test(test_sync_graph NP 2 ENV VMMIPC_SYNC=memops SUFFIX .memops)
-vmmipc_mpi_test(test_sync_user_kernel NP 1 2 3 SOURCES test_sync_user_kernel.cc ENV VMMIPC_STANDIN_WAIT_MS=8000)
+vmmipc_mpi_test(test_sync_user_kernel NP 1 2 3 SOURCES test_sync_user_kernel.cc ENV VMMIPC_STANDIN_WAIT_MS=8000
+                LAYOUTS ${VMMIPC_TEST_LAYOUTS})
 vmmipc_mpi_test(test_sync_user_kernel NP 2 ENV VMMIPC_STANDIN_WAIT_MS=8000 VMMIPC_SYNC=memops SUFFIX .memops)
 vmmipc_mpi_test(test_sync_user_kernel NP 2 ENV VMMIPC_STANDIN_WAIT_MS=8000 VMMIPC_SYNC=kernel SUFFIX .kernel)
 if(VMMIPC_TEST_DRIVER STREQUAL "standin")
