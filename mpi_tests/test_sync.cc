@@ -13,8 +13,9 @@
 
 #include "coll/coll.h"
 #include "comm/comm.h"
-#include "sync/sync.h"
+#include "common/testhooks.h"
 #include "harness/bufs.h"
+#include "sync/sync.h"
 
 namespace {
 
@@ -97,7 +98,7 @@ TEST_F(Sync, RingOfCopiesSignalsAndWaits) {
   // A node of one takes part in the collectives only, here and below.
   if (!vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "needs two ranks on a node";
   const size_t max = 64u << 20;
-  const int iters = 1000;
+  const int iters = 400;
   vmmipc_buf_t win_buf = nullptr, src = nullptr;
   ASSERT_VMM_OK(vmmipc_alloc(max, &win_buf));
   ASSERT_VMM_OK(vmmipc_alloc(max, &src));
@@ -111,11 +112,11 @@ TEST_F(Sync, RingOfCopiesSignalsAndWaits) {
   std::vector<unsigned char> host, want, got;
   size_t bad_iters = 0;
   for (int it = 0; n_ >= 2 && it < iters; it++) {
-    // 4 B to 1 MiB in turn; each size from 2 MiB to 64 MiB once (at
-    // iterations 100, 200, ... 600), so that the ring stays within seconds
-    // on the stand-in, under sanitizers too.
+    // 4 B to 1 MiB in turn (21 rounds of the 19 sizes); each size from
+    // 2 MiB to 64 MiB once (at iterations 50, 100, ... 300), so that the
+    // ring stays within a second on the stand-in, under sanitizers too.
     int shift = 2 + it % 19;
-    if (it % 100 == 0 && it > 0 && it <= 600) shift = 20 + it / 100;
+    if (it % 50 == 0 && it > 0 && it <= 300) shift = 20 + it / 50;
     size_t n = static_cast<size_t>(1) << shift;
     Expected(host, n, it, vt::Rank());
     // Writer: the reader is done with the previous block.
@@ -393,16 +394,19 @@ TEST_F(Sync, ASliceTakenAgainAfterEveryOtherOneIsZeroAndInStep) {
   if (NoMemops()) GTEST_SKIP() << "stand-in without stream memory operations";
   if (!vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "needs two ranks on a node";
   int right = ranks_[(me_ + 1) % n_], left = ranks_[(me_ + n_ - 1) % n_];
+  // A comm whose pool (made by its first window) holds 32 slices on every
+  // node: the walk below proves next-fit reuse as a full pool's ~44,000
+  // would, in 32 windows instead of seconds of them.
+  vmmipc__test_pool_slices(32);
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
   vmmipc_win_t a = nullptr;
-  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &a));
-  // A pool holds 3 slots per node rank: nodes of different sizes have
-  // different slice counts. Every rank walks the smallest; the nodes that
-  // have it come back to the first slice and check it (a node of the
-  // largest size always does).
-  const int first = a->slice, mine = c_->pool->slices;
-  int slices = 0;
-  MPI_Allreduce(&mine, &slices, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  const bool checks = n_ >= 2 && mine == slices;
+  vmmipc_result_t made = vmmipc_allgather_map(c, nullptr, nullptr, &a);
+  vmmipc__test_pool_slices(0);
+  ASSERT_VMM_OK(made);
+  const int first = a->slice, slices = c->pool->slices;
+  EXPECT_EQ(slices, 32);
+  const bool checks = n_ >= 2;
   if (n_ >= 2) {
     ASSERT_VMM_OK(vmmipc_win_signal(a, right, 5, s_));
     ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
@@ -412,11 +416,11 @@ TEST_F(Sync, ASliceTakenAgainAfterEveryOtherOneIsZeroAndInStep) {
   ASSERT_VMM_OK(vmmipc_win_free(a));
   // The last rank fails before taking (no out); the others took and undo.
   vmmipc_win_t x = nullptr;
-  EXPECT_EQ(vmmipc_allgather_map(c_, nullptr, nullptr, vt::Rank() == vt::Size() - 1 ? nullptr : &x),
+  EXPECT_EQ(vmmipc_allgather_map(c, nullptr, nullptr, vt::Rank() == vt::Size() - 1 ? nullptr : &x),
             VMMIPC_ERR_INVALID_ARG);
   // Every other slice once, through the heap (its windows are the cheapest).
   vmmipc_heap_t h = nullptr;
-  ASSERT_VMM_OK(vmmipc_heap_create(c_, nullptr, &h));
+  ASSERT_VMM_OK(vmmipc_heap_create(c, nullptr, &h));
   for (int i = 0; i < slices - 1; i++) {
     vmmipc_win_t w = nullptr;
     ASSERT_EQ(vmmipc_heap_alloc(h, 256, &w), VMMIPC_SUCCESS) << "window " << i << ": " << vmmipc_last_error();
@@ -426,7 +430,7 @@ TEST_F(Sync, ASliceTakenAgainAfterEveryOtherOneIsZeroAndInStep) {
     ASSERT_VMM_OK(vmmipc_win_free(w));
   }
   vmmipc_win_t b = nullptr;
-  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &b));
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &b));
   if (checks) {
     EXPECT_EQ(b->slice, first);
     EXPECT_EQ(vmmipc_win_wait_host(b, left, 1, 100), VMMIPC_ERR_TIMEOUT) << "the old signal is still there";
@@ -440,6 +444,7 @@ TEST_F(Sync, ASliceTakenAgainAfterEveryOtherOneIsZeroAndInStep) {
   MPI_Barrier(MPI_COMM_WORLD);
   ASSERT_VMM_OK(vmmipc_win_free(b));
   ASSERT_VMM_OK(vmmipc_heap_destroy(h));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
 // Many separate writes into the right neighbour's window, one signal; the
