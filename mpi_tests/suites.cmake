@@ -55,7 +55,13 @@ endif()
 vmmipc_mpi_test(test_wrap NP 1 2 3 4 SOURCES test_wrap.cc LAYOUTS ${VMMIPC_TEST_LAYOUTS})
 vmmipc_mpi_test(test_driver_load NP 1 SOURCES test_driver_load.cc)
 vmmipc_mpi_test(test_caches NP 1 SOURCES test_caches.cc)
-vmmipc_mpi_test(test_heap NP 1 2 4 SOURCES test_heap.cc TIMEOUT 240 LAYOUTS ${VMMIPC_TEST_LAYOUTS})
+vmmipc_mpi_test(test_heap NP 1 2 4 SOURCES test_heap.cc TIMEOUT 240)
+# On the node layouts, without the two tests of a rank that never comes or
+# comes past the timeout (11 s of waiting a run): they exercise the heap's
+# comm-wide MPI allgather and its verdict, whose path no node shape changes,
+# and the np 2, np 4 and vnodes2 entries run them.
+vmmipc_mpi_test(test_heap LAYOUTS ${VMMIPC_TEST_LAYOUTS} TIMEOUT 240
+                ENV GTEST_FILTER=-Heap.ARankThatNeverComesIsNamed:Heap.ALateRankFailsLikeTheOthers)
 vmmipc_mpi_test(test_heap NP 4 VNODES 2 TIMEOUT 240)
 vmmipc_mpi_test(test_contract NP 1 SOURCES test_contract.cc)
 # A collective one rank never calls, with a short timeout as while developing.

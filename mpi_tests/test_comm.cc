@@ -27,9 +27,11 @@ class Comm : public ::testing::Test {
   void SetUp() override { ASSERT_GE(vt::UseRankDevice(), 0); }
 };
 
-TEST_F(Comm, CreateDestroyHundredTimesLeavesNoFd) {
+// 20 rounds: a leak of any create/destroy shows in the first; more rounds
+// only cost launch-time MPI traffic (15 s at 5 ranks under MPICH for 100).
+TEST_F(Comm, CreateDestroyTwentyTimesLeavesNoFd) {
   int before = vt::FdCount();
-  for (int i = 0; i < 100; i++) {
+  for (int i = 0; i < 20; i++) {
     vmmipc_comm_t c = nullptr;
     ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
     ASSERT_VMM_OK(vmmipc_comm_destroy(c));

@@ -128,7 +128,9 @@ TEST_F(Graph, CapturedSignalAndWaitReplayWithALowering) {
   ASSERT_VMM_OK(vmmipc_win_barrier(w, g_));
   ASSERT_EQ(end_(g_), CUDA_SUCCESS);
   int bad = 0;
-  for (uint64_t i = 1; i <= 1000; i++) {
+  // 200 replays, 4 of them with rank 0 late: each replay checks the same
+  // lowering, and its world barrier costs seconds per thousand under MPICH.
+  for (uint64_t i = 1; i <= 200; i++) {
     if (me_ == 0 && i % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // late, not a sync
     d_.Write(at[right], i, io_);
     ASSERT_EQ(replay_(g_), CUDA_SUCCESS) << "replay " << i;
