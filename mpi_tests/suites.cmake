@@ -85,11 +85,13 @@ if(_launcher_flavor STREQUAL "openmpi")
 else()
   set(_recovery -disable-auto-cleanup)
 endif()
+vmmipc_test_processors(procs3 3)
+vmmipc_test_processors(procs4 4)
 foreach(victim 0 last)
   add_test(NAME test_kill.np3.victim_${victim}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 2 ${MPIEXEC_EXECUTABLE} ${_recovery}
                    ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 3 $<TARGET_FILE:test_kill>)
-  set_tests_properties(test_kill.np3.victim_${victim} PROPERTIES TIMEOUT 120 PROCESSORS 3 SKIP_RETURN_CODE 77
+  set_tests_properties(test_kill.np3.victim_${victim} PROPERTIES TIMEOUT 120 PROCESSORS ${procs3} SKIP_RETURN_CODE 77
                        ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim};VMMIPC_STANDIN_WAIT_MS=80000")
 endforeach()
 # The dead rank on another node than the collector: its node peer tells the
@@ -98,7 +100,7 @@ add_test(NAME test_kill.np4.vnodes2.victim_last
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 3 ${MPIEXEC_EXECUTABLE} ${_recovery}
                  ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 4 ${CMAKE_CURRENT_SOURCE_DIR}/harness/vnode.sh
                  $<TARGET_FILE:test_kill>)
-set_tests_properties(test_kill.np4.vnodes2.victim_last PROPERTIES TIMEOUT 120 PROCESSORS 4 SKIP_RETURN_CODE 77
+set_tests_properties(test_kill.np4.vnodes2.victim_last PROPERTIES TIMEOUT 120 PROCESSORS ${procs4} SKIP_RETURN_CODE 77
                      LABELS layouts
                      ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=last;VMMIPC_STANDIN_WAIT_MS=80000;VMMIPC_TEST_RANKS_PER_NODE=2")
 # The same on uneven and interleaved layouts where the dead rank has a node
@@ -114,10 +116,11 @@ foreach(case 0,1,1:last 0,1,0,1,0:last)
   list(GET case 1 victim)
   vmmipc_layout_name(${layout} lname np)
   math(EXPR survivors "${np} - 1")
+  vmmipc_test_processors(procs ${np})
   set(t test_kill.np${np}.${lname}.victim_${victim})
   add_test(NAME ${t}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh ${survivors} ${MPIEXEC_EXECUTABLE} ${_recovery}
                    ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} ${np} ${VMMIPC_TEST_VNODE} $<TARGET_FILE:test_kill>)
-  set_tests_properties(${t} PROPERTIES TIMEOUT 120 PROCESSORS ${np} SKIP_RETURN_CODE 77 LABELS layouts
+  set_tests_properties(${t} PROPERTIES TIMEOUT 120 PROCESSORS ${procs} SKIP_RETURN_CODE 77 LABELS layouts
                        ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim};VMMIPC_STANDIN_WAIT_MS=80000;VMMIPC_TEST_LAYOUT=${layout}")
 endforeach()
