@@ -1,5 +1,11 @@
 # Every test suite, registered in one place. The stand-in's own tests run
 # only against the stand-in; everything else runs on both drivers.
+# Every suite that makes a comm also runs on the node layouts
+# (LAYOUTS ${VMMIPC_TEST_LAYOUTS}: {2,1}, {1,2}, {3,1}, {1,1,1}, round robin;
+# cmake/test_layouts.cmake). The suites of the stand-in, the driver
+# (test_xproc, test_driver_contract) and the transport (its rank table is
+# the test's own) make none: VMMIPC_NODE_ID is no input of theirs, so a
+# layout would run them unchanged, and they have none.
 if(VMMIPC_TEST_DRIVER STREQUAL "standin")
   vmmipc_mpi_test(test_standin NP 1 2 SOURCES standin/test_standin.cc)
 endif()
