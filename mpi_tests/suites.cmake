@@ -9,6 +9,9 @@
 if(VMMIPC_TEST_DRIVER STREQUAL "standin")
   vmmipc_mpi_test(test_standin NP 1 2 SOURCES standin/test_standin.cc)
 endif()
+# The harness's node per rank (harness/vnode.sh), every launcher's variable.
+add_test(NAME harness.vnode COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/harness/test_vnode.sh)
+set_tests_properties(harness.vnode PROPERTIES TIMEOUT 30)
 vmmipc_mpi_test(test_loader NP 1 SOURCES test_loader.cc)
 vmmipc_mpi_test(test_buffers NP 1 SOURCES test_buffers.cc)
 vmmipc_mpi_test(test_xproc NP 2 SOURCES test_xproc.cc)
