@@ -225,6 +225,46 @@ TEST_F(Coll, DescriptorCollectivesCarryTheMetadata) {
   base.Expect("descriptor collectives");
 }
 
+// A window's id is the epoch of the call that made it, and its free agrees
+// on it comm-wide: every collective must advance the epoch alike on every
+// rank, whatever its node's shape (a node of one included: issue 29, where
+// {2,1} failed the first win_free with "rank 2 passed window #2 and rank 0
+// window #3").
+TEST_F(Coll, EpochAdvancesAlikeOnEveryNodeShape) {
+  int me = vt::Rank(), n = vt::Size();
+  auto in_step = [&](const char *after) {
+    uint64_t e = c_->epoch, lo = 0, hi = 0;
+    MPI_Allreduce(&e, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&e, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(lo, hi) << "the epochs differ between ranks after " << after;
+  };
+  in_step("the first window");
+  vmmipc_buf_t b = vt::PatternBuf(1, 3000 + me);
+  vmmipc_win_t w = nullptr, w2 = nullptr, hw = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, nullptr, &w));
+  in_step("allgather_map");
+  vmmipc_buf_t out = nullptr;
+  ASSERT_VMM_OK(vmmipc_bcast_map(c_, b, n - 1, nullptr, &out));
+  in_step("bcast_map");
+  if (out) vmmipc_buf_free(out);
+  std::vector<vmmipc_buf_t> bufs(n, b);
+  ASSERT_VMM_OK(vmmipc_scatter_map(c_, me == 0 ? bufs.data() : nullptr, 0, nullptr, &out));
+  in_step("scatter_map");
+  if (out) vmmipc_buf_free(out);
+  vmmipc_heap_t h = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_create(c_, nullptr, &h));
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, 4096, &hw));
+  in_step("heap_alloc");
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w2));
+  // Freed in another order than made: each free names its own window.
+  EXPECT_VMM_OK(vmmipc_win_free(w2));
+  EXPECT_VMM_OK(vmmipc_win_free(hw));
+  EXPECT_VMM_OK(vmmipc_heap_destroy(h));
+  EXPECT_VMM_OK(vmmipc_win_free(w));
+  in_step("win_free");
+  vmmipc_buf_free(b);
+}
+
 // A failure at any step on any rank fails every rank with the same code and
 // a message naming that rank; nothing is left behind; the next call works.
 TEST_F(Coll, AllOrNothingAtEveryStepAndRank) {

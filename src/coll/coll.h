@@ -127,7 +127,8 @@ vmmipc_result_t vmmipc__coll_exchange(struct vmmipc_comm *c, const vmmipc_desc_t
  * exported for each p in `to`, where a buffer the receiver holds travels
  * without fds (and is exported without them when nobody needs them).
  * per_peer: export errors name the rank the buffer was for. The two rounds
- * take two epochs. */
+ * take two epochs on every rank, a node of one included (window ids are
+ * epochs, compared comm-wide). */
 vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_buf_t *bufs, int per_peer,
                                           const char *to, const char *from, const vmmipc_access_t *access,
                                           vmmipc__coll_got_t got, void *arg, vmmipc_result_t local,

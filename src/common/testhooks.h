@@ -41,14 +41,20 @@ void vmmipc__test_sleep_ms(int ms);
  * comm is held): lets a test act at a known point of a call. */
 void vmmipc__test_on_inside(void (*fn)(void *), void *arg);
 void vmmipc__test_inside(void);
+/* Caps the slices of the signal pools made from now on in this process
+ * (0: no cap), so that a test can walk every slice of one in a few calls. */
+void vmmipc__test_pool_slices(int max);
+int vmmipc__test_pool_cap(void);
 #define VMMIPC__INSIDE() vmmipc__test_inside()
 #define VMMIPC__LATE(ms) vmmipc__test_late(ms)
 #define VMMIPC__STALL(ms) vmmipc__test_sleep_ms(ms)
+#define VMMIPC__POOL_CAP() vmmipc__test_pool_cap()
 #else
 #define VMMIPC__INJECT(step) 0
 #define VMMIPC__INSIDE() ((void)0)
 #define VMMIPC__LATE(ms) ((void)0)
 #define VMMIPC__STALL(ms) ((void)0)
+#define VMMIPC__POOL_CAP() 0
 #endif
 
 #ifdef __cplusplus
