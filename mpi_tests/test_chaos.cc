@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -67,7 +68,16 @@ bool Parse(int argc, char **argv, Options *o) {
     else if (a == "--kill") o->kill = true;
     else if (a == "--verbose") o->verbose = true;
     else if (a == "--max-violations") o->max_violations = std::atoi(val());
-    else if (a == "--known") o->known = Split(val());
+    else if (a == "--known") {
+      o->known = Split(val());
+      static const char *const names[] = {"lost_verdict", "abort_destroy", "stall_withdrawals", "abort_vote",
+                                          "abort_rank", "late_blame", "trim_releases"};
+      for (const std::string &k : o->known)
+        if (std::find(std::begin(names), std::end(names), k) == std::end(names)) {
+          std::fprintf(stderr, "test_chaos: --known %s: no such defect (docs/dev/chaos.md lists them)\n", k.c_str());
+          return false;
+        }
+    }
     else if (a == "--skip") {
       for (const std::string &n : Split(val())) {
         int op = OpByName(n), f = FaultByName(n);
@@ -120,7 +130,9 @@ std::string Replay(const Options &o, const Layout &l, int steps) {
   std::string cmd = "VMMIPC_TEST_LAYOUT=" + l.text;
   for (char **e = environ; *e; e++) {
     std::string kv = *e;
-    if ((kv.rfind("VMMIPC_", 0) == 0 || kv.rfind("OMPI_MCA_", 0) == 0 || kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) &&
+    // The launcher puts many OMPI_MCA_ settings of its own in the ranks' environment: only this one is ours.
+    if ((kv.rfind("VMMIPC_", 0) == 0 || kv.rfind("OMPI_MCA_mpi_yield_when_idle=", 0) == 0 ||
+         kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) &&
         kv.rfind("VMMIPC_NODE_ID=", 0) != 0 && kv.rfind("VMMIPC_TEST_LAYOUT=", 0) != 0)
       cmd += " " + Quote(kv);
   }
@@ -289,6 +301,9 @@ int main(int argc, char **argv) {
   std::string warm = WarmUp(o);
   MPI_Barrier(MPI_COMM_WORLD);
   const Counts baseline = TakeCounts();
+  if (g_me == 0 && !Standin())
+    std::fprintf(stderr, "chaos: the real driver: driver objects are not counted (device memory is); every fault "
+                         "runs here (none is the stand-in's own)\n");
 
   Planner plan(o, l);
   State s;
@@ -327,10 +342,21 @@ int main(int argc, char **argv) {
     MPI_Barrier(over);
     FinishStep(st, s, o, l, L, &x, &out);
     MPI_Barrier(over);
+    CheckDeviceMemory(st, x, &out);
     if (death) Probe(s, L, st.target, &out);
     std::vector<Outcome> all = Gather(out, over, world, death ? st.target : -1);
     std::vector<std::string> v = CheckStep(st, s, l, o, all, &alive);
     steps = i + 1;
+    if (o.verbose && g_me == printer) {
+      std::string line;
+      for (int w = 0; w < world; w++) {
+        const Outcome &a = all[static_cast<size_t>(w)];
+        if (!alive[static_cast<size_t>(w)] || !a.member) continue;
+        line += " " + std::to_string(w) + ":" + ResultName(a.rc) + (a.named >= 0 ? "@" + std::to_string(a.named) : "") +
+                (a.fired ? "*" : "") + (a.failed_after ? "(failed)" : "");
+      }
+      std::fprintf(stderr, "chaos:   ->%s\n", line.c_str());
+    }
     rep.Count(st, all, v);
     if (!v.empty() && g_me == printer) {
       for (const std::string &line : v) std::fprintf(stderr, "chaos: VIOLATION in %s: %s\n", what.c_str(), line.c_str());

@@ -278,6 +278,9 @@ struct StepCtx {
 void RunStep(const Step &st, const State &s, const Options &o, const Layout &l, Local &L, StepCtx *x, Outcome *out);
 void FinishStep(const Step &st, const State &s, const Options &o, const Layout &l, Local &L, StepCtx *x,
                 Outcome *out);
+// After every rank's FinishStep (a barrier): the device's memory after a
+// failed collective (the real driver; the stand-in counts objects instead).
+void CheckDeviceMemory(const Step &st, const StepCtx &x, Outcome *out);
 // After a death: one allgather_map on every comm the victim was in; every
 // survivor's must fail naming it.
 void Probe(const State &s, Local &L, int victim, Outcome *out);

@@ -270,6 +270,9 @@ Step Planner::Next(const State &s, int index) const {
       (st.fault == kSockFail || st.fault == kSockStall || st.fault == kSockFull || st.fault == kLeave))
     st.target = who.size() > 1 ? who[1] : -1;
   if (o_.Known("abort_destroy") && st.op == kCommDestroy && st.fault == kAbort) st.fault = kNone;
+  // Found by this program (docs/dev/chaos.md, "Found so far").
+  if (o_.Known("stall_withdrawals") && st.fault == kCollectorLate) st.how = 0;
+  if (o_.Known("abort_vote") && st.fault == kAbort && Collective(st.op)) st.fault = kNone;
   if (st.target < 0) st.fault = kNone;
   st.delay_ms = o_.timeout_ms * 3 / 2;
   st.nth = 1 + r.Below(2);

@@ -10,6 +10,8 @@
 # A campaign: many seeds on random node layouts and rank counts, added up:
 #   chaos.sh --runs N --steps K [--seed0 S] [--np "2 3 4 5"] [--kill-share P]
 #            [--budget SECONDS] [--logs DIR] [-- test_chaos options]
+# Each run also draws the host sync path (VMMIPC_SYNC auto, memops or
+# kernel) unless VMMIPC_SYNC is set.
 # prints one summary (runs, steps, violations; counts of each layout, rank
 # count, operation, fault kind and verdict) and the replay command of every
 # failing run; exits 1 if any run failed.
@@ -54,14 +56,14 @@ read -r -a driver_env <<<"${CHAOS_DRIVER_ENV//;/ }"
 
 # run_one NP LAYOUT SEED STEPS KILL LOG: one run; its output goes to LOG.
 run_one() {
-  local n=$1 lay=$2 sd=$3 k=$4 kl=$5 log=$6 args=()
+  local n=$1 lay=$2 sd=$3 k=$4 kl=$5 log=$6 sync=${7:-${VMMIPC_SYNC:-auto}} args=()
   [ "$kl" = 1 ] && args=("${recovery[@]}")
   local opts=(--seed "$sd" --steps "$k")
   [ "$kl" = 1 ] && opts+=(--kill)
   # Open MPI's waits yield the CPU: the test's own barriers do not starve
   # the ranks that time each call (2 cores, up to 5 ranks).
   env "${driver_env[@]}" VMMIPC_TEST_LAYOUT="$lay" VMMIPC_STANDIN_WAIT_MS="${VMMIPC_STANDIN_WAIT_MS:-30000}" \
-    OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}" \
+    OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}" VMMIPC_SYNC="$sync" \
     "$CHAOS_MPIEXEC" "${mpiexec_args[@]}" "${args[@]}" "$CHAOS_NP_FLAG" "$n" "$CHAOS_NODE_SH" "$CHAOS_EXE" \
     "${opts[@]}" ${extra[@]+"${extra[@]}"} >"$log" 2>&1
 }
@@ -130,19 +132,20 @@ for ((i = 0; i < runs; i++)); do
   n=${np_list[$((sd % ${#np_list[@]}))]}
   lay=$(draw_layout "$n" "$sd")
   kl=$(awk -v s="$sd" -v p="$kill_share" 'BEGIN { srand(s * 7 + 1); print (rand() < p) ? 1 : 0 }')
+  sync=${VMMIPC_SYNC:-$(awk -v s="$sd" 'BEGIN { srand(s * 13 + 5); split("auto memops kernel", m, " "); print m[1 + int(rand() * 3)] }')}
   log="$logs/run-$sd.log"
-  run_one "$n" "$lay" "$sd" "$steps" "$kl" "$log"
+  run_one "$n" "$lay" "$sd" "$steps" "$kl" "$log" "$sync"
   judge "$log" "$kl"
   rc=$?
   done_runs=$((done_runs + 1))
   last=$(grep '^chaos: seed=' "$log" | tail -n 1)
-  if [ -n "$last" ]; then echo "$last kill=$kl" >>"$lines"; fi
+  if [ -n "$last" ]; then echo "$last kill=$kl sync=$sync" >>"$lines"; fi
   if [ "$rc" = 0 ] || [ "$rc" = 77 ]; then
     [ "$rc" = 77 ] && echo "chaos.sh: seed $sd: the launcher ended the survivors (not judged)"
     rm -f "$log"
   else
     failed=$((failed + 1))
-    echo "chaos.sh: seed $sd (np $n, layout $lay, kill $kl) FAILED; log: $log"
+    echo "chaos.sh: seed $sd (np $n, layout $lay, kill $kl, VMMIPC_SYNC=$sync) FAILED; log: $log"
     grep -E '^chaos: (VIOLATION|HANG|CRASH|replay)' "$log" | head -n 20
   fi
 done
@@ -165,6 +168,7 @@ awk -v runs="$done_runs" -v failed="$failed" '
       else if (kv[1] == "layout") layouts[kv[2]]++
       else if (kv[1] == "np") nps[kv[2]]++
       else if (kv[1] == "kill") kills += kv[2]
+      else if (kv[1] == "sync") syncs[kv[2]]++
       else if (kv[1] == "ops") add(ops, kv[2])
       else if (kv[1] == "faults") add(fired, kv[2])
       else if (kv[1] == "planned") add(planned, kv[2])
@@ -177,7 +181,7 @@ awk -v runs="$done_runs" -v failed="$failed" '
     nf = 0; for (k in fired) if (k != "none") nf++
     printf "chaos campaign: runs=%d failed=%d steps=%d violations=%d layouts=%d fault_kinds_fired=%d runs_with_a_kill=%d\n",
            runs, failed, steps, viol, nl, nf, kills
-    show("layouts", layouts); show("np", nps); show("ops", ops)
+    show("layouts", layouts); show("np", nps); show("sync paths", syncs); show("ops", ops)
     show("faults fired", fired); show("faults planned", planned); show("verdicts", verdicts)
     show("violations by kind", kinds)
   }' "$lines"
