@@ -121,6 +121,7 @@ struct Step {
   int nth = 1;               // kDriver, sockets: which occurrence
   int delay_ms = 0;          // kLate, kSockStall: how late; kKill: when
   int how = 0;               // variant of the fault (see test_chaos_faults.cc)
+  int late2 = -1;            // kAbort in comm_destroy: a rank late by 1.5 x T into the call
   std::string Describe(const State &s) const;
 };
 

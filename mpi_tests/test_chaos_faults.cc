@@ -15,7 +15,7 @@
 //   inside the call where the call has an exchange, else just before it;
 // - vmmipc_comm_abort from another thread while the call is inside
 //   (inside the exchange, or once the call holds the comm, or, for host
-//   waits, which hold nothing, after a quarter of the timeout);
+//   waits and comm_destroy, after a quarter of the timeout);
 // - SIGKILL from a thread of the victim, at a random time in the step.
 #include <dlfcn.h>
 #include <signal.h>
@@ -163,7 +163,10 @@ FaultScope::FaultScope(const Step &st, const Options &o, vmmipc_comm_t c, const 
     case kAbort:
       if (inside_) {
         vmmipc__test_on_inside(AbortInside, nullptr);
-      } else if (st.op == kWaitHost) {
+      } else if (st.op == kWaitHost || st.op == kCommDestroy) {
+        // A host wait holds nothing; a destroy frees the comm as it returns,
+        // so nothing may look at it then: a quarter of the timeout into the
+        // call, which a late rank (Step::late2) holds that long.
         Helper *h = helper_;
         int ms = st.delay_ms;
         h->t = std::thread([h, c, ms] {
@@ -188,6 +191,9 @@ FaultScope::FaultScope(const Step &st, const Options &o, vmmipc_comm_t c, const 
 }
 
 void FaultScope::Before() {
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  if (st_.late2 == me) SleepMs(o_.timeout_ms * 3 / 2);
   if (!armed_) return;
   if (st_.fault == kLate && st_.how == 1) {
     SleepMs(st_.delay_ms);

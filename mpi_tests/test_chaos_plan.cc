@@ -85,7 +85,9 @@ std::vector<int> Applicable(int op, const CommInfo &ci, bool node_pairs) {
     if (HasExchange(op) || op == kHeapAlloc || op == kHeapCreate || op == kWinFree || op == kHeapFree ||
         op == kHeapTrim)
       f.push_back(kDriver);
-    f.push_back(kAbort);
+    // An abort during comm_destroy needs another rank to hold it in its
+    // agreement (below): the comm is gone once it returns.
+    if (op != kCommDestroy || n >= 2) f.push_back(kAbort);
     // Faults of timing and connections need someone to wait on the target.
     if (n >= 2) f.insert(f.end(), {kLate, kCollectorLate, kSilent, kWithdraw, kLeave, kSockFail, kSockStall, kSockFull});
     return f;
@@ -328,6 +330,12 @@ Step Planner::Next(const State &s, int index) const {
         st.target = r.Pick(receivers);
       }
       st.delay_ms = o_.timeout_ms / 4;
+      if (st.op == kCommDestroy) {  // another rank comes late, so that the abort finds the destroy blocked
+        std::vector<int> others;
+        for (int w : who)
+          if (w != st.target) others.push_back(w);
+        st.late2 = r.Pick(others);
+      }
       break;
     default:
       break;
@@ -355,6 +363,7 @@ std::string Step::Describe(const State &s) const {
     if (fault == kDriver) d += " at " + hook + " #" + std::to_string(nth);
     if (fault == kLate || fault == kCollectorLate) d += how ? " (how 1)" : " (how 0)";
     if (fault == kKill) d += " after " + std::to_string(delay_ms) + " ms";
+    if (late2 >= 0) d += ", rank " + std::to_string(late2) + " late";
   }
   return d;
 }

@@ -122,7 +122,7 @@ logs=${logs:-$(mktemp -d "${TMPDIR:-/tmp}/chaos.XXXXXX")}
 mkdir -p "$logs"
 lines="$logs/last-lines"
 : >"$lines"
-failed=0
+failed=0 crashes=0 hangs=0 lost=0
 t0=$(date +%s)
 read -r -a np_list <<<"$nps"
 done_runs=0
@@ -145,12 +145,15 @@ for ((i = 0; i < runs; i++)); do
     rm -f "$log"
   else
     failed=$((failed + 1))
+    grep -q '^chaos: CRASH' "$log" && crashes=$((crashes + 1))
+    grep -q '^chaos: HANG' "$log" && hangs=$((hangs + 1))
+    [ -z "$last" ] && lost=$((lost + 1))
     echo "chaos.sh: seed $sd (np $n, layout $lay, kill $kl, VMMIPC_SYNC=$sync) FAILED; log: $log"
     grep -E '^chaos: (VIOLATION|HANG|CRASH|replay)' "$log" | head -n 20
   fi
 done
 echo "chaos campaign: $done_runs runs in $(($(date +%s) - t0)) s; logs of failing runs in $logs"
-awk -v runs="$done_runs" -v failed="$failed" '
+awk -v runs="$done_runs" -v failed="$failed" -v crashes="$crashes" -v hangs="$hangs" -v lost="$lost" '
   function add(map, list,   n, i, kv, a) {
     if (list == "-") return
     n = split(list, a, ",")
@@ -181,6 +184,8 @@ awk -v runs="$done_runs" -v failed="$failed" '
     nf = 0; for (k in fired) if (k != "none") nf++
     printf "chaos campaign: runs=%d failed=%d steps=%d violations=%d layouts=%d fault_kinds_fired=%d runs_with_a_kill=%d\n",
            runs, failed, steps, viol, nl, nf, kills
+    printf "chaos campaign: runs that died or hung: crashed=%d hung=%d without_a_last_line=%d (their steps are not counted)\n",
+           crashes, hangs, lost
     show("layouts", layouts); show("np", nps); show("sync paths", syncs); show("ops", ops)
     show("faults fired", fired); show("faults planned", planned); show("verdicts", verdicts)
     show("violations by kind", kinds)
