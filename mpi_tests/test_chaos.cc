@@ -71,7 +71,7 @@ bool Parse(int argc, char **argv, Options *o) {
     else if (a == "--known") {
       o->known = Split(val());
       static const char *const names[] = {"lost_verdict", "abort_destroy", "stall_withdrawals", "abort_vote",
-                                          "abort_rank", "late_blame", "trim_releases"};
+                                          "abort_rank", "timeout_blame", "trim_releases"};
       for (const std::string &k : o->known)
         if (std::find(std::begin(names), std::end(names), k) == std::end(names)) {
           std::fprintf(stderr, "test_chaos: --known %s: no such defect (docs/dev/chaos.md lists them)\n", k.c_str());

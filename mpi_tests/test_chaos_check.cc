@@ -182,7 +182,7 @@ void Checker::Collectives() {
       // have taken it if they came later themselves (then the data is right).
       int rc = OneVerdict(members_, "a rank late past the timeout");
       if (rc > 0 && rc != VMMIPC_ERR_TIMEOUT) V("contract", "a late rank must give TIMEOUT:" + Table(members_, out_));
-      if (rc > 0 && !o_.Known("late_blame")) Names(members_, t, "a late rank");
+      if (rc > 0 && !o_.Known("timeout_blame")) Names(members_, t, "a late rank");
       return;
     }
     case kSilent: {
@@ -196,7 +196,7 @@ void Checker::Collectives() {
       bool frees = st_.op == kCommCreate || st_.op == kCommDestroy;
       if (rc > 0 && rc != VMMIPC_ERR_TIMEOUT && !(frees && rc == VMMIPC_ERR_PEER))
         V("contract", "a silent rank must give TIMEOUT:" + Table(members_, out_));
-      if (!HeapOp(st_.op)) Names(others, t, "a silent rank");
+      if (!HeapOp(st_.op) && !o_.Known("timeout_blame")) Names(others, t, "a silent rank");
       return;
     }
     case kSockFail:

@@ -604,8 +604,13 @@ void FinishStep(const Step &st, const State &s, const Options &o, const Layout &
     const CommInfo &ci = s.comm[st.slot];
     LocalComm &lc = L.comm[st.slot];
     const int r = ci.Rank(L.me);
-    // The heap's new window: every node rank wrote its slice before the barrier.
-    if (st.op == kHeapAlloc && out->rc == VMMIPC_SUCCESS && x->acct == StepCtx::kGrowHeap) {
+    // The heap's new window: every node rank wrote its slice before the
+    // barrier, if its call succeeded too (a split verdict is reported as
+    // such, not as the bytes a failed rank never wrote). Not after a death:
+    // the dead rank's comm cannot take a collective.
+    int all_ok = out->rc == VMMIPC_SUCCESS, every = 0;
+    if (st.op == kHeapAlloc && st.fault != kKill) MPI_Allreduce(&all_ok, &every, 1, MPI_INT, MPI_MIN, lc.mpi);
+    if (st.op == kHeapAlloc && every && x->acct == StepCtx::kGrowHeap) {
       WinInfo wi;
       wi.kind = kHeapWin;
       wi.size = st.size;
