@@ -1,7 +1,8 @@
 # test_chaos, the randomized fault campaign (docs/dev/chaos.md): the
 # program, the settings harness/chaos.sh reads (chaos.env), and a few runs
 # of it under the ctest label "chaos".
-add_executable(test_chaos test_chaos.cc test_chaos_plan.cc test_chaos_data.cc test_chaos_ops.cc
+add_executable(test_chaos test_chaos.cc test_chaos_plan.cc test_chaos_data.cc test_chaos_ops.cc test_chaos_calls.cc
+                          test_chaos_colls.cc test_chaos_peers.cc
                           test_chaos_faults.cc test_chaos_account.cc test_chaos_check.cc test_chaos_state.cc
                           test_chaos_teardown.cc test_chaos_report.cc)
 target_include_directories(test_chaos PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})

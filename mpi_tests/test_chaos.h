@@ -152,7 +152,9 @@ struct Outcome {
   int probe_rc = -1;     // after a death: a collective on the dead rank's comms (-1: none here)
   int probe_named = -1, probe_failed_before = 0;
   char probe_msg[160] = {0};
-  int data_bad = 0, acct_bad = 0;
+  int data_bad = 0;
+  int acct_bad = 0;      // 1: holds more or less than its objects account for; 2: a failed call gave
+                         // something back; 3: the new comm's first window failed (its pool uncounted)
   double secs = 0, bound = 0;  // the longest call here and its bound
   char msg[240] = {0};   // its error message
   char note[240] = {0};  // what went wrong here (data, accounting)

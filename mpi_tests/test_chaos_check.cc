@@ -81,6 +81,7 @@ void Checker::Common() {
     if (o.data_bad) V("data", R(w) + ": " + o.note);
     if (o.acct_bad == 1) V("leak", R(w) + ": " + o.note);
     if (o.acct_bad == 2 && !(st_.op == kHeapTrim && o_.Known("trim_releases"))) V("contract", R(w) + ": " + o.note);
+    if (o.acct_bad == 3) V("unfaulted", R(w) + ": " + o.note);
     if (o.bound > 0 && o.secs > o.bound + Grace(o_.timeout_ms)) {
       char b[200];
       std::snprintf(b, sizeof b, "%s: a call took %.3f s, over its bound of %.3f s plus the grace of %.3f s",
