@@ -345,7 +345,9 @@ int main(int argc, char **argv) {
     CheckDeviceMemory(st, x, &out);
     if (death) Probe(s, L, st.target, &out);
     std::vector<Outcome> all = Gather(out, over, world, death ? st.target : -1);
-    std::vector<std::string> v = CheckStep(st, s, l, o, all, &alive);
+    int timeouts = 0;
+    std::vector<std::string> v = CheckStep(st, s, l, o, all, alive, &timeouts);
+    rep.Timeouts(timeouts);
     steps = i + 1;
     if (o.verbose && g_me == printer) {
       std::string line;

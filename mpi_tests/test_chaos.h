@@ -154,7 +154,8 @@ struct Outcome {
   char probe_msg[160] = {0};
   int data_bad = 0;
   int acct_bad = 0;      // 1: holds more or less than its objects account for; 2: a failed call gave
-                         // something back; 3: the new comm's first window failed (its pool uncounted)
+                         // something back; 3: the new comm's first window failed (its pool uncounted);
+                         // 4: it timed out (the comm is then treated as failed)
   double secs = 0, bound = 0;  // the longest call here and its bound
   char msg[240] = {0};   // its error message
   char note[240] = {0};  // what went wrong here (data, accounting)
@@ -296,9 +297,10 @@ void Apply(const Step &st, const std::vector<Outcome> &out, State *s);
 // ---- checks (test_chaos_check.cc) ----
 struct Verdicts;
 // The violations of one step, from every rank's outcome (identical
-// everywhere); empty when the contract held.
+// everywhere); empty when the contract held. *timeouts: the failures with
+// no fault that were a TIMEOUT everywhere (counted, not violations).
 std::vector<std::string> CheckStep(const Step &st, const State &s, const Layout &l, const Options &o,
-                                   const std::vector<Outcome> &out, std::vector<int> *alive);
+                                   const std::vector<Outcome> &out, const std::vector<int> &alive, int *timeouts);
 // The bound (seconds) on one call of op, from the contract.
 double Bound(int op, int timeout_ms);
 double Grace(int timeout_ms);  // what the test adds to every bound (stated in docs/dev/chaos.md)
@@ -308,13 +310,14 @@ class Report {
  public:
   void Count(const Step &st, const std::vector<Outcome> &out, const std::vector<std::string> &violations);
   void Violation(const std::string &kind);  // one outside the steps (the warm-up, the end)
+  void Timeouts(int n) { timeouts_ += n; }
   std::string Line(const Options &o, const Layout &l, int steps, int violations) const;
   long fired(int fault) const { return fault_fired_[fault]; }
 
  private:
   long op_[kOps] = {0}, fault_[kFaults] = {0}, fault_fired_[kFaults] = {0};
   std::vector<std::pair<std::string, long>> verdict_, kinds_;
-  long drained_ = 0;
+  long drained_ = 0, timeouts_ = 0;
   static void Add(std::vector<std::pair<std::string, long>> *to, const std::string &name);
 };
 std::string ResultName(int rc);

@@ -5,7 +5,10 @@
 //   blame      one verdict, but it names another rank than the one at fault
 //   contract   a result the contract rules out (vmmipc.h), e.g. SUCCESS on a
 //              failed comm, or SUCCESS where a fault made the call impossible
-//   unfaulted  a call failed although no fault fired
+//   unfaulted  a call failed although no fault fired (a TIMEOUT that every
+//              rank concerned returned is counted apart instead, as
+//              "timeouts": a rank the machine left without CPU for a
+//              timeout is late, and the contract holds)
 //   slow       a call took longer than its bound plus the grace
 //   leak       fds, driver objects or device memory not back where they were
 //   data       a mapping or message held other bytes, or a wrong size
@@ -49,8 +52,16 @@ class Checker {
     fired_ = st.fault == kKill || (st.target >= 0 && out[static_cast<size_t>(st.target)].fired);
   }
   std::vector<std::string> Run();
+  int timeouts() const { return timeouts_; }
 
  private:
+  // A failure with no fault: a violation unless every rank in `who` that
+  // failed returned TIMEOUT.
+  void Unfaulted(const std::vector<int> &who, const std::string &v) {
+    for (int w : who)
+      if (O(w).rc && O(w).rc != VMMIPC_ERR_TIMEOUT) return V("unfaulted", v);
+    timeouts_++;
+  }
   const Outcome &O(int w) const { return out_[static_cast<size_t>(w)]; }
   void V(const char *kind, const std::string &v) { v_.push_back(std::string(kind) + ": " + v); }
   bool Near(int a, int b) const { return l_.node[static_cast<size_t>(a)] == l_.node[static_cast<size_t>(b)]; }
@@ -72,6 +83,7 @@ class Checker {
   std::vector<int> members_;
   int victim_ = -1;
   bool fired_ = false;
+  int timeouts_ = 0;
   std::vector<std::string> v_;
 };
 
@@ -82,6 +94,7 @@ void Checker::Common() {
     if (o.acct_bad == 1) V("leak", R(w) + ": " + o.note);
     if (o.acct_bad == 2 && !(st_.op == kHeapTrim && o_.Known("trim_releases"))) V("contract", R(w) + ": " + o.note);
     if (o.acct_bad == 3) V("unfaulted", R(w) + ": " + o.note);
+    if (o.acct_bad == 4) timeouts_++;
     if (o.bound > 0 && o.secs > o.bound + Grace(o_.timeout_ms)) {
       char b[200];
       std::snprintf(b, sizeof b, "%s: a call took %.3f s, over its bound of %.3f s plus the grace of %.3f s",
@@ -157,7 +170,7 @@ void Checker::Collectives() {
     int rc = OneVerdict(members_, "no fault fired");
     // A comm that lost a rank's connections or was aborted (state) may fail.
     if (rc != VMMIPC_SUCCESS && rc != -1 && !(ci_ && ci_->failed))
-      V("unfaulted", "the call failed with no fault fired:" + Table(members_, out_));
+      Unfaulted(members_, "the call failed with no fault fired:" + Table(members_, out_));
     return;
   }
   std::vector<int> others;
@@ -247,11 +260,11 @@ void Checker::Sync() {
     if (failed || ci_->failed) continue;  // a wait on a failed peer may time out; bounded (checked above)
     bool near = t >= 0 && fired_ && Near(w, t);
     if (!near) {
-      if (o.rc) V("unfaulted", R(w) + ": " + OpName(st_.op) + " failed with no fault on its node:" + Table({w}, out_));
+      if (o.rc) Unfaulted({w}, R(w) + ": " + OpName(st_.op) + " failed with no fault on its node:" + Table({w}, out_));
     } else if (st_.fault == kLate) {
       // The late rank's own waits are for signals that came; the others'
       // waits for it time out, unless they began late themselves.
-      if (w == t && o.rc) V("unfaulted", R(w) + " signalled late, yet its own waits failed:" + Table({w}, out_));
+      if (w == t && o.rc) Unfaulted({w}, R(w) + " signalled late, yet its own waits failed:" + Table({w}, out_));
       if (w != t && o.rc && (o.rc != VMMIPC_ERR_TIMEOUT || o.named != t))
         V("blame", R(w) + ": expected TIMEOUT naming the late " + R(t) + ":" + Table({w}, out_));
     } else if (st_.fault == kAbort) {
@@ -286,8 +299,10 @@ void Checker::SendRecv() {
     if (!ours) {
       bool near = fired_ && t >= 0 && Near(t, S) && (st_.fault == kAbort || st_.fault == kLeave);
       for (int w : {S, Rv})
-        if (O(w).rc && !(near && (O(w).named == t || o_.Known("abort_rank"))))  // an abort reaches the node's other connections
-          V("unfaulted", pair + " failed with no fault on either:" + Table({S, Rv}, out_));
+        if (O(w).rc && !(near && (O(w).named == t || o_.Known("abort_rank")))) {  // an abort reaches the node's other connections
+          Unfaulted({S, Rv}, pair + " failed with no fault on either:" + Table({S, Rv}, out_));
+          break;
+        }
       continue;
     }
     switch (st_.fault) {
@@ -361,9 +376,11 @@ double Bound(int op, int timeout_ms) {
 }
 
 std::vector<std::string> CheckStep(const Step &st, const State &s, const Layout &l, const Options &o,
-                                   const std::vector<Outcome> &out, std::vector<int> *alive) {
-  Checker c(st, s, l, o, out, *alive);
-  return c.Run();
+                                   const std::vector<Outcome> &out, const std::vector<int> &alive, int *timeouts) {
+  Checker c(st, s, l, o, out, alive);
+  std::vector<std::string> v = c.Run();
+  *timeouts = c.timeouts();
+  return v;
 }
 
 }  // namespace chaos

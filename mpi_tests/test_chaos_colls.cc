@@ -54,14 +54,17 @@ void CreateComm(const Step &st, const Options &o, Local &L, StepCtx *x, Outcome 
   vmmipc_result_t pr = vmmipc_allgather_map(c, nullptr, nullptr, &w);
   if (!pr) pr = vmmipc_win_free(w);
   out->extra_rc = pr;
-  if (pr) {  // no fault is armed here: its signal pool would count with a later object
+  if (pr == VMMIPC_ERR_TIMEOUT) {  // slow, not wrong: the comm is failed, so no later object makes its pool
+    out->acct_bad = 4;
+    out->failed_after = 1;
+  } else if (pr) {  // no fault is armed here: its signal pool would count with a later object
     out->acct_bad = 3;
     Note(out, std::string("the new comm's first window (no fault armed) failed: ") + vmmipc_last_error());
   }
   lc.c = c;
   lc.mpi = mpi;
   lc.sockets = NewSockets(fds_before, OpenFds(), L.pids);
-  out->failed_after = Failed(c);
+  out->failed_after = out->failed_after || Failed(c);
   x->acct = StepCtx::kGrowComm;
 }
 

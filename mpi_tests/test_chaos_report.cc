@@ -1,6 +1,8 @@
 // The counts of a run and its last line:
 //   chaos: seed=S steps=K violations=V kinds=... np=N layout=L ops=... faults=... planned=... verdicts=...
-// each list "name:count,..." (kinds: of the violations, test_chaos_check.cc;
+// then drained=D timeouts=U (late messages received after their receive
+// gave up; failures with no fault that were a TIMEOUT everywhere); each
+// list "name:count,..." (kinds: of the violations, test_chaos_check.cc;
 // faults: those that fired; planned: those armed), which harness/chaos.sh
 // adds up over a campaign.
 #include <set>
@@ -67,7 +69,7 @@ std::string Report::Line(const Options &o, const Layout &l, int steps, int viola
          " violations=" + std::to_string(violations) + " kinds=" + (kinds.empty() ? "-" : kinds) + " np=" + std::to_string(l.node.size()) + " layout=" + l.text +
          " ops=" + List(kOps, op_, OpName) + " faults=" + List(kFaults, fault_fired_, FaultName) +
          " planned=" + List(kFaults, fault_, FaultName) + " verdicts=" + (verdicts.empty() ? "-" : verdicts) +
-         " drained=" + std::to_string(drained_);
+         " drained=" + std::to_string(drained_) + " timeouts=" + std::to_string(timeouts_);
 }
 
 }  // namespace chaos

@@ -177,6 +177,8 @@ awk -v runs="$done_runs" -v failed="$failed" -v crashes="$crashes" -v hangs="$ha
       else if (kv[1] == "planned") add(planned, kv[2])
       else if (kv[1] == "verdicts") add(verdicts, kv[2])
       else if (kv[1] == "kinds") add(kinds, kv[2])
+      else if (kv[1] == "timeouts") timeouts += kv[2]
+      else if (kv[1] == "drained") drained += kv[2]
     }
   }
   END {
@@ -189,5 +191,6 @@ awk -v runs="$done_runs" -v failed="$failed" -v crashes="$crashes" -v hangs="$ha
     show("layouts", layouts); show("np", nps); show("sync paths", syncs); show("ops", ops)
     show("faults fired", fired); show("faults planned", planned); show("verdicts", verdicts)
     show("violations by kind", kinds)
+    printf "chaos campaign: late messages drained: %d; failures with no fault that were a TIMEOUT everywhere (not violations): %d\n", drained, timeouts
   }' "$lines"
 [ "$failed" -eq 0 ]
