@@ -267,15 +267,6 @@ Step Planner::Next(const State &s, int index) const {
   if (kinds.empty()) return st;
   st.fault = r.Pick(kinds);
   st.target = r.Pick(who);
-  // Known defects (issue 29), left out only when asked (--known; docs/dev/chaos.md).
-  if (o_.Known("lost_verdict") && Collective(st.op) && st.target == who[0] &&
-      (st.fault == kSockFail || st.fault == kSockStall || st.fault == kSockFull || st.fault == kLeave))
-    st.target = who.size() > 1 ? who[1] : -1;
-  if (o_.Known("abort_destroy") && st.op == kCommDestroy && st.fault == kAbort) st.fault = kNone;
-  // Found by this program (docs/dev/chaos.md, "Found so far").
-  if (o_.Known("stall_withdrawals") && st.fault == kCollectorLate) st.how = 0;
-  if (o_.Known("abort_vote") && st.fault == kAbort && Collective(st.op)) st.fault = kNone;
-  if (st.target < 0) st.fault = kNone;
   st.delay_ms = o_.timeout_ms * 3 / 2;
   st.nth = 1 + r.Below(2);
   switch (st.fault) {
@@ -340,6 +331,16 @@ Step Planner::Next(const State &s, int index) const {
     default:
       break;
   }
+  // Known defects (issue 29), left out only when asked (--known; docs/dev/chaos.md).
+  if (o_.Known("lost_verdict") && Collective(st.op) && st.target == who[0] &&
+      (st.fault == kSockFail || st.fault == kSockStall || st.fault == kSockFull || st.fault == kLeave))
+    st.target = who.size() > 1 ? who[1] : -1;
+  if (o_.Known("abort_destroy") && st.op == kCommDestroy && st.fault == kAbort) st.fault = kNone;
+  // Found by this program (docs/dev/chaos.md, "Known defects").
+  if (o_.Known("stall_withdrawals") && st.fault == kCollectorLate) st.how = 0;
+  if (o_.Known("abort_vote") && st.fault == kAbort && Collective(st.op)) st.fault = kNone;
+  if (st.target < 0) st.fault = kNone;
+  if (st.fault == kNone) st.late2 = -1;
   return st;
 }
 

@@ -57,7 +57,7 @@ void Report::Count(const Step &st, const std::vector<Outcome> &out, const std::v
   if (fired) fault_fired_[st.fault]++;
   if (codes.empty()) return Add(&verdict_, "none_took_part");
   if (!Collective(st.op)) return Add(&verdict_, codes.size() == 1 && *codes.begin() == 0 ? "p2p_sync_ok" : "p2p_sync_failed");
-  if (codes.size() > 1) return Add(&verdict_, "split");
+  if (codes.size() > 1) return Add(&verdict_, "mixed");  // allowed (an abort, a silent rank) or a split (violations)
   Add(&verdict_, *codes.begin() == 0 ? "success" : ResultName(*codes.begin()));
 }
 
