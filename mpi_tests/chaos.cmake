@@ -46,3 +46,5 @@ add_test(NAME test_chaos.np3.layout100.kill
                  --steps 120 --kill)
 set_tests_properties(test_chaos.np3.layout100.kill PROPERTIES TIMEOUT 240 PROCESSORS 3 LABELS chaos
                      SKIP_RETURN_CODE 77)
+# What test_chaos found, kept as a plain test: a root whose sockets are full.
+vmmipc_mpi_test(test_full_socket NP 3 SOURCES test_full_socket.cc)
