@@ -500,7 +500,9 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
   s.x = x;
   s.sops = calloc((size_t)x->num_sends + 1, sizeof *s.sops);
   s.rops = calloc((size_t)x->num_recvs + (size_t)x->num_sends + 1, sizeof *s.rops);
-  struct pollfd *pfd = calloc((size_t)x->num_sends + (size_t)x->num_recvs + 1, sizeof *pfd);
+  /* The poll set: every receive op (the receives, and the peers only sent
+   * to, watched for their END) and every send still waiting for room. */
+  struct pollfd *pfd = calloc(2 * (size_t)x->num_sends + (size_t)x->num_recvs + 1, sizeof *pfd);
   char *hears = calloc((size_t)n, 1);
   if (!s.sops || !s.rops || !pfd || !hears) {
     rc = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "transport exchange");
