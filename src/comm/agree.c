@@ -58,6 +58,9 @@
  * SUCCESS), next cursor (8); then every rank's input, the freed ids, the
  * message. */
 #define VERDICT_HEAD 48
+/* A notice to the collector (24 bytes): agreement, comm id, a dead node
+ * peer + 1 (0: none), kind. */
+#define NOTICE_ABORT 1u
 
 /* What one agreement is about. */
 typedef struct agree_call {
@@ -375,8 +378,10 @@ static vmmipc_result_t apply_verdict(const agree_call_t *a, const unsigned char 
 /* Receives every withdrawal and death notice queued at the collector;
  * those of this agreement mark their rank (earlier ones, of ranks that got
  * their verdict within the grace after all, are dropped). A notice names a
- * rank of the sender's node that died (*dead, the first one). */
-static int take_withdrawals(const agree_call_t *a, char *withdrew, int *dead, int *seen_by) {
+ * rank of the sender's node that died (*dead, the first one), or says that
+ * the sender was aborted (*aborter, the first one). Returns whether a
+ * withdrawal or an abort came. */
+static int take_withdrawals(const agree_call_t *a, char *withdrew, int *dead, int *seen_by, int *aborter) {
   int any = 0;
   for (;;) {
     int flag = 0;
@@ -388,7 +393,10 @@ static int take_withdrawals(const agree_call_t *a, char *withdrew, int *dead, in
         st.MPI_SOURCE >= a->c->size)
       continue;
     uint32_t d = vmmipc__get32(b + 16);
-    if (d == 0) {
+    if (vmmipc__get32(b + 20) == NOTICE_ABORT) { /* it was aborted while its verdict was due */
+      if (*aborter < 0) *aborter = st.MPI_SOURCE;
+      any = 1;
+    } else if (d == 0) {
       withdrew[st.MPI_SOURCE] = 1;
       any = 1;
     } else if (d <= (uint32_t)a->c->size && *dead < 0) {
@@ -397,6 +405,15 @@ static int take_withdrawals(const agree_call_t *a, char *withdrew, int *dead, in
     }
   }
   return any;
+}
+
+/* The verdict after rank r told that it was aborted during the call: every
+ * rank fails naming it (the error pack_verdict takes). Returns r. */
+static int blame_abort(int r, vmmipc_result_t *code) {
+  vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort) during the call", r);
+  vmmipc__error_rank(r);
+  *code = VMMIPC_ERR_ABORTED;
+  return r;
 }
 
 static int tag_of(uint64_t k) { return AGREE_TAG_BASE + (int)(k % AGREE_TAG_SPAN); }
@@ -488,13 +505,17 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     mrc = MPI_Irecv(outcomes + (size_t)r * omax, (int)omax, MPI_BYTE, r, a->tag, c->dup, &recvs[r]);
   int gone = -1;
   vmmipc_result_t gone_code = VMMIPC_ERR_PEER;
-  int w = VMMIPC__WAIT_MPI, dead = -1, seen_by = -1;
+  int w = VMMIPC__WAIT_MPI, dead = -1, seen_by = -1, aborter = -1;
   /* In slices, so that a death another node's rank saw (a notice) ends the wait too. */
   while (mrc == MPI_SUCCESS) {
     int64_t now = vmmipc__now_ms(), until = deadline < now + 50 ? deadline : now + 50;
     w = vmmipc__mpi_wait_watch(c, recvs + 1, n - 1, until, &mrc, watch, &gone, &gone_code);
     if (w != VMMIPC__WAIT_TIMEOUT) break;
-    take_withdrawals(a, withdrew, &dead, &seen_by);
+    take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+    if (aborter >= 0) { /* decided at once: nothing it waits for can change that */
+      w = VMMIPC__WAIT_GONE;
+      break;
+    }
     if (dead >= 0) {
       vmmipc__error(VMMIPC_ERR_PEER, "rank %d exited or hung up (rank %d, on its node, saw it go)", dead, seen_by);
       w = VMMIPC__WAIT_GONE;
@@ -541,7 +562,8 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
       }
     }
     int gone_rank = gone >= 0 ? c->rank_of[gone] : dead;
-    if (w != VMMIPC__WAIT_DONE) take_withdrawals(a, withdrew, &dead, &seen_by);
+    if (w != VMMIPC__WAIT_DONE) take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+    if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, &gone_code);
     len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
     int64_t decided = vmmipc__now_ms();
     /* Tests act here: a collector that stalls between deciding and announcing. */
@@ -551,8 +573,9 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
      * in what had arrived; after a stall since, a probe that finds nothing
      * takes in what came meanwhile, and a second one sees it. */
     if (vmmipc__get32(verdict) == 0) {
-      int any = take_withdrawals(a, withdrew, &dead, &seen_by);
-      if (!any && vmmipc__now_ms() > decided + 1) any = take_withdrawals(a, withdrew, &dead, &seen_by);
+      int any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+      if (!any && vmmipc__now_ms() > decided + 1) any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+      if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, &gone_code);
       if (any) len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
     }
     /* Tests act here: the connection to a node peer breaks after deciding. */
@@ -625,18 +648,22 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
 }
 
 /* Tells the collector this rank gives up on agreement k of this comm
- * (dead < 0), or that rank `dead` of its node died (a notice). The comm's
- * id goes too: an MPI that reuses a freed communicator's context must not
- * match it to another comm. */
-static void tell_collector(const agree_call_t *a, int dead) {
+ * (dead < 0), or that rank `dead` of its node died (a notice), or (kind
+ * NOTICE_ABORT) that this rank was aborted. The comm's id goes too: an MPI
+ * that reuses a freed communicator's context must not match it to another
+ * comm. */
+static void tell_collector_kind(const agree_call_t *a, int dead, uint32_t kind) {
   unsigned char *b = calloc(1, 24);
   if (!b) return;
   vmmipc__put64(b, a->k);
   vmmipc__put64(b + 8, a->c->id);
   vmmipc__put32(b + 16, dead < 0 ? 0u : (uint32_t)dead + 1);
+  vmmipc__put32(b + 20, kind);
   send_kept(a->c, b, 24, 0, a->wtag); /* the collector may never receive it */
   vmmipc__mpi_keep(b);
 }
+
+static void tell_collector(const agree_call_t *a, int dead) { tell_collector_kind(a, dead, 0); }
 
 static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local, int secondary) {
   struct vmmipc_comm *c = a->c;
@@ -651,6 +678,14 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
     return break_tell(a, VMMIPC_ERR_NO_MEMORY, c->rank, a->k);
   }
   unsigned char *outcome = bufs, *verdict = bufs + omax;
+  /* Aborted here since its part of the call ended: the call fails (naming
+   * this rank) rather than succeed on the others alone. */
+  if (!local && __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
+    local = vmmipc__error(VMMIPC_ERR_ABORTED, "%s: rank %d aborted the communicator (vmmipc_comm_abort) during the call",
+                          a->op, c->rank);
+    vmmipc__error_rank(c->rank);
+    secondary = 0;
+  }
   int len = pack_outcome(outcome, a, a->k, local, secondary ? OF_SECONDARY : 0);
   int root_p = node_of(c, 0); /* the collector's node rank, or -1 off-node */
   /* The collector's socket is read (its END frame: an abort or a break);
@@ -678,9 +713,20 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
       rc = break_tell(a, rc, c->rank, a->k + 1);
       told = 1;
     } else if (w == VMMIPC__WAIT_ABORTED) {
+      /* Aborted while its verdict is due: the collector is told (unless it
+       * decided already, it fails every rank naming this one), and its
+       * verdict, on its way, is waited for two graces and obeyed, as after
+       * a withdrawal: one verdict. */
       char why[VMMIPC__ERRMSG_MAX];
       snprintf(why, sizeof why, "%s", vmmipc_last_error());
-      rc = vmmipc__error(VMMIPC_ERR_ABORTED, "%s: %s", a->op, why);
+      if (!withdrawn) tell_collector_kind(a, -1, NOTICE_ABORT);
+      vmmipc__mpi_wait(reqs, 1, vmmipc__now_ms() + 2 * grace_ms(c), &mrc);
+      if (reqs[0] == MPI_REQUEST_NULL) {
+        got = 1;
+      } else {
+        rc = vmmipc__error(VMMIPC_ERR_ABORTED, "%s: %s", a->op, why);
+        vmmipc__error_rank(c->rank);
+      }
     } else if (w == VMMIPC__WAIT_GONE && gone != root_p) { /* a node peer died: tell the collector */
       watch[gone] = 0;
       tell_collector(a, c->rank_of[gone]);
@@ -725,6 +771,14 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
   }
   if (got) {
     rc = apply_verdict(a, verdict, vmax); /* the text ends at its NUL */
+    if (rc && __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) { /* the aborted rank's own code, the verdict's rank */
+      vmmipc__error_code(VMMIPC_ERR_ABORTED);
+      rc = VMMIPC_ERR_ABORTED;
+    }
+    if (reqs[1] != MPI_REQUEST_NULL) { /* after an abort: the outcome may still be on its way */
+      vmmipc__mpi_abandon(reqs + 1, 1, 0, bufs);
+      bufs = NULL;
+    }
     free(watch);
     free(bufs);
     return rc;
