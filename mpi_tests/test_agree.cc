@@ -337,6 +337,49 @@ TEST_F(Agree, AbortFromAnotherThreadEndsABlockedCollective) {
   vt::DestroyInStep(c, before);
 }
 
+// Two ranks, each alone on its node (VMMIPC_NODE_ID): a map collective has
+// no exchange, each goes straight to the agreement. A thread of rank 1
+// aborts the comm while its call is inside; rank 0, the collector, comes
+// late (half the timeout past the abort). The abort is voted: rank 1
+// returns VMMIPC_ERR_ABORTED and rank 0 fails naming rank 1 (found by
+// test_chaos: the collector decided SUCCESS, rank 1 alone failed).
+TEST_F(Agree, AnAbortDuringACollectiveFailsEveryRankNamingIt) {
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (vt::Size() != 2) GTEST_SKIP() << "two ranks: a third would withdraw from the late collector";
+  if (provided < MPI_THREAD_MULTIPLE) GTEST_SKIP() << "MPI does not provide MPI_THREAD_MULTIPLE";
+  const int timeout_ms = 2000, me = vt::Rank();
+  int before = vt::FdCount();
+  const char *had = getenv("VMMIPC_NODE_ID");
+  std::string keep = had ? had : "";
+  setenv("VMMIPC_NODE_ID", ("agree-abort-" + std::to_string(me)).c_str(), 1);
+  vmmipc_comm_t c = Create(timeout_ms);
+  if (had) setenv("VMMIPC_NODE_ID", keep.c_str(), 1);
+  else unsetenv("VMMIPC_NODE_ID");
+  ASSERT_NE(c, nullptr);
+  auto t0 = std::chrono::steady_clock::now();
+  vmmipc_result_t r;
+  if (me == 1) {
+    vmmipc_result_t arc = VMMIPC_ERR_PEER;
+    std::thread t(AbortWhenInside, c, &arc);
+    r = MapAndCheck(c, 4);
+    t.join();
+    EXPECT_VMM_OK(arc);
+    EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << vmmipc_last_error();
+  } else {
+    vmmipc__test_fail_at("agree_late", 1);
+    r = MapAndCheck(c, 4);
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_NE(r, VMMIPC_SUCCESS) << "rank 1 aborted during the call, yet it succeeded here";
+    vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+    ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+    EXPECT_EQ(info.rank, 1) << info.message;
+    EXPECT_TRUE(Has(vmmipc_last_error(), "rank 1 aborted")) << vmmipc_last_error();
+  }
+  EXPECT_LT(Since(t0), 2 * timeout_ms / 1000.0 + 1.0) << "the call outlasted its bound";
+  vt::DestroyInStep(c, before);
+}
+
 // CPU time of the calling thread, seconds.
 double ThreadCpu() {
   timespec t{};
