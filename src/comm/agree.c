@@ -565,16 +565,16 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     if (w != VMMIPC__WAIT_DONE) take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
     if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, &gone_code);
     len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
-    int64_t decided = vmmipc__now_ms();
     /* Tests act here: a collector that stalls between deciding and announcing. */
     if (VMMIPC__INJECT("verdict")) VMMIPC__LATE(c->timeout_ms);
     /* Withdrawals, once decided, just before announcing: a late collector
-     * finds those of the ranks that gave up on it. The wait's last test took
-     * in what had arrived; after a stall since, a probe that finds nothing
-     * takes in what came meanwhile, and a second one sees it. */
+     * finds those of the ranks that gave up on it. A probe that finds
+     * nothing lets MPI take in what came while this rank did not progress
+     * (a stall before the call, or since deciding); a second one sees it.
+     * Always twice: a collector cannot tell that it came late. */
     if (vmmipc__get32(verdict) == 0) {
       int any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
-      if (!any && vmmipc__now_ms() > decided + 1) any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+      if (!any) any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
       if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, &gone_code);
       if (any) len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
     }
@@ -750,8 +750,18 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
         int64_t soon = vmmipc__now_ms() + grace_ms(c);
         if (soon < until) until = soon;
       }
-    } else if (ended) { /* no verdict came after its END: it failed this call */
+    } else if (ended == VMMIPC_ERR_ABORTED) { /* no verdict came after its END: it failed this call */
       rc = vmmipc__error(ended, "%s: %s", a->op, ended_why);
+      vmmipc__error_rank(0);
+    } else if (ended) {
+      /* It hung up or broke the comm, alive, and sent no verdict: the ranks
+       * off its node, which cannot see that, time out on it; so does this
+       * one (one verdict: TIMEOUT naming rank 0). */
+      rc = vmmipc__error(VMMIPC_ERR_TIMEOUT,
+                         "%s: the agreement failed: rank 0, which collects it, gave no verdict (%s); the "
+                         "communicator is broken: every later call on it fails, and vmmipc_comm_destroy frees it "
+                         "locally",
+                         a->op, ended_why);
       vmmipc__error_rank(0);
     } else if (!withdrawn) { /* timed out: withdraw, then two graces for a verdict on its way */
       tell_collector(a, -1);
