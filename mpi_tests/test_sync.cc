@@ -226,7 +226,7 @@ TEST_F(Sync, EveryBarrierShapeOrdersWorkBehindOneFence) {
         } else if (o.operation == CU_STREAM_MEM_OP_WRITE_VALUE_64) {
           writes++;
           EXPECT_FALSE(captured);
-          EXPECT_EQ(o.writeValue.flags, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) << "write " << i;
+          EXPECT_EQ(o.writeValue.flags, CU_STREAM_WRITE_VALUE_DEFAULT) << "write " << i;
           EXPECT_EQ(o.writeValue.value64, 7u);
           int to = -1;
           for (int q = 0; q < n; q++)

@@ -32,14 +32,16 @@ static CUresult sti_memop_check(CUstream s, CUdeviceptr addr, size_t size) {
 }
 
 static CUresult sti_write(CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
-  if (flags & ~(unsigned)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) return CUDA_ERROR_INVALID_VALUE;
+  /* The v2 memory operations (what a loader of CUDA 12+ gets) take no
+   * flag: NO_MEMORY_BARRIER is refused, as the real driver does. */
+  if (flags != CU_STREAM_WRITE_VALUE_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
   /* Sequentially consistent: also the default's fence before the write. */
   __atomic_store_n((uint64_t *)(uintptr_t)addr, (uint64_t)value, __ATOMIC_SEQ_CST);
   return CUDA_SUCCESS;
 }
 
 static CUresult sti_write32(CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
-  if (flags & ~(unsigned)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) return CUDA_ERROR_INVALID_VALUE;
+  if (flags != CU_STREAM_WRITE_VALUE_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
   __atomic_store_n((uint32_t *)(uintptr_t)addr, (uint32_t)value, __ATOMIC_SEQ_CST);
   return CUDA_SUCCESS;
 }
@@ -141,6 +143,9 @@ CUresult cuStreamBatchMemOp(CUstream s, unsigned int count, CUstreamBatchMemOpPa
                                                                   : ops[i].writeValue.address, 8);
     else
       rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc && (t == CU_STREAM_MEM_OP_WRITE_VALUE_32 || t == CU_STREAM_MEM_OP_WRITE_VALUE_64) &&
+        ops[i].writeValue.flags != CU_STREAM_WRITE_VALUE_DEFAULT)
+      rc = CUDA_ERROR_INVALID_VALUE; /* v2 takes no write flag (the real driver refuses NO_MEMORY_BARRIER) */
     if (rc) return rc;
   }
   if (sti_capturing(s)) return sti_capture_batch(s, count, ops);
