@@ -441,6 +441,55 @@ TEST_F(StandinAsync, FreeAndUnmapWaitForQueuedWork) {
   }
 }
 
+// A module load waits while a kernel of its context runs, as the driver
+// does; a queued launch counts as running, and the load hurries it.
+TEST_F(StandinAsync, ModuleLoadWaitsForAQueuedLaunch) {
+  ExpectChild([] {
+    Api a;
+    std::string err = Fresh(kNever, &a);
+    if (!err.empty()) return err;
+    CUdeviceptr flag = 0;
+    CHILD_CHECK(MapShared(a, &flag).empty());
+    static const char image[] = ".entry vmmipc_k_wait\n";
+    CUmodule mod = nullptr, again = nullptr;
+    CUfunction f = nullptr;
+    CHILD_OK(a.cuModuleLoadData(&mod, image));
+    CHILD_OK(a.cuModuleGetFunction(&f, mod, "vmmipc_k_wait"));
+    uint64_t *ins[1] = {reinterpret_cast<uint64_t *>(flag)};
+    vmmipc_win_device_t w;
+    std::memset(&w, 0, sizeof w);
+    w.nranks = 1;
+    w.node_size = 1;
+    w.signal_in = ins;
+    w.timeout_ns = 30000000000ull;
+    int rank = 0;
+    uint64_t value = 1, timeout = 0;
+    void *claim = nullptr, *record = nullptr;
+    void *args[] = {&w, &rank, &value, &timeout, &claim, &record};
+    CUstream s = nullptr;
+    CHILD_OK(a.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHILD_OK(a.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, nullptr));
+    std::atomic<bool> released{false};
+    std::thread t([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      released = true;
+      Store(flag, 1);
+    });
+    CUresult rc = a.cuModuleLoadData(&again, image);
+    bool waited = released.load();
+    t.join();
+    CHILD_OK(rc);
+    CHILD_CHECK(waited);
+    CHILD_OK(a.cuStreamSynchronize(s));
+    CHILD_OK(a.cuModuleUnload(again));
+    CHILD_OK(a.cuModuleUnload(mod));
+    CHILD_OK(a.cuStreamDestroy(s));
+    CHILD_OK(a.cuMemUnmap(flag, kGran));
+    CHILD_OK(a.cuMemAddressFree(flag, kGran));
+    return std::string();
+  });
+}
+
 // A wait that gives up is its stream's sticky error; the stream's later work
 // does not run, and the synchronising calls report it.
 TEST_F(StandinAsync, AFailedWaitIsTheStreamsError) {
