@@ -7,6 +7,7 @@ typedef int (*vmp_cu_copy_htod)(unsigned long long dst, const void *src, size_t 
 typedef int (*vmp_cu_copy_dtoh)(void *dst, unsigned long long src, size_t n);
 typedef int (*vmp_cu_ctx_get_device)(int *dev);
 typedef int (*vmp_cu_ctx_sync)(void);
+typedef int (*vmp_cu_stream_sync)(void *stream);
 
 /* The ABIs of CUDA 12 (the _v2 copies; cuCtxGetDevice and cuCtxSynchronize
  * without the context argument that 13.0 added under the same names). */
@@ -67,7 +68,8 @@ static PyObject *py_copy_to_device(PyObject *Py_UNUSED(m), PyObject *args) {
     return NULL;
   }
   vmp_cu_copy_htod fn = (vmp_cu_copy_htod)proc("cuMemcpyHtoD");
-  if (!fn) {
+  vmp_cu_stream_sync sync = (vmp_cu_stream_sync)proc("cuStreamSynchronize");
+  if (!fn || !sync) {
     PyBuffer_Release(&data);
     return vmp_raise(VMMIPC_ERR_UNSUPPORTED);
   }
@@ -75,6 +77,10 @@ static PyObject *py_copy_to_device(PyObject *Py_UNUSED(m), PyObject *args) {
   if (data.len) {
     Py_BEGIN_ALLOW_THREADS
     rc = fn(dst, data.buf, (size_t)data.len);
+    /* From pageable memory the copy may return before the data lands (CUDA's
+     * API synchronization behavior): the default stream's wait makes it
+     * synchronous, as documented. */
+    if (!rc) rc = sync(NULL);
     Py_END_ALLOW_THREADS
   }
   PyBuffer_Release(&data);
