@@ -5,11 +5,11 @@
  *                generator: mostly tens to hundreds of microseconds,
  *                sometimes milliseconds (also the default, seed 0);
  *   late[:MS]    each operation completes MS (default 20) ms after it was
- *                queued, unless something waits for it: a synchronising
- *                call, or work that must follow it (the legacy stream's
- *                rule, cuStreamWaitEvent). Work nobody waits for is seen
- *                unfinished by whatever does not wait, however long that
- *                takes, while waiting for work costs no delay.
+ *                queued.
+ * Work that something waits for (a synchronising call, or work that must
+ * follow it: the legacy stream's rule, cuStreamWaitEvent) runs without its
+ * delay: work nobody waits for is seen unfinished by whatever does not wait,
+ * while waiting costs (almost) nothing, so the suites do not slow down.
  * A delay counts from the enqueue, so a burst of work is late once, not once
  * per operation; a stream still completes its work in order, and makes
  * progress on its own, so that waits across processes complete. */
@@ -26,7 +26,9 @@
 
 struct CUstream_st *sti_streams;
 
-static int sti_mode = -1; /* -1 until cuInit: 0 off, 1 random, 2 late */
+/* -1 until cuInit: 0 off, 1 random, 2 late. Set under the lock by cuInit,
+ * read without it by entry points that pick their path before locking. */
+static int sti_mode = -1;
 static uint64_t sti_late_ns, sti_rng, sti_order;
 /* Signalled whenever work is queued or completes, or a stream loses its
  * handle; CLOCK_MONOTONIC for the delays. */
@@ -77,17 +79,18 @@ static int sti_parse_u64(const char *s, uint64_t *out) {
 
 CUresult sti_async_configure(const char *env) {
   uint64_t v = 0;
+  int mode;
   if (!env || !*env || strcmp(env, "random") == 0) {
-    sti_mode = 1;
+    mode = 1;
   } else if (strcmp(env, "off") == 0) {
-    sti_mode = 0;
+    mode = 0;
   } else if (strncmp(env, "random:", 7) == 0 && sti_parse_u64(env + 7, &v)) {
-    sti_mode = 1;
+    mode = 1;
   } else if (strcmp(env, "late") == 0) {
-    sti_mode = 2;
+    mode = 2;
     v = STI_LATE_DEFAULT_MS;
   } else if (strncmp(env, "late:", 5) == 0 && sti_parse_u64(env + 5, &v) && v >= 1 && v <= 60000) {
-    sti_mode = 2;
+    mode = 2;
   } else {
     fprintf(stderr,
             "vmmipc stand-in driver: VMMIPC_STANDIN_ASYNC=\"%s\" is invalid: expected off, random:SEED, late or "
@@ -95,12 +98,13 @@ CUresult sti_async_configure(const char *env) {
             env);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (sti_mode == 1) sti_rng = v ^ (sti_launcher_rank() * 0xd1342543de82ef95ull);
-  if (sti_mode == 2) sti_late_ns = v * 1000000u;
+  if (mode == 1) sti_rng = v ^ (sti_launcher_rank() * 0xd1342543de82ef95ull);
+  if (mode == 2) sti_late_ns = v * 1000000u;
+  __atomic_store_n(&sti_mode, mode, __ATOMIC_RELEASE);
   return CUDA_SUCCESS;
 }
 
-int sti_async_on(void) { return sti_mode > 0; }
+int sti_async_on(void) { return __atomic_load_n(&sti_mode, __ATOMIC_ACQUIRE) > 0; }
 
 /* Mostly 10 to 300 us; one operation in 50 takes 1 to 5 ms. */
 static uint64_t sti_delay_ns(void) {
@@ -135,6 +139,12 @@ struct CUstream_st *sti_stream_new(struct CUctx_st *ctx, unsigned flags, int kin
   return s;
 }
 
+void sti_stream_drop_handle(struct CUstream_st *s) {
+  s->handle = 0;
+  pthread_cond_broadcast(&sti_cv); /* an idle worker leaves */
+  sti_stream_unref(s);
+}
+
 void sti_stream_unref(struct CUstream_st *s) {
   if (--s->refs > 0 || s->kind == STI_STREAM_LEGACY) return;
   for (struct CUstream_st **pp = &sti_streams; *pp; pp = &(*pp)->next)
@@ -149,10 +159,10 @@ int sti_done_upto(const struct CUstream_st *s, uint64_t order) { return !s->head
 
 uint64_t sti_last_order(void) { return sti_order; }
 
-/* Late work that something waits for runs without its delay: s's work up
- * to `order`. */
+/* Work that something waits for runs without its delay: s's work up to
+ * `order`. */
 static void sti_hurry(struct CUstream_st *s, uint64_t order) {
-  if (sti_mode != 2 || s->hurry >= order) return;
+  if (s->hurry >= order) return;
   s->hurry = order;
   pthread_cond_broadcast(&sti_cv);
 }

@@ -1,7 +1,7 @@
 /* Stream-ordered work that completes later, as on a GPU
  * (VMMIPC_STANDIN_ASYNC): each stream has a queue served, in order, by its
- * own worker thread, and each operation runs only after a delay (for late
- * work: unless something waits for it). Everything
+ * own worker thread, and each operation runs only after a delay, unless
+ * something waits for it. Everything
  * here is guarded by sti.mu; waits release it while they sleep. With
  * VMMIPC_STANDIN_ASYNC=off nothing is queued: every call does its work
  * before it returns, as the stand-in always did. */
@@ -37,7 +37,7 @@ struct CUstream_st {
   int handle; /* the handle is valid (until cuStreamDestroy or the thread's exit) */
   long refs;  /* the handle, the worker, and each waiter, event and wait naming it */
   sti_op *head, *tail;
-  uint64_t hurry; /* late: work up to this order is waited for, so it runs without its delay */
+  uint64_t hurry; /* work up to this order is waited for, so it runs without its delay */
   int worker;     /* a worker thread serves the queue */
   CUresult err; /* the first failure of its work: sticky, as on a GPU */
 };
@@ -72,6 +72,9 @@ CUresult sti_wait_ctx(struct CUctx_st *ctx);
 /* Stream bookkeeping (stream_event.c owns handles; these are shared). */
 struct CUstream_st *sti_stream_new(struct CUctx_st *ctx, unsigned flags, int kind);
 void sti_stream_unref(struct CUstream_st *s);
+/* cuStreamDestroy, or the thread's exit for its per-thread stream: the
+ * handle goes; queued work still runs, then the stream goes too. */
+void sti_stream_drop_handle(struct CUstream_st *s);
 /* Fork: the child has no workers, and the parent's queued work is not its
  * own; it drops it (state.c calls this in the child, lock held). */
 void sti_async_after_fork_child(void);

@@ -32,10 +32,7 @@ static void sti_ptds_exit(void *arg) {
   struct CUstream_st **mine = arg;
   pthread_mutex_lock(&sti.mu);
   for (int i = 0; i < STI_MAX_DEVICES; i++)
-    if (mine[i]) {
-      mine[i]->handle = 0;
-      sti_stream_unref(mine[i]);
-    }
+    if (mine[i]) sti_stream_drop_handle(mine[i]);
   pthread_mutex_unlock(&sti.mu);
   free(mine);
 }
@@ -115,12 +112,10 @@ CUresult cuStreamDestroy(CUstream hStream) {
   CUresult rc = sti_enter();
   if (rc) return rc;
   struct CUstream_st *s = hStream ? sti_user_stream(hStream) : NULL;
-  if (s) {
-    s->handle = 0;
-    sti_stream_unref(s);
-  } else {
+  if (s)
+    sti_stream_drop_handle(s);
+  else
     rc = CUDA_ERROR_INVALID_HANDLE;
-  }
   sti_leave();
   return rc;
 }

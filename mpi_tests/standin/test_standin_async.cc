@@ -398,6 +398,32 @@ TEST_F(StandinAsync, LaunchesRunOnTheStreamWithTheirArguments) {
   });
 }
 
+// A worker per stream, for as long as the stream has a handle or work.
+TEST_F(StandinAsync, ADestroyedStreamsWorkerLeaves) {
+  ExpectChild([] {
+    Api a;
+    std::string err = Fresh("random:23", &a);
+    if (!err.empty()) return err;
+    CUdeviceptr buf = 0;
+    CHILD_OK(a.cuMemAlloc(&buf, 64));
+    const int before = Threads();
+    CUstream s[4];
+    for (int i = 0; i < 4; i++) {
+      CHILD_OK(a.cuStreamCreate(&s[i], CU_STREAM_NON_BLOCKING));
+      CHILD_OK(a.cuMemsetD8Async(buf + i, 1, 1, s[i]));
+    }
+    for (int i = 0; i < 4; i++) CHILD_OK(a.cuStreamSynchronize(s[i]));
+    CHILD_CHECK(Threads() == before + 4);
+    for (int i = 0; i < 4; i++) CHILD_OK(a.cuStreamDestroy(s[i]));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (Threads() != before && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHILD_CHECK(Threads() == before);
+    CHILD_OK(a.cuMemFree(buf));
+    return std::string();
+  });
+}
+
 // The calls that the real driver makes wait for queued work do: a queued
 // copy never touches memory that was freed or unmapped under it.
 TEST_F(StandinAsync, FreeAndUnmapWaitForQueuedWork) {
