@@ -415,6 +415,17 @@ TEST_F(StandinAsync, ADestroyedStreamsWorkerLeaves) {
     for (int i = 0; i < 4; i++) CHILD_OK(a.cuStreamSynchronize(s[i]));
     CHILD_CHECK(Threads() == before + 4);
     for (int i = 0; i < 4; i++) CHILD_OK(a.cuStreamDestroy(s[i]));
+    // A thread's per-thread default stream goes when the thread exits.
+    CUcontext ctx = nullptr;
+    CHILD_OK(a.cuCtxGetCurrent(&ctx));
+    bool ok = false;
+    std::thread t([&] {
+      ok = a.cuCtxSetCurrent(ctx) == CUDA_SUCCESS &&
+           a.cuMemsetD8Async(buf + 8, 2, 1, CU_STREAM_PER_THREAD) == CUDA_SUCCESS &&
+           a.cuStreamSynchronize(CU_STREAM_PER_THREAD) == CUDA_SUCCESS && Bytes(buf)[8] == 2;
+    });
+    t.join();
+    CHILD_CHECK(ok);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (Threads() != before && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
