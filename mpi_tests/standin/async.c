@@ -193,8 +193,34 @@ static void sti_wait_until(uint64_t ns) {
   pthread_cond_timedwait(&sti_cv, &sti.mu, &t);
 }
 
+enum { STI_RAN = 1, STI_BLOCKED, STI_NOT_DUE };
+
+/* Runs s's oldest operation if it may start now, outside the lock. Its
+ * worker calls this, and so does a thread that waits for it: work that is
+ * waited for then runs on the waiting thread, as with `off`, without a
+ * handoff that a loaded machine makes slow. One at a time per stream. */
+static int sti_run_head(struct CUstream_st *s) {
+  sti_op *op = s->head;
+  if (!op || s->busy || !sti_may_start(s, op)) return STI_BLOCKED;
+  if (op->order > s->hurry && sti_now_ns() < op->not_before) return STI_NOT_DUE;
+  int skip = s->err != CUDA_SUCCESS;
+  s->busy = 1;
+  s->refs++;
+  pthread_mutex_unlock(&sti.mu);
+  CUresult rc = skip ? CUDA_SUCCESS : op->run(op);
+  pthread_mutex_lock(&sti.mu);
+  s->busy = 0;
+  if (rc && !s->err) s->err = rc;
+  s->head = op->next;
+  if (!s->head) s->tail = NULL;
+  sti_op_free(op);
+  pthread_cond_broadcast(&sti_cv);
+  sti_stream_unref(s);
+  return STI_RAN;
+}
+
 /* Serves one stream until it has neither work nor a handle (legacy streams:
- * for the life of the process). Runs each operation outside the lock. */
+ * for the life of the process). */
 static void *sti_worker(void *arg) {
   struct CUstream_st *s = arg;
   pthread_mutex_lock(&sti.mu);
@@ -205,23 +231,9 @@ static void *sti_worker(void *arg) {
       pthread_cond_wait(&sti_cv, &sti.mu);
       continue;
     }
-    if (!sti_may_start(s, op)) {
-      pthread_cond_wait(&sti_cv, &sti.mu);
-      continue;
-    }
-    if (op->order > s->hurry && sti_now_ns() < op->not_before) {
-      sti_wait_until(op->not_before);
-      continue;
-    }
-    int skip = s->err != CUDA_SUCCESS;
-    pthread_mutex_unlock(&sti.mu);
-    CUresult rc = skip ? CUDA_SUCCESS : op->run(op);
-    pthread_mutex_lock(&sti.mu);
-    if (rc && !s->err) s->err = rc;
-    s->head = op->next;
-    if (!s->head) s->tail = NULL;
-    sti_op_free(op);
-    pthread_cond_broadcast(&sti_cv);
+    int r = sti_run_head(s);
+    if (r == STI_BLOCKED) pthread_cond_wait(&sti_cv, &sti.mu);
+    if (r == STI_NOT_DUE) sti_wait_until(op->not_before);
   }
   s->worker = 0;
   sti_stream_unref(s);
@@ -265,17 +277,23 @@ CUresult sti_enqueue(struct CUstream_st *s, sti_op *op) {
 CUresult sti_wait_upto(struct CUstream_st *s, uint64_t order) {
   s->refs++;
   sti_hurry(s, order);
-  while (!sti_done_upto(s, order)) pthread_cond_wait(&sti_cv, &sti.mu);
+  while (!sti_done_upto(s, order))
+    if (sti_run_head(s) != STI_RAN) pthread_cond_wait(&sti_cv, &sti.mu);
   CUresult rc = s->err;
   sti_stream_unref(s);
   return rc;
 }
 
-/* A stream of ctx (any, for NULL) with work up to `order` still queued. */
-static struct CUstream_st *sti_busy(struct CUctx_st *ctx, uint64_t order) {
-  for (struct CUstream_st *x = sti_streams; x; x = x->next)
-    if ((!ctx || x->ctx == ctx) && !sti_done_upto(x, order)) return x;
-  return NULL;
+/* Runs one operation up to `order` of a stream of ctx (any, for NULL) that
+ * may start: STI_RAN; STI_BLOCKED while such work is left; else 0. */
+static int sti_run_any(struct CUctx_st *ctx, uint64_t order) {
+  int left = 0;
+  for (struct CUstream_st *x = sti_streams; x; x = x->next) {
+    if ((ctx && x->ctx != ctx) || sti_done_upto(x, order)) continue;
+    left = 1;
+    if (sti_run_head(x) == STI_RAN) return STI_RAN; /* the list may have changed meanwhile */
+  }
+  return left ? STI_BLOCKED : 0;
 }
 
 void sti_hurry_ctx(struct CUctx_st *ctx) {
@@ -286,7 +304,8 @@ void sti_hurry_ctx(struct CUctx_st *ctx) {
 CUresult sti_wait_ctx(struct CUctx_st *ctx) {
   uint64_t order = sti_order;
   sti_hurry_ctx(ctx);
-  while (sti_busy(ctx, order)) pthread_cond_wait(&sti_cv, &sti.mu);
+  for (int r; (r = sti_run_any(ctx, order));)
+    if (r == STI_BLOCKED) pthread_cond_wait(&sti_cv, &sti.mu);
   for (struct CUstream_st *x = sti_streams; x; x = x->next)
     if ((!ctx || x->ctx == ctx) && x->err) return x->err;
   return CUDA_SUCCESS;
@@ -304,6 +323,7 @@ void sti_async_after_fork_child(void) {
       sti_op_free(op);
     }
     s->tail = NULL;
+    s->busy = 0; /* a thread that was running its work is not in the child */
     if (s->worker) {
       s->worker = 0;
       s->refs--;

@@ -10,7 +10,8 @@
 
 #include "state.h"
 
-/* One operation on a stream. `run` does the work outside the lock (a fault
+/* One operation on a stream. `run` does the work outside the lock, on the
+ * stream's worker or on a thread that waits for it (a fault
  * there kills the process, as an illegal access would kill a GPU context);
  * `fini`, if set, runs under the lock once the operation is over, whether
  * it ran or was skipped after an earlier failure on its stream. */
@@ -38,6 +39,7 @@ struct CUstream_st {
   long refs;  /* the handle, the worker, and each waiter, event and wait naming it */
   sti_op *head, *tail;
   uint64_t hurry; /* work up to this order is waited for, so it runs without its delay */
+  int busy;       /* its oldest operation is running (on its worker or a waiting thread) */
   int worker;     /* a worker thread serves the queue */
   CUresult err; /* the first failure of its work: sticky, as on a GPU */
 };
