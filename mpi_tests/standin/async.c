@@ -296,9 +296,14 @@ static int sti_run_any(struct CUctx_st *ctx, uint64_t order) {
   return left ? STI_BLOCKED : 0;
 }
 
-void sti_hurry_ctx(struct CUctx_st *ctx) {
+static void sti_hurry_ctx(struct CUctx_st *ctx) {
   for (struct CUstream_st *x = sti_streams; x; x = x->next)
     if (!ctx || x->ctx == ctx) sti_hurry(x, sti_order);
+}
+
+void sti_hurry_launches(struct CUctx_st *ctx) {
+  for (struct CUstream_st *x = sti_streams; x; x = x->next)
+    if (x->ctx == ctx && x->launches > 0) sti_hurry(x, sti_order);
 }
 
 CUresult sti_wait_ctx(struct CUctx_st *ctx) {

@@ -40,6 +40,7 @@ struct CUstream_st {
   sti_op *head, *tail;
   uint64_t hurry; /* work up to this order is waited for, so it runs without its delay */
   int busy;       /* its oldest operation is running (on its worker or a waiting thread) */
+  long launches;  /* kernel launches queued and not yet over (kernels.c) */
   int worker;     /* a worker thread serves the queue */
   CUresult err; /* the first failure of its work: sticky, as on a GPU */
 };
@@ -66,8 +67,9 @@ int sti_done_upto(const struct CUstream_st *s, uint64_t order);
 uint64_t sti_last_order(void);
 /* Wait until s's work up to `order` is over; s's sticky error or success. */
 CUresult sti_wait_upto(struct CUstream_st *s, uint64_t order);
-/* The work queued so far on every stream of ctx runs without its delay. */
-void sti_hurry_ctx(struct CUctx_st *ctx);
+/* The work queued so far on the streams of ctx that have launches queued
+ * runs without its delay. */
+void sti_hurry_launches(struct CUctx_st *ctx);
 /* Wait for every stream of ctx (NULL: of every context) to finish the work
  * queued so far; the first sticky error among them, or success. */
 CUresult sti_wait_ctx(struct CUctx_st *ctx);

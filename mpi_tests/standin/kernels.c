@@ -78,8 +78,9 @@ CUresult cuModuleLoadData(CUmodule *module, const void *image) {
     rc = CUDA_ERROR_OUT_OF_MEMORY;
   /* A load waits for the context's running kernels (lock dropped between
    * looks); the driver would wait forever, the stand-in as long as a
-   * stream wait. A queued launch counts as running: it is hurried. */
-  if (!rc && sti_async_on()) sti_hurry_ctx(sti_current);
+   * stream wait. A queued launch counts as running: its stream's work up to
+   * it is hurried (only launches: other work waits for no load). */
+  if (!rc && sti_async_on()) sti_hurry_launches(sti_current);
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   long budget = sti_budget_ms();
@@ -244,7 +245,10 @@ static CUresult sti_launch_run(sti_op *o) {
   return CUDA_SUCCESS;
 }
 
-static void sti_launch_fini(sti_op *o) { sti_running[((sti_launch_op *)o)->phys]--; }
+static void sti_launch_fini(sti_op *o) {
+  sti_running[((sti_launch_op *)o)->phys]--;
+  o->stream->launches--;
+}
 
 /* Queues a launch on s (lock held): it counts as running until it ends. */
 static CUresult sti_launch_queue(CUstream s, CUfunction f, void **params) {
@@ -262,6 +266,8 @@ static CUresult sti_launch_queue(CUstream s, CUfunction f, void **params) {
   }
   l->op.fini = sti_launch_fini;
   sti_running[l->phys]++;
+  q->launches++;
+  l->op.stream = q; /* for the fini, should the enqueue fail */
   return sti_enqueue(q, &l->op);
 }
 
