@@ -3,7 +3,7 @@
  * as exchange.c's receive path does: decode and check each record, feed
  * DATA and ABORT frames to the peer's assembler with real fds (duplicates
  * of a pipe: an fd is known by its number while it is open) attached as
- * the header says, skip a message whose fds were cut short, keep a VERDICT,
+ * the header says, skip a message whose fds were cut short, drop a VERDICT,
  * start over after a protocol break or an END. A complete message is
  * decoded as its receiver does: a collective one with vmmipc__cmsg_decode
  * (coll/xchg.c), a point-to-point one with vmmipc__desc_adopt (comm/p2p.c).
@@ -183,7 +183,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(f.frame_bytes == len - VMMIPC__FRAME_HEADER_BYTES && f.frame_fds == (uint32_t)nfds,
                "accepted a frame whose header does not match the record");
 
-    if (f.kind == VMMIPC__KIND_VERDICT) { /* exchange.c: kept for the agreement, the stream goes on */
+    if (f.kind == VMMIPC__KIND_VERDICT) { /* exchange.c: dropped as stale (verdicts go over MPI), the stream goes on */
       FUZZ_CHECK(f.ctx == VMMIPC__CTX_COLL && nfds == 0 && f.frame_bytes <= VMMIPC__VERDICT_MAX_BYTES,
                  "accepted a VERDICT of context %u with %ld fds and %u bytes", (unsigned)f.ctx, nfds,
                  (unsigned)f.frame_bytes);

@@ -174,9 +174,11 @@ typedef struct vmmipc_comm *vmmipc_comm_t;
  * the caller's; free with vmmipc_comm_destroy. config NULL: defaults. */
 VMMIPC_API vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *config,
                                                  vmmipc_comm_t *out);
-/* Collective. Refused on every rank (the comm stays usable) while windows
- * of it are open, or heaps (VMMIPC_ERR_BUSY); on a broken comm, frees it
- * locally without waiting. The comm is still open after VMMIPC_ERR_BUSY or
+/* Collective. First frees, in step, the windows and heaps that every rank
+ * released (vmmipc_win_release, vmmipc_heap_release). Refused on every rank
+ * (the comm stays usable) while windows of it are open, or heaps, that some
+ * rank has not released (VMMIPC_ERR_BUSY); on a broken comm, frees it, and
+ * what this rank released, locally without waiting. The comm is still open after VMMIPC_ERR_BUSY or
  * VMMIPC_ERR_INVALID_ARG (a thread MPI does not allow); after any other
  * result it is freed: an agreement that fails (a peer dead or late) frees
  * it locally and returns why. */
@@ -221,8 +223,13 @@ typedef struct vmmipc_comm_stats {
                                  open; the CUDA driver keeps none) */
   uint64_t map_cache_freed;   /* cached mappings dropped because their owner freed or grew the buffer */
   uint64_t fds_not_sent;      /* chunk fds peers did not send because this rank held the mapping */
+  /* since 0.4 */
+  int released;               /* windows and heaps released here (vmmipc_win_release, vmmipc_heap_release)
+                                 and not freed yet */
+  uint64_t released_freed;    /* released windows and heaps freed so far (in step, or locally on a failed
+                                 comm) */
 } vmmipc_comm_stats_t;
-#define VMMIPC_COMM_STATS_INIT { sizeof(vmmipc_comm_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define VMMIPC_COMM_STATS_INIT { sizeof(vmmipc_comm_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 /* Local. */
 VMMIPC_API vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t comm, vmmipc_comm_stats_t *stats);
 /* Local: releases every idle mapping the comm's cache holds (unmapped, its
@@ -404,14 +411,19 @@ VMMIPC_API vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t comm, vmmipc_buf_t
 /* Local, thread-safe: rank's buffer as mapped here: the caller's own buffer
  * for itself, NULL and 0 for ranks of other nodes or that gave none. */
 VMMIPC_API vmmipc_result_t vmmipc_win_query(vmmipc_win_t win, int rank, void **ptr, size_t *size);
-/* Collective: unmaps the peers here, then agrees (on the window too: every
- * rank must free its windows in the same order, else VMMIPC_ERR_INVALID_ARG
- * naming the rank), so that after it returns nobody maps this rank's buffer
- * through the window. Work enqueued on the window must be complete first. A heap window's slice goes back to
- * its heap after the agreement. On a broken or aborted comm it frees everything local, then returns the
- * comm's failure. A failed call freed the window exactly when the comm is broken after it
- * (vmmipc_comm_stats); on a sound comm it was refused (another thread inside, a rank short
- * of memory for a heap's free list) and the window is still open. */
+/* Collective: agrees first (on the window too: every rank must free its
+ * windows in the same order, else VMMIPC_ERR_INVALID_ARG naming the rank),
+ * then unmaps the peers here on every rank or on none, so that after it
+ * returns nobody maps this rank's buffer through the window. Work enqueued
+ * on the window must be complete first. A heap window's slice goes back to
+ * its heap. Refused on every rank, the window still open everywhere, while
+ * it is pinned on any rank (VMMIPC_ERR_BUSY naming the rank and the count,
+ * vmmipc_win_pin). On a broken or aborted comm it frees everything local,
+ * then returns the comm's failure. A failed call freed the window exactly
+ * when the comm is broken after it (vmmipc_comm_stats); on a sound comm it
+ * was refused on every rank (pinned, freed in different orders) or here
+ * alone (another thread inside the comm) and the window is still open;
+ * VMMIPC_ERR_BUSY always means still open. */
 VMMIPC_API vmmipc_result_t vmmipc_win_free(vmmipc_win_t win);
 /* The root's buf mapped by every other rank of its node. *out: the mapping
  * (vmmipc_buf_free; it may outlive the comm), NULL at the root and off its
@@ -423,6 +435,36 @@ VMMIPC_API vmmipc_result_t vmmipc_bcast_map(vmmipc_comm_t comm, vmmipc_buf_t buf
  * vmmipc_bcast_map (NULL at the root, off its node, and for a NULL entry). */
 VMMIPC_API vmmipc_result_t vmmipc_scatter_map(vmmipc_comm_t comm, const vmmipc_buf_t *bufs, int root,
                                                  const vmmipc_access_t *access, vmmipc_buf_t *out);
+
+/* ---- deferred frees and pins (garbage collectors, views) ------------------ */
+/* For runtimes that cannot run collective work where an object dies (a
+ * garbage collector, a view's deleter): they give it up locally, and the
+ * library frees it in step on every rank at a later collective call.
+ *
+ * Local, from any thread, also while another thread is inside a call on
+ * the window's comm: gives the window up; the handle must not be used after
+ * (not even released again). The library frees it, in step on every rank,
+ * within the first collective call on its comm (any collective,
+ * vmmipc_win_free, the heap calls and vmmipc_comm_destroy included) that
+ * starts after every rank released it and it is not pinned: each
+ * collective's agreement carries the windows this rank released, and its
+ * verdict the ones every rank released (at most 32 per call; the rest go
+ * with the next ones). A window not released by every rank stays open and
+ * untouched. Stream work enqueued on it must be complete before it is
+ * released. On a broken or aborted comm, the next call on the comm
+ * (vmmipc_comm_destroy at the latest) frees it locally. Errors:
+ * VMMIPC_ERR_INVALID_ARG (NULL). */
+VMMIPC_API vmmipc_result_t vmmipc_win_release(vmmipc_win_t win);
+/* Local, from any thread, also during another call on the comm: one more
+ * pin on the window (an atomic count). While the window is pinned on any
+ * rank, vmmipc_win_free returns VMMIPC_ERR_BUSY on every rank (after its
+ * agreement; the message names the rank and how many pins), the window
+ * stays open, and a released window is not freed. A runtime pins a window
+ * per live view of its memory. Errors: VMMIPC_ERR_INVALID_ARG (NULL). */
+VMMIPC_API vmmipc_result_t vmmipc_win_pin(vmmipc_win_t win);
+/* Local, from any thread: one pin fewer. Errors: VMMIPC_ERR_INVALID_ARG
+ * (NULL, or the window is not pinned). */
+VMMIPC_API vmmipc_result_t vmmipc_win_unpin(vmmipc_win_t win);
 
 /* ---- stream-ordered synchronisation on windows ----------------------------- */
 /* `stream` is a CUstream or cudaStream_t; NULL is the legacy default stream.
@@ -521,7 +563,7 @@ typedef struct vmmipc_heap_stats {
 } vmmipc_heap_stats_t;
 #define VMMIPC_HEAP_STATS_INIT { sizeof(vmmipc_heap_stats_t), 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0, 0 }
 
-/* Collective over the comm: one allgather and one agreement; reserves the
+/* Collective over the comm: two agreements; reserves the
  * node's segments (no physical memory yet). Every rank uses the same
  * geometry: the largest granularity and grow, the smallest reserve. The
  * comm cannot be destroyed while the heap lives (VMMIPC_ERR_BUSY). config
@@ -533,7 +575,7 @@ VMMIPC_API vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t comm, const vmmipc_h
  * nodes). The slice offset is the same in every segment. Alignment: 256
  * bytes at least; slices of one granule or more start on a granule and
  * take whole granules. Costs
- * one bounded allgather of 32 bytes per rank; only when no free block
+ * one agreement carrying every rank's size; only when no free block
  * holds the slice does the heap grow (every segment by whole steps: a
  * driver export per rank and one agreement). All-or-nothing: a rank that
  * cannot grow (out of memory, fd limit, reserve exhausted) fails the call
@@ -546,11 +588,20 @@ VMMIPC_API vmmipc_result_t vmmipc_heap_stats(vmmipc_heap_t heap, vmmipc_heap_sta
  * a rank that cannot give a step back fails the call on every rank, naming
  * it, and every rank keeps its steps. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t heap);
-/* Collective. Refused on every rank (VMMIPC_ERR_BUSY, naming how many) while
- * heap windows are open; on a broken comm, local. NULL: nothing. As for
+/* Collective. First frees, in step, the windows every rank released
+ * (vmmipc_win_release). Refused on every rank (VMMIPC_ERR_BUSY, naming how
+ * many) while heap windows are open that some rank has not released; on a
+ * broken comm, local (released windows of it freed locally first). NULL: nothing. As for
  * vmmipc_comm_destroy, the heap is still open after VMMIPC_ERR_BUSY or
  * VMMIPC_ERR_INVALID_ARG, and freed after any other result. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t heap);
+/* As vmmipc_win_release, for a heap (local, any thread, also during a call
+ * on its comm; the handle must not be used after): destroyed in step, as by
+ * vmmipc_heap_destroy, at the first collective call on its comm that starts
+ * after every rank released it and none of its windows is open any more
+ * (each freed, or released and freed in step by an earlier call). Errors:
+ * VMMIPC_ERR_INVALID_ARG (NULL). */
+VMMIPC_API vmmipc_result_t vmmipc_heap_release(vmmipc_heap_t heap);
 
 /* ---- device API (include/vmmipc_device.cuh, docs/device-api.md) ------------ */
 

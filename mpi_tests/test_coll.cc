@@ -2,6 +2,7 @@
 // scatter_map; access per rank; all-or-nothing under injected failures.
 #include <cuda.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -224,6 +225,46 @@ TEST_F(Coll, DescriptorCollectivesCarryTheMetadata) {
   base.Expect("descriptor collectives");
 }
 
+// A window's id is the epoch of the call that made it, and its free agrees
+// on it comm-wide: every collective must advance the epoch alike on every
+// rank, whatever its node's shape (a node of one included: issue 29, where
+// {2,1} failed the first win_free with "rank 2 passed window #2 and rank 0
+// window #3").
+TEST_F(Coll, EpochAdvancesAlikeOnEveryNodeShape) {
+  int me = vt::Rank(), n = vt::Size();
+  auto in_step = [&](const char *after) {
+    uint64_t e = c_->epoch, lo = 0, hi = 0;
+    MPI_Allreduce(&e, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&e, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(lo, hi) << "the epochs differ between ranks after " << after;
+  };
+  in_step("the first window");
+  vmmipc_buf_t b = vt::PatternBuf(1, 3000 + me);
+  vmmipc_win_t w = nullptr, w2 = nullptr, hw = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, nullptr, &w));
+  in_step("allgather_map");
+  vmmipc_buf_t out = nullptr;
+  ASSERT_VMM_OK(vmmipc_bcast_map(c_, b, n - 1, nullptr, &out));
+  in_step("bcast_map");
+  if (out) vmmipc_buf_free(out);
+  std::vector<vmmipc_buf_t> bufs(n, b);
+  ASSERT_VMM_OK(vmmipc_scatter_map(c_, me == 0 ? bufs.data() : nullptr, 0, nullptr, &out));
+  in_step("scatter_map");
+  if (out) vmmipc_buf_free(out);
+  vmmipc_heap_t h = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_create(c_, nullptr, &h));
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, 4096, &hw));
+  in_step("heap_alloc");
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w2));
+  // Freed in another order than made: each free names its own window.
+  EXPECT_VMM_OK(vmmipc_win_free(w2));
+  EXPECT_VMM_OK(vmmipc_win_free(hw));
+  EXPECT_VMM_OK(vmmipc_heap_destroy(h));
+  EXPECT_VMM_OK(vmmipc_win_free(w));
+  in_step("win_free");
+  vmmipc_buf_free(b);
+}
+
 // A failure at any step on any rank fails every rank with the same code and
 // a message naming that rank; nothing is left behind; the next call works.
 TEST_F(Coll, AllOrNothingAtEveryStepAndRank) {
@@ -287,6 +328,59 @@ TEST_F(Coll, AllOrNothingAtEveryStepAndRank) {
     base.Expect(step);
   }
   vmmipc_buf_free(b);
+}
+
+// A root that is no rank, on the one rank the others take for their root:
+// that rank still takes part (it tells its node peers it failed), so every
+// rank fails at once with its INVALID_ARG, not at the timeout, and the comm
+// stays usable. For bcast_map, scatter_map and scatter_desc.
+TEST(CollRoot, ARootThatIsNoRankFailsEveryRankAtOnce) {
+  ASSERT_GE(vt::UseRankDevice(), 0);
+  int me = vt::Rank(), n = vt::Size();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  const int timeout_ms = 20000;
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = timeout_ms;
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+  vmmipc_buf_t b = me == 0 ? vt::PatternBuf(1, 4100) : nullptr;
+  std::vector<vmmipc_buf_t> bufs(n, b);
+  vmmipc_desc_t d = nullptr;
+  if (me == 0) ASSERT_VMM_OK(vmmipc_export(b, &d));
+  std::vector<vmmipc_desc_t> descs(n, d);
+  for (int bad : {-1, n}) {
+    for (const char *call : {"bcast_map", "scatter_map", "scatter_desc"}) {
+      int root = me == 0 ? bad : 0;  // rank 0 is everyone else's root
+      MPI_Barrier(MPI_COMM_WORLD);
+      auto t0 = std::chrono::steady_clock::now();
+      vmmipc_buf_t out = nullptr;
+      vmmipc_desc_t dout = nullptr;
+      vmmipc_result_t r;
+      if (!std::strcmp(call, "bcast_map"))
+        r = vmmipc_bcast_map(c, b, root, nullptr, &out);
+      else if (!std::strcmp(call, "scatter_map"))
+        r = vmmipc_scatter_map(c, bufs.data(), root, nullptr, &out);
+      else
+        r = vmmipc_scatter_desc(c, descs.data(), root, &dout);
+      double took = vt::Since(t0);
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+      vmmipc_last_error_info(&info);
+      std::string msg = vmmipc_last_error();
+      EXPECT_EQ(r, VMMIPC_ERR_INVALID_ARG) << call << " root " << bad << ": " << msg;
+      EXPECT_TRUE(vt::SameEverywhere(r)) << call;
+      EXPECT_EQ(info.rank, 0) << call << ": " << msg;
+      EXPECT_LT(took, timeout_ms / 2000.0) << call << " waited for the timeout: " << msg;
+      EXPECT_EQ(out, nullptr);
+      EXPECT_EQ(dout, nullptr);
+    }
+  }
+  // Still usable: the same collective with a good root on every rank.
+  vmmipc_buf_t out = nullptr;
+  ASSERT_VMM_OK(vmmipc_bcast_map(c, b, 0, nullptr, &out));
+  if (out) vmmipc_buf_free(out);
+  vmmipc_desc_free(d);
+  if (b) vmmipc_buf_free(b);
+  EXPECT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
 // With the mapping cache on: mapping unchanged buffers again makes no new

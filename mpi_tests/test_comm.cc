@@ -19,23 +19,19 @@ namespace {
 
 using vt::kGran;
 
-int RanksPerNode() {
-  const char *v = std::getenv("VMMIPC_TEST_RANKS_PER_NODE");
-  return v ? std::atoi(v) : 0;  // 0: one node
-}
-bool SameNodeExpected(int a, int b) {
-  int k = RanksPerNode();
-  return k == 0 || a / k == b / k;
-}
+// As the harness placed the ranks (harness/vnode.sh), any layout.
+bool SameNodeExpected(int a, int b) { return vt::LayoutNode(a) == vt::LayoutNode(b); }
 
 class Comm : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_GE(vt::UseRankDevice(), 0); }
 };
 
-TEST_F(Comm, CreateDestroyHundredTimesLeavesNoFd) {
+// 20 rounds: a leak of any create/destroy shows in the first; more rounds
+// only cost launch-time MPI traffic (15 s at 5 ranks under MPICH for 100).
+TEST_F(Comm, CreateDestroyTwentyTimesLeavesNoFd) {
   int before = vt::FdCount();
-  for (int i = 0; i < 100; i++) {
+  for (int i = 0; i < 20; i++) {
     vmmipc_comm_t c = nullptr;
     ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
     ASSERT_VMM_OK(vmmipc_comm_destroy(c));
@@ -60,6 +56,15 @@ TEST_F(Comm, NodesFollowTheHostAndVmmipcNodeId) {
   EXPECT_EQ(node_size, expect);
   int same = 0;
   EXPECT_EQ(vmmipc_comm_same_node(c, n, &same), VMMIPC_ERR_INVALID_ARG);
+  // The node's ranks in comm-rank order, wherever they are (interleaved
+  // or not): node_of and rank_of are each other's inverse.
+  ASSERT_EQ(c->node_size, expect);
+  for (int q = 0, r = 0; q < c->node_size; q++, r++) {
+    while (r < n && !SameNodeExpected(me, r)) r++;
+    EXPECT_EQ(c->rank_of[q], r) << "node rank " << q;
+    EXPECT_EQ(c->node_of[r], q) << "rank " << r;
+  }
+  EXPECT_EQ(c->rank_of[c->node_rank], me);
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
@@ -74,13 +79,14 @@ TEST_F(Comm, RingOfMultiChunkDescriptors) {
   int nr = 0, ns = 0;
   MPI_Comm_rank(node, &nr);
   MPI_Comm_size(node, &ns);
+  vmmipc_buf_t b = nullptr;
   if (ns > 1) {
     // Comm ranks of the node neighbours.
     std::vector<int> ranks(ns);
     int me = vt::Rank();
     MPI_Allgather(&me, 1, MPI_INT, ranks.data(), 1, MPI_INT, node);
     int next = ranks[(nr + 1) % ns], prev = ranks[(nr + ns - 1) % ns];
-    vmmipc_buf_t b = vt::PatternBuf(3, 100 + me);
+    b = vt::PatternBuf(3, 100 + me);
     vmmipc_desc_t d = nullptr, got = nullptr;
     ASSERT_VMM_OK(vmmipc_export(b, &d));
     // Even node ranks send first; vmmipc_send is bounded, not rendezvous.
@@ -96,9 +102,9 @@ TEST_F(Comm, RingOfMultiChunkDescriptors) {
     EXPECT_EQ(n, 3 * kGran);
     EXPECT_TRUE(vt::CheckPattern(p, n, 100 + prev));
     vmmipc_buf_free(imp);
-    MPI_Barrier(MPI_COMM_WORLD);
-    vmmipc_buf_free(b);
   }
+  MPI_Barrier(MPI_COMM_WORLD); // every rank, a node of one included
+  if (b) vmmipc_buf_free(b);
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
   base.Expect("ring");
 }
@@ -108,10 +114,9 @@ TEST_F(Comm, ThousandDescriptorsBackToBack) {
   vt::Baseline base;  // before the comm: its connections are cached fds
   vmmipc_comm_t c = nullptr;
   ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
-  int same = 0;
-  if (vt::Size() >= 2) vmmipc_comm_same_node(c, 1, &same);
-  int me = vt::Rank();
-  if (vt::Size() >= 2 && same && me <= 1) {
+  int same = 0, me = vt::Rank();
+  if (vt::Size() >= 2 && me <= 1) vmmipc_comm_same_node(c, 1 - me, &same);
+  if (same) {
     vmmipc_buf_t b = me == 0 ? vt::PatternBuf(4, 9) : nullptr;
     const int total = 1000, batch = 100;
     size_t checked = 0;

@@ -8,6 +8,8 @@
 #include <cuda.h>
 #include <mpi.h>
 
+#include <time.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -289,7 +291,9 @@ TEST_F(Heap, FailedGrowthIsAllOrNothing) {
       vmmipc_win_t b = nullptr;
       vmmipc_result_t r = vmmipc_heap_alloc(h, 3 * kGran, &b);
       vmmipc__test_fail_at(nullptr, 0);
-      if (n_ == 1 && std::string(k.hook) == "heap_fds") { // no export on a node of one
+      int f_n = n_; // the failing rank's node size: every rank goes the same way
+      MPI_Bcast(&f_n, 1, MPI_INT, f, MPI_COMM_WORLD);
+      if (f_n == 1 && std::string(k.hook) == "heap_fds") { // no export on a node of one
         EXPECT_VMM_OK(r);
         EXPECT_VMM_OK(vmmipc_win_free(b));
         EXPECT_VMM_OK(vmmipc_win_free(a));
@@ -340,6 +344,37 @@ TEST_F(Heap, ReserveExhaustedNamesTheRank) {
   ASSERT_VMM_OK(vmmipc_heap_destroy(h));
 }
 
+// A rank out of host memory for heap_create's exchange still takes part
+// with its failure: every rank fails at once with its NO_MEMORY naming it,
+// not at the timeout, and the comm stays sound (a heap is made right after).
+TEST_F(Heap, CreateOutOfHostMemoryFailsEveryRankAtOnce) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int timeout_ms = 20000;
+  vmmipc_comm_t c = Create(timeout_ms);
+  ASSERT_NE(c, nullptr);
+  for (int f : {vt::Size() - 1, 0}) {
+    if (vt::Rank() == f) vmmipc__test_fail_at("heap_record", 1);
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto t0 = std::chrono::steady_clock::now();
+    vmmipc_heap_t h = nullptr;
+    vmmipc_result_t r = vmmipc_heap_create(c, nullptr, &h);
+    double s = Since(t0);
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(r, VMMIPC_ERR_NO_MEMORY) << vmmipc_last_error();
+    EXPECT_TRUE(vt::SameEverywhere(r));
+    EXPECT_EQ(h, nullptr);
+    EXPECT_TRUE(Has(vmmipc_last_error(), "rank " + std::to_string(f))) << vmmipc_last_error();
+    EXPECT_LT(s, timeout_ms / 2000.0) << "the peers waited for the timeout: " << vmmipc_last_error();
+    vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
+    ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
+    EXPECT_EQ(st.broken, 0);
+    h = MakeHeap(c, kGran, 4 * kGran);
+    ASSERT_NE(h, nullptr);
+    ASSERT_VMM_OK(vmmipc_heap_destroy(h));
+  }
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 // A rank that never calls vmmipc_heap_alloc: the others fail with
 // VMMIPC_ERR_TIMEOUT naming it, within the bound, and the comm breaks;
 // the heap and the comm are still freed locally.
@@ -361,7 +396,7 @@ TEST_F(Heap, ARankThatNeverComesIsNamed) {
     EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << vmmipc_last_error();
     if (vt::Rank() != silent) {
       std::string want = silent == 0 ? "rank 0, which collects it, did not answer"
-                                     : "rank(s) " + std::to_string(silent) + " did not answer";
+                                     : "rank " + std::to_string(silent) + " did not answer";
       EXPECT_TRUE(Has(vmmipc_last_error(), want)) << vmmipc_last_error();
       // Once in the allgather, once in the agreement that names the rank;
       // the slack is for a loaded machine: this checks that it ends, not how fast.
@@ -381,36 +416,67 @@ TEST_F(Heap, ARankThatNeverComesIsNamed) {
   }
 }
 
-// A rank that comes after the others gave up: its gather completes, but it
-// fails like the others (TIMEOUT naming it), never SUCCESS alone.
+// A rank that comes after the others' timeout, a plain member (the last
+// rank: on another node than rank 0 under VNODES) or the collector (rank
+// 0): every rank fails alike (TIMEOUT naming it), never SUCCESS alone, and
+// nothing compares clocks: the late rank learns the verdict that was
+// decided without it.
 TEST_F(Heap, ALateRankFailsLikeTheOthers) {
   if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
   const int timeout_ms = 2000; // short, yet with room for a loaded CI machine
-  int late = vt::Size() - 1;
-  vmmipc_comm_t c = Create(timeout_ms);
-  ASSERT_NE(c, nullptr);
-  vmmipc_heap_t h = MakeHeap(c, kGran, 8 * kGran);
-  ASSERT_NE(h, nullptr);
-  vmmipc_win_t w = nullptr;
-  ASSERT_VMM_OK(vmmipc_heap_alloc(h, 4096, &w)); // grown once: the late call needs no growth
-  ASSERT_VMM_OK(vmmipc_win_free(w));
-  if (vt::Rank() == late) vmmipc__test_late(timeout_ms); // the injected fault: 1.5 x the timeout late
-  vmmipc_result_t r = vmmipc_heap_alloc(h, 4096, &w);
-  EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << vmmipc_last_error();
-  EXPECT_EQ(w, nullptr);
-  // One verdict: the late rank's account reaches every rank.
-  std::string want = "rank(s) " + std::to_string(late) + " came";
-  EXPECT_TRUE(Has(vmmipc_last_error(), want)) << vmmipc_last_error();
-  vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
-  ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
-  EXPECT_EQ(st.broken, 1);
-  ASSERT_VMM_OK(vmmipc_heap_destroy(h));
-  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
-  MPI_Barrier(MPI_COMM_WORLD);
+  for (int late : {vt::Size() - 1, 0}) {
+    vmmipc_comm_t c = Create(timeout_ms);
+    ASSERT_NE(c, nullptr);
+    vmmipc_heap_t h = MakeHeap(c, kGran, 8 * kGran);
+    ASSERT_NE(h, nullptr);
+    vmmipc_win_t w = nullptr;
+    ASSERT_VMM_OK(vmmipc_heap_alloc(h, 4096, &w)); // grown once: the late call needs no growth
+    ASSERT_VMM_OK(vmmipc_win_free(w));
+    if (vt::Rank() == late) vmmipc__test_late(timeout_ms); // the injected fault: 1.5 x the timeout late
+    vmmipc_result_t r = vmmipc_heap_alloc(h, 4096, &w);
+    EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << vmmipc_last_error();
+    EXPECT_EQ(w, nullptr);
+    EXPECT_TRUE(vt::SameEverywhere(r)) << vmmipc_last_error();
+    // One verdict: it names the late rank on every rank.
+    std::string want = late == 0 ? "rank 0, which collects it" : "rank " + std::to_string(late) + " did not answer";
+    EXPECT_TRUE(Has(vmmipc_last_error(), want)) << vmmipc_last_error();
+    vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
+    ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
+    EXPECT_EQ(st.broken, 1);
+    ASSERT_VMM_OK(vmmipc_heap_destroy(h));
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 }
 
-// Heaps out of step (rank 0 frees another window than the others): the
-// next alloc finds it on every rank, and only destroy works after.
+// One rank's wall clock is minutes off (harness/skewclock.c, preloaded by
+// the test_heap .skew entry; skipped without it): the heap decides by
+// messages, so allocations succeed with their data, as on one clock.
+TEST_F(Heap, AWallClockMinutesOffDecidesNothing) {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  double mine = static_cast<double>(ts.tv_sec), lo = 0, hi = 0;
+  MPI_Allreduce(&mine, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (hi - lo < 60) GTEST_SKIP() << "the ranks' wall clocks agree (no skew preloaded)";
+  vmmipc_heap_t h = MakeHeap(c_, kGran, 8 * kGran);
+  ASSERT_NE(h, nullptr);
+  for (unsigned round = 0; round < 3; round++) {
+    vmmipc_win_t w = nullptr;
+    vmmipc_result_t r = vmmipc_heap_alloc(h, 1000 + 100 * round, &w);
+    ASSERT_VMM_OK(r);
+    FillOwn(w, 70 + round);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CheckAll(w, 70 + round, std::vector<size_t>(vt::Size(), 1000 + 100 * round));
+    MPI_Barrier(MPI_COMM_WORLD);
+    ASSERT_VMM_OK(vmmipc_win_free(w));
+  }
+  ASSERT_VMM_OK(vmmipc_heap_destroy(h));
+}
+
+// Heaps out of step would come from windows freed in different orders:
+// the free agrees first on the window, so it fails on every rank naming
+// the rank, frees nothing anywhere, and the heap stays in step and usable.
 TEST_F(Heap, WindowsFreedInDifferentOrdersAreFound) {
   if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
   vmmipc_heap_t h = MakeHeap(c_, kGran, 8 * kGran);
@@ -418,22 +484,21 @@ TEST_F(Heap, WindowsFreedInDifferentOrdersAreFound) {
   vmmipc_win_t a = nullptr, b = nullptr;
   ASSERT_VMM_OK(vmmipc_heap_alloc(h, 1000, &a));
   ASSERT_VMM_OK(vmmipc_heap_alloc(h, 1000, &b));
-  // The free agrees on the window: not the same one is an error naming the
-  // rank, on every rank, and the comm is broken (the ranks' slices and
-  // signal slots no longer match).
   vmmipc_result_t r = vmmipc_win_free(vt::Rank() == 0 ? a : b);
   EXPECT_EQ(r, VMMIPC_ERR_INVALID_ARG) << vmmipc_last_error();
   EXPECT_TRUE(vt::SameEverywhere(r));
   EXPECT_TRUE(Has(vmmipc_last_error(), "same order")) << vmmipc_last_error();
   vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
   ASSERT_VMM_OK(vmmipc_comm_stats(c_, &st));
-  EXPECT_EQ(st.broken, 1);
-  EXPECT_EQ(st.open_windows, 1);  // that window was freed all the same
+  EXPECT_EQ(st.broken, 0);
+  EXPECT_EQ(st.open_windows, 2);  // nothing was freed
+  EXPECT_EQ(Stats(h).live_windows, 2);
   vmmipc_win_t x = nullptr;
-  EXPECT_NE(vmmipc_heap_alloc(h, 1000, &x), VMMIPC_SUCCESS);
-  EXPECT_EQ(x, nullptr);
-  EXPECT_NE(vmmipc_win_free(vt::Rank() == 0 ? b : a), VMMIPC_SUCCESS);  // freed locally
-  ASSERT_VMM_OK(vmmipc_heap_destroy(h));                                 // local on a broken comm
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, 1000, &x));  // still in step
+  ASSERT_VMM_OK(vmmipc_win_free(x));
+  ASSERT_VMM_OK(vmmipc_win_free(a));
+  ASSERT_VMM_OK(vmmipc_win_free(b));
+  ASSERT_VMM_OK(vmmipc_heap_destroy(h));
 }
 
 // Destroying a heap with open windows, or a comm with a live heap, is
@@ -465,7 +530,8 @@ TEST_F(Heap, RefusesDestroyWhileInUse) {
 // Signal, wait and barrier work on heap windows as on any window, next to
 // an allgather_map window on the same comm.
 TEST_F(Heap, SignalWaitAndBarrier) {
-  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  // On a node of one the ring is the rank itself (a signal to oneself).
+  if (!vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "needs two ranks on a node";
   CUresult (*streamCreate)(CUstream *, unsigned) = nullptr;
   CUresult (*streamDestroy)(CUstream) = nullptr;
   CUresult (*streamSync)(CUstream) = nullptr;

@@ -545,6 +545,12 @@ class Hostile : public ::testing::Test {
 
 TEST_F(Hostile, SquattersAndFloodersCannotStopAJob) {
   const int me = vt::Rank(), n = vt::Size();
+  // A rank alone on its node opens no socket: nothing to attack there.
+  int node_n = 0;
+  for (int r = 0; r < n; r++) node_n += vt::LayoutNode(r) == vt::LayoutNode(me);
+  const bool listens = node_n > 1;
+  const long long listeners = SumOverRanks(listens ? 1 : 0);
+  if (n > 1 && listeners == 0) GTEST_SKIP() << "every node has one rank: no rank opens a socket to attack";
   // The socket_dir of filesystem mode, shared by the ranks and the flooder.
   char dir[sizeof g_sock_dir] = {};
   if (me == 0) {
@@ -601,8 +607,8 @@ TEST_F(Hostile, SquattersAndFloodersCannotStopAJob) {
       vmmipc_result_t rc = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c);
       g_hold = 0;
       ASSERT_EQ(rc, VMMIPC_SUCCESS) << vmmipc_last_error();
-      EXPECT_EQ(g_hold_hits - hits0, n > 1 ? 1 : 0) << "the flood reached this rank's listener before its "
-                                                        "name was published";
+      EXPECT_EQ(g_hold_hits - hits0, listens ? 1 : 0) << "the flood reached this rank's listener before its "
+                                                          "name was published";
       EXPECT_EQ(g_hold_misses - misses0, 0) << "the flooder never connected to this rank's listener in 20 s";
       if (ns == VMMIPC_SOCKET_FILESYSTEM && me == 0) {
         // Every rank's private directory is gone; the squatter's remain.
@@ -619,7 +625,7 @@ TEST_F(Hostile, SquattersAndFloodersCannotStopAJob) {
       Collectives(c, rounds);
       vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
       ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
-      if (n > 1) {
+      if (listens) {
         EXPECT_GE(st.refused, 1u) << "the foreign connection that was pending is not counted";
       }
       EXPECT_EQ(st.stale_frames, 0u);
@@ -647,9 +653,9 @@ TEST_F(Hostile, SquattersAndFloodersCannotStopAJob) {
                  "refused by the ranks: %lld\n",
                  sh->scans.load(), sh->targets.load(), sh->connects.load(), sh->dropped.load(), sh->held_max.load(),
                  sh->backlog_full.load(), sh->forged.load(), sh->squats.load(), sh->dirs.load(), refused_total);
-    EXPECT_GE(sh->targets.load(), 2L * creates * n) << "listeners the flooder saw";
-    EXPECT_GE(sh->connects.load(), 2L * creates * n);
-    EXPECT_GE(refused_total, 2LL * creates * n) << "every rank refused the pending connection, every time";
+    EXPECT_GE(sh->targets.load(), 2L * creates * listeners) << "listeners the flooder saw";
+    EXPECT_GE(sh->connects.load(), 2L * creates * listeners);
+    EXPECT_GE(refused_total, 2LL * creates * listeners) << "every rank refused the pending connection, every time";
     EXPECT_LE(refused_total, sh->connects.load()) << "more refusals than foreign connections";
     EXPECT_GT(sh->squats.load(), 2L) << "names squatted";
     EXPECT_GT(sh->dirs.load(), 1L) << "directories made in socket_dir";

@@ -6,6 +6,9 @@
 // suite: the job cannot finalize with a dead rank, so each survivor prints
 // one "KILLTEST OK" or "KILLTEST FAIL" line and exits; harness/killrun.sh
 // counts them. A survivor's stream waiting on the dead rank completes too.
+// With VMMIPC_TEST_KILL_LOOP set, the victim dies at a random moment of a
+// loop of map collectives instead, and every survivor must fail one call
+// well within the timeout naming it, then free everything at once.
 #include <mpi.h>
 #include <execinfo.h>
 #include <signal.h>
@@ -97,6 +100,59 @@ int main(int argc, char **argv) {
     while (!waiting) std::this_thread::yield();
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  if (std::getenv("VMMIPC_TEST_KILL_LOOP")) {
+    // The victim dies at a random moment (1.8-2.6 s) of a loop of map
+    // collectives and frees, as a crash would: no step is chosen for it.
+    std::srand(static_cast<unsigned>(getpid()));
+    if (rank == victim) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1800 + std::rand() % 800));
+        raise(SIGKILL);
+      }).detach();
+    }
+    vmmipc_buf_t lb = nullptr;
+    if (vmmipc_alloc(2u << 20, &lb)) fail(vmmipc_last_error());
+    std::string name = "rank " + std::to_string(victim), msg;
+    vmmipc_result_t r = VMMIPC_SUCCESS;
+    double worst = 0;
+    int calls = 0;
+    for (auto start = std::chrono::steady_clock::now();
+         !r && std::chrono::steady_clock::now() - start < std::chrono::seconds(30); calls++) {
+      auto t0 = std::chrono::steady_clock::now();
+      vmmipc_win_t lw = nullptr;
+      r = vmmipc_allgather_map(c, lb, nullptr, &lw);
+      if (!r) r = vmmipc_win_free(lw);
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (s > worst) worst = s;
+      if (r) msg = vmmipc_last_error();
+    }
+    if (rank == victim) pause();
+    if (!r) fail("30 s of collectives and nobody noticed the death");
+    if (msg.empty()) fail("an empty message");
+    if (msg.find(name) == std::string::npos) fail("the message does not name " + name + ": " + msg);
+    if (worst >= timeout_ms / 1000.0 / 2)
+      fail("a call took " + std::to_string(worst) + " s of a " + std::to_string(timeout_ms) + " ms timeout: " + msg);
+    auto t1 = std::chrono::steady_clock::now();
+    vmmipc_win_free(w0);  // local now
+    if (near) {
+      waiter.join();
+      if (wait_rc != CUDA_SUCCESS) fail("the stream waiting on the dead rank did not complete");
+    }
+    stream_destroy(s0);
+    if (vmmipc_comm_destroy(c)) fail(std::string("destroy: ") + vmmipc_last_error());
+    double rest = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    if (rest >= 1.0) fail("freeing after the failure took " + std::to_string(rest) + " s");
+    vmmipc_buf_free(lb);
+    std::printf("KILLTEST OK rank %d: %d calls, the failing one %s: %s\n", rank, calls,
+                vmmipc_strerror(r), msg.c_str());
+    std::fflush(stdout);
+    MPI_Group world = MPI_GROUP_NULL, alive = MPI_GROUP_NULL;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Group_excl(world, 1, &victim, &alive);
+    MPI_Comm survivors = MPI_COMM_NULL;
+    if (MPI_Comm_create_group(MPI_COMM_WORLD, alive, 5, &survivors) == MPI_SUCCESS) MPI_Barrier(survivors);
+    _exit(0);
+  }
   // The victim finishes the exchange, never answers the agreement, and dies:
   // the survivors are in the agreement, waiting on it (or, for rank 0, on
   // the collector's verdict).

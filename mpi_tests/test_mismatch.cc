@@ -18,6 +18,19 @@ int TimeoutMs() {
   return e && *e ? std::atoi(e) : 60000;
 }
 
+// Whether msg names rank r: "rank r", or "rank(s) r" as the agreement's
+// timeout lists them (the only part that sees a rank missing from another
+// node: the exchange sees only node peers).
+bool NamesRank(const std::string &msg, int r) {
+  for (const std::string &form : {"rank " + std::to_string(r), "rank(s) " + std::to_string(r)}) {
+    for (size_t at = msg.find(form); at != std::string::npos; at = msg.find(form, at + 1)) {
+      size_t end = at + form.size();
+      if (end == msg.size() || msg[end] < '0' || msg[end] > '9') return true;
+    }
+  }
+  return false;
+}
+
 // The last rank skips `call` (it waits in MPI_Barrier, as a rank that went
 // on with its program); every other rank makes it and checks its failure.
 void LastRankMissing(const std::string &op, const std::function<vmmipc_result_t(vmmipc_comm_t)> &prepare,
@@ -36,12 +49,15 @@ void LastRankMissing(const std::string &op, const std::function<vmmipc_result_t(
     ASSERT_VMM_OK(vmmipc_last_error_info(&info));
     EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << msg;
     EXPECT_EQ(msg.rfind(op, 0), 0u) << "the message must start with the user's call: " << msg;
-    EXPECT_TRUE(vt::Has(msg, "rank " + std::to_string(missing))) << "it names the missing rank: " << msg;
+    EXPECT_TRUE(NamesRank(msg, missing)) << "it names the missing rank: " << msg;
     EXPECT_EQ(info.rank, missing) << msg;
     // The exchange's timeout, then the agreement's (docs/api.md, "Collectives"),
-    // plus scheduling on a loaded machine.
+    // plus scheduling on a loaded machine. At least the agreement's, whose
+    // collector gives up a tenth early (its slack, so that its verdict
+    // reaches the others within theirs): where the missing rank is on
+    // another node, nothing else waits for it.
     const double bound = 2.0 * TimeoutMs() / 1000 + 1.0;
-    EXPECT_GE(took, TimeoutMs() / 1000.0 * 0.9) << msg;
+    EXPECT_GE(took, TimeoutMs() / 1000.0 * 0.85) << msg;
     EXPECT_LE(took, bound) << msg;
     vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
     ASSERT_VMM_OK(vmmipc_comm_stats(comm, &st));

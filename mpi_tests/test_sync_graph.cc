@@ -72,7 +72,7 @@ class Graph : public ::testing::Test {
 // barrier already passed lets the others read too early. Uncaptured
 // barriers on the same window still work afterwards.
 TEST_F(Graph, ACapturedBarrierReplaysAThousandTimes) {
-  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  if (!vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "needs two ranks on a node";  // a node of one joins in
   vmmipc_buf_t b = nullptr;
   ASSERT_VMM_OK(vmmipc_alloc(vt::kGran, &b));
   vmmipc_win_t w = nullptr;
@@ -113,7 +113,7 @@ TEST_F(Graph, ACapturedBarrierReplaysAThousandTimes) {
 // Each iteration a rank stores the iteration into its right neighbour's
 // window first and checks its own after the replay.
 TEST_F(Graph, CapturedSignalAndWaitReplayWithALowering) {
-  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  if (!vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "needs two ranks on a node";  // a node of one joins in
   vmmipc_buf_t b = nullptr;
   ASSERT_VMM_OK(vmmipc_alloc(vt::kGran, &b));
   vmmipc_win_t w = nullptr;
@@ -128,7 +128,9 @@ TEST_F(Graph, CapturedSignalAndWaitReplayWithALowering) {
   ASSERT_VMM_OK(vmmipc_win_barrier(w, g_));
   ASSERT_EQ(end_(g_), CUDA_SUCCESS);
   int bad = 0;
-  for (uint64_t i = 1; i <= 1000; i++) {
+  // 200 replays, 4 of them with rank 0 late: each replay checks the same
+  // lowering, and its world barrier costs seconds per thousand under MPICH.
+  for (uint64_t i = 1; i <= 200; i++) {
     if (me_ == 0 && i % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // late, not a sync
     d_.Write(at[right], i, io_);
     ASSERT_EQ(replay_(g_), CUDA_SUCCESS) << "replay " << i;
@@ -149,7 +151,7 @@ TEST_F(Graph, CapturedSignalAndWaitReplayWithALowering) {
 // (docs/dev/sync-design.md): its batch starts with a system-scope memory
 // barrier, before the writes that tell the peers.
 TEST_F(Graph, TheMemopsBarrierIsFencedAsTheSignalIs) {
-  if (n_ < 2) GTEST_SKIP() << "needs two ranks on a node";
+  if (!vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "needs two ranks on a node";  // a node of one joins in
   auto last = vt::StandinFn<unsigned (*)(int *, unsigned)>("vmmipc_standin_last_batch");
   ASSERT_NE(last, nullptr);
   vmmipc_win_t w = nullptr;
@@ -157,7 +159,7 @@ TEST_F(Graph, TheMemopsBarrierIsFencedAsTheSignalIs) {
   ASSERT_VMM_OK(vmmipc_win_barrier(w, io_));
   vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
   ASSERT_VMM_OK(vmmipc_win_device_status(w, &st));
-  if (st.memops_calls > 0) {
+  if (n_ >= 2 && st.memops_calls > 0) {  // a node of one's barrier enqueues nothing
     int ops[16] = {0};
     ASSERT_GE(last(ops, 16), 2u);
     EXPECT_EQ(ops[0], CU_STREAM_MEM_OP_BARRIER) << "the barrier's fence comes first";
@@ -166,7 +168,7 @@ TEST_F(Graph, TheMemopsBarrierIsFencedAsTheSignalIs) {
   ASSERT_EQ(d_.streamSync(io_), CUDA_SUCCESS);
   MPI_Barrier(MPI_COMM_WORLD);
   ASSERT_VMM_OK(vmmipc_win_free(w));
-  if (st.memops_calls == 0) GTEST_SKIP() << "this run takes the kernel path";
+  if (!vt::AnyRank(n_ >= 2 && st.memops_calls > 0)) GTEST_SKIP() << "this run takes the kernel path";
 }
 
 }  // namespace

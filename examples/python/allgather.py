@@ -1,10 +1,11 @@
-"""Every rank shares a buffer; every rank maps all of them.
+"""Every rank shares a buffer; every rank maps those of its node.
 
-Each rank fills its own buffer with its rank number, reads every peer's
-buffer through torch.from_dlpack (or as bytes through driver copies when
-torch is not installed), writes into the next rank's buffer through the
-view, synchronises with win.barrier, and checks what the previous rank
-wrote into its own buffer.
+Each rank fills its own buffer with its rank number, reads every node
+peer's buffer through torch.from_dlpack (or as bytes through driver copies
+when torch is not installed), writes into the next node peer's buffer
+through the view, synchronises with win.barrier, and checks what the
+previous node peer wrote into its own buffer. Nodes may have any number of
+ranks, in any placement (a rank alone on its node is its own neighbour).
 
     build/vmmipc-mpirun 2 build/python/vmmipc-python examples/python/allgather.py
     (installed: <prefix>/bin/...; on a machine without a GPU,
@@ -33,7 +34,6 @@ if torch is not None:
 
 with vmmipc.Comm(world) as comm:
     rank, size = comm.rank, comm.size
-    nxt, prev = (rank + 1) % size, (rank - 1) % size
     buf = vmmipc.alloc(N * 4)
     if torch is not None:
         stream = torch.cuda.current_stream()
@@ -44,9 +44,14 @@ with vmmipc.Comm(world) as comm:
         vmmipc.copy_to_device(buf.ptr, bytes([rank]) * (N * 4))
 
     with comm.allgather_map(buf) as win:
+        # This node's ranks: those whose buffer is mapped here (every rank
+        # gave one; a rank on another node maps as (0, 0)).
+        peers = [r for r in range(size) if win.query(r)[1] > 0]
+        i = peers.index(rank)
+        nxt, prev = peers[(i + 1) % len(peers)], peers[i - 1]
         win.barrier(stream=stream)                     # every rank's fill is done and visible
         ok = True
-        for r in range(size):
+        for r in peers:
             if torch is not None:
                 peer = torch.from_dlpack(win.mapping(r, dtype=torch.float32))
                 ok &= bool(torch.all(peer == float(r)).item())

@@ -2,6 +2,9 @@
 #ifndef VMMIPC_TEST_BUFS_H
 #define VMMIPC_TEST_BUFS_H
 
+#include <utility>
+#include <vector>
+
 #include "harness/helpers.h"
 
 namespace vt {
@@ -52,6 +55,37 @@ inline bool SameNode(vmmipc_comm_t c, int r) {
   int s = 0;
   vmmipc_comm_same_node(c, r, &s);
   return s != 0;
+}
+
+// The nodes as the comm split them, the same list on every rank
+// (collective): for each comm rank, the lowest comm rank of its node. Tests
+// pick their roles from it, so that every rank picks alike on any layout.
+inline std::vector<int> NodeIds(vmmipc_comm_t c) {
+  int me = Rank(), lowest = me;
+  for (int r = 0; r < me && lowest == me; r++)
+    if (SameNode(c, r)) lowest = r;
+  std::vector<int> ids(static_cast<size_t>(Size()));
+  MPI_Allgather(&lowest, 1, MPI_INT, ids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  return ids;
+}
+// How many ranks the node of comm rank r has, from NodeIds.
+inline int NodeSizeOf(const std::vector<int> &ids, int r) {
+  int k = 0;
+  for (int id : ids) k += id == ids[static_cast<size_t>(r)];
+  return k;
+}
+// The lowest two ranks of the first node with two ranks, or {-1, -1}.
+inline std::pair<int, int> FirstPair(const std::vector<int> &ids) {
+  for (size_t a = 0; a < ids.size(); a++)
+    for (size_t b = a + 1; b < ids.size(); b++)
+      if (ids[a] == ids[b]) return {static_cast<int>(a), static_cast<int>(b)};
+  return {-1, -1};
+}
+// The highest rank whose node has another rank, or -1.
+inline int LastWithPeers(const std::vector<int> &ids) {
+  for (int r = static_cast<int>(ids.size()) - 1; r >= 0; r--)
+    if (NodeSizeOf(ids, r) > 1) return r;
+  return -1;
 }
 
 // One verdict: `want` on this rank, the same code on every rank (a split

@@ -60,6 +60,33 @@ int Size() {
   return s;
 }
 
+int LayoutNode(int rank) {
+  if (const char *l = std::getenv("VMMIPC_TEST_LAYOUT"); l && *l) {
+    int field = 0;
+    for (const char *p = l; *p; p++) {
+      if (field == rank) return std::atoi(p);
+      if (*p == ',') field++;
+    }
+    ADD_FAILURE() << "VMMIPC_TEST_LAYOUT=" << l << " names no node for rank " << rank;
+    return -1;
+  }
+  const char *k = std::getenv("VMMIPC_TEST_RANKS_PER_NODE");
+  int per = k ? std::atoi(k) : 0;
+  return per > 0 ? rank / per : 0;
+}
+
+bool AnyRank(bool yes) {
+  int v = yes ? 1 : 0, any = 0;
+  MPI_Allreduce(&v, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+  return any != 0;
+}
+
+bool EveryRank(bool yes) {
+  int v = yes ? 1 : 0, all = 0;
+  MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  return all != 0;
+}
+
 int FdCount() {
   DIR *d = opendir("/proc/self/fd");
   if (!d) return -1;

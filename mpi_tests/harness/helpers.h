@@ -45,6 +45,15 @@ struct DriverCounts {
 };
 bool GetDriverCounts(DriverCounts *c);
 
+// The node layout the harness gave this job (harness/vnode.sh): the
+// virtual node of `rank` from VMMIPC_TEST_LAYOUT, else rank /
+// VMMIPC_TEST_RANKS_PER_NODE, else 0 (every rank on one node).
+int LayoutNode(int rank);
+// Whether `yes` holds on some rank / on every rank (collective on
+// MPI_COMM_WORLD): a test skips, or takes part, on every rank alike.
+bool AnyRank(bool yes);
+bool EveryRank(bool yes);
+
 // Makes device (node-local rank % device count) current; returns its ordinal.
 int UseRankDevice();
 // Node-local rank (MPI_COMM_TYPE_SHARED split of MPI_COMM_WORLD).

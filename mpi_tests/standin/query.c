@@ -96,6 +96,11 @@ CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdevi
         memcpy(data, &v, sizeof v);
         break;
       }
+      case CU_POINTER_ATTRIBUTE_HOST_POINTER: { /* device memory is host memory here */
+        void *host = (void *)(uintptr_t)ptr;
+        memcpy(data, &host, sizeof host);
+        break;
+      }
       case CU_POINTER_ATTRIBUTE_MAPPED: {
         int v = 1;
         memcpy(data, &v, sizeof v);

@@ -30,7 +30,7 @@ static PyObject *py_c_loop(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     vmmipc_win_t w = ((VmpWindow *)obj)->h;
     int sig = op[0] == 's';
-    if (sig) ((VmpWindow *)obj)->handed = 1; /* stream work on it: close() waits */
+    if (sig) vmp_work_op(&((VmpWindow *)obj)->work, NULL); /* stream work on it: close() waits */
     t0 = now_s();
     for (long long i = 0; i < iters && r == VMMIPC_SUCCESS; i++) {
       void *p;

@@ -50,31 +50,63 @@ int vmp_buffer_or_none(PyObject *o, const char *what, vmmipc_buf_t *out) {
   return 0;
 }
 
-static void buf_release_keep(VmpBuffer *b) {
-  if (b->dl_managed) {
-    if (!vmp_finalized) vmp_dlpack_release(b->dl_managed, b->dl_versioned);
-    b->dl_managed = NULL;
-  }
-  Py_CLEAR(b->keep);
+void vmp_release_keep(PyObject *keep, void *dl_managed, int dl_versioned) {
+  if (dl_managed && !vmp_finalized) vmp_dlpack_release(dl_managed, dl_versioned);
+  Py_XDECREF(keep);
 }
 
+static void buf_release_keep(VmpBuffer *b) {
+  vmp_release_keep(b->keep, b->dl_managed, b->dl_versioned);
+  b->keep = NULL;
+  b->dl_managed = NULL;
+}
+
+/* Local. Open windows hold a reference to the buffers they expose; one the
+ * garbage collector released may still expose it until the library frees
+ * it in step: then the buffer (and what it wraps) waits for that. */
 static void buf_dealloc(VmpBuffer *self) {
-  if (self->h) vmmipc_buf_free(self->h);  /* local; an open window holds a reference, so none exposes it */
+  if (self->h && vmmipc_buf_free(self->h) == VMMIPC_ERR_BUSY && !vmp_finalized) {
+    vmp_defer_buffer(self->h, self->keep, self->dl_managed, self->dl_versioned);
+    self->keep = NULL;
+    self->dl_managed = NULL;
+  }
   self->h = NULL;
   buf_release_keep(self);
+  vmp_work_free(&self->work);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Local: refused while views of it live; waits (at most VMMIPC_TIMEOUT_MS,
+ * else 60 s) for the work its pointer and views handed out on the legacy
+ * default stream and the consumer streams of its views' __dlpack__. */
 static PyObject *buf_close(VmpBuffer *self, PyObject *Py_UNUSED(ignored)) {
+  const char *op = "vmmipc.Buffer.close";
   if (!self->h) Py_RETURN_NONE;
-  vmmipc_result_t r;
+  if (self->views)
+    return vmp_raise_msg(VMMIPC_ERR_BUSY,
+                         "%s: %d view(s) of the buffer are live (Mapping objects, DLPack capsules and the tensors "
+                         "made from them, CUDA Array Interface consumers holding a Mapping); release them first",
+                         op, self->views);
+  void **ev = NULL;
+  int nev = 0, how = 0, rc = 0, timeout = vmp_default_timeout_ms();
+  if (self->work.handed) {
+    if (vmp_ensure_context(self->device) < 0) return NULL;
+    rc = vmp_work_begin(&self->work, &ev, &nev);
+    if (rc < 0) return PyErr_NoMemory();
+    if (rc) how = VMP_WAIT_DRIVER;
+  }
+  vmmipc_result_t r = VMMIPC_SUCCESS;
   vmmipc_buf_t h = self->h;
   Py_BEGIN_ALLOW_THREADS
-  r = vmmipc_buf_free(h);
+  if (!how && nev) how = vmp_events_wait(ev, nev, timeout, &rc);
+  if (!how) r = vmmipc_buf_free(h);
   Py_END_ALLOW_THREADS
+  free(ev);
+  if (how) return vmp_wait_failed(op, how, rc, timeout);
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
   self->h = NULL;
   buf_release_keep(self);
+  vmp_work_free(&self->work);
   Py_RETURN_NONE;
 }
 
@@ -100,8 +132,10 @@ static PyObject *buf_mapping(VmpBuffer *self, PyObject *args, PyObject *kw) {
 
 static PyObject *buf_get_ptr(VmpBuffer *self, void *Py_UNUSED(c)) {
   if (!self->h) return vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "vmmipc.Buffer.ptr: the buffer is closed");
+  self->work.handed = 1;
   return PyLong_FromSize_t(self->ptr);
 }
+static PyObject *buf_get_views(VmpBuffer *self, void *Py_UNUSED(c)) { return PyLong_FromLong(self->views); }
 static PyObject *buf_get_size(VmpBuffer *self, void *Py_UNUSED(c)) { return PyLong_FromSize_t(self->h ? self->size : 0); }
 static PyObject *buf_get_closed(VmpBuffer *self, void *Py_UNUSED(c)) { return PyBool_FromLong(!self->h); }
 static PyObject *buf_get_readonly(VmpBuffer *self, void *Py_UNUSED(c)) { return PyBool_FromLong(self->readonly); }
@@ -116,8 +150,10 @@ static PyObject *buf_repr(VmpBuffer *self) {
 
 static PyMethodDef buf_methods[] = {
     {"close", (PyCFunction)buf_close, METH_NOARGS,
-     "close()\n--\n\nLocal: frees the buffer (a wrapped buffer releases only its references). Refused (vmmipc.Error) "
-     "while an open window exposes it. A second close does nothing."},
+     "close()\n--\n\nLocal: frees the buffer (a wrapped buffer releases only its references), after waiting (at most "
+     "VMMIPC_TIMEOUT_MS, else 60 s) for the work its pointer and views handed out on the legacy default stream and "
+     "on the streams given to its views' __dlpack__. Refused (vmmipc.Error, BUSY) while an open window exposes it "
+     "or views of it live. A second close does nothing."},
     {"mapping", (PyCFunction)(void (*)(void))buf_mapping, METH_VARARGS | METH_KEYWORDS,
      "mapping(dtype=None, shape=None)\n--\n\nA view of the whole buffer for DLPack and the CUDA Array Interface "
      "(uint8 bytes by default)."},
@@ -130,6 +166,7 @@ static PyGetSetDef buf_getset[] = {
     {"size", (getter)buf_get_size, NULL, "Size in bytes (0 once closed).", NULL},
     {"closed", (getter)buf_get_closed, NULL, "Whether close() ran.", NULL},
     {"readonly", (getter)buf_get_readonly, NULL, "Whether it is a read-only mapping.", NULL},
+    {"views", (getter)buf_get_views, NULL, "Live views (Mapping objects) of the buffer.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject VmpBuffer_Type = {

@@ -3,6 +3,8 @@
 #include "vmp.h"
 
 #include <mpi4py/mpi4py.h>
+#include <limits.h>
+#include <stdlib.h>
 
 static int mpi_usable(void) {
   int init = 0, fin = 0;
@@ -25,6 +27,12 @@ int vmp_comm_check(VmpComm *c, const char *op) {
   return vmp_mpi_check(op);
 }
 
+int vmp_default_timeout_ms(void) {
+  const char *e = getenv("VMMIPC_TIMEOUT_MS");  /* as the library reads it */
+  long v = e && *e ? strtol(e, NULL, 10) : 0;
+  return v > 0 && v < INT_MAX / 2 ? (int)v : 60000;
+}
+
 int vmp_comm_abort_once(VmpComm *c) {
   if (c->aborted) return 0;
   if (!c->h || vmmipc_comm_abort(c->h) != VMMIPC_SUCCESS) return -1;
@@ -32,13 +40,15 @@ int vmp_comm_abort_once(VmpComm *c) {
   return 0;
 }
 
-/* A comm not closed collectively (GC, exit): abort it so that destroying it
- * is local, then destroy. Without MPI or abort, the handle is left to the
- * process exit rather than risk a collective that peers never join. */
+/* Exit only: a comm still open at exit is aborted (peers still in a call on
+ * it fail at once) so that destroying it is local, then destroyed. Without
+ * MPI or abort, the handle is left to the process exit rather than risk a
+ * collective that peers never join. */
 void vmp_comm_release_local(VmpComm *c, const char *why) {
   if (!c->h) return;
   vmp_warn_resource("vmmipc.Comm %s while open: aborting it and freeing it locally (close it collectively, "
                     "or use 'with')", why);
+  vmp_comm_settle_all(c);
   if (mpi_usable() && vmp_comm_abort_once(c) == 0 && !c->busy) vmmipc_comm_destroy(c->h);  /* busy: see windows */
   c->h = NULL;
   vmp_link_del(&c->link);
@@ -56,13 +66,25 @@ PyObject *vmp_join_failed(VmpComm *c, int kind, int root) {
   c->busy++;
   Py_BEGIN_ALLOW_THREADS
   switch (kind) {
-    case 0: vmmipc_allgather_map(h, NULL, NULL, NULL); break;
-    case 1: vmmipc_bcast_map(h, NULL, root, NULL, NULL); break;
-    case 2: vmmipc_scatter_map(h, NULL, root, NULL, NULL); break;
+    case VMP_JOIN_ALLGATHER: vmmipc_allgather_map(h, NULL, NULL, NULL); break;
+    case VMP_JOIN_BCAST: vmmipc_bcast_map(h, NULL, root, NULL, NULL); break;
+    case VMP_JOIN_SCATTER: vmmipc_scatter_map(h, NULL, root, NULL, NULL); break;
     default: vmmipc_heap_create(h, NULL, NULL); break;
   }
   Py_END_ALLOW_THREADS
   c->busy--;
+  VMP_SWEEP(es);
+  VMP_ERR_RESTORE(saved);
+  return NULL;
+}
+
+/* A bad argument to Comm(): the rank still joins vmmipc_comm_create (with
+ * no out, which it refuses on every rank), so that its peers fail at once. */
+static PyObject *comm_join_failed(MPI_Comm mpic) {
+  VMP_ERR_SAVE(saved);
+  Py_BEGIN_ALLOW_THREADS
+  vmmipc_comm_create(mpic, NULL, NULL);
+  Py_END_ALLOW_THREADS
   VMP_ERR_RESTORE(saved);
   return NULL;
 }
@@ -81,8 +103,6 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     PyErr_SetString(PyExc_ValueError, "vmmipc.Comm: the mpi4py communicator is MPI.COMM_NULL");
     return NULL;
   }
-  int timeout;
-  if (vmp_timeout_arg(to, "timeout_ms", &timeout) < 0) return NULL;
   if (!mpi_usable()) return vmp_raise_msg(VMMIPC_ERR_MPI, "vmmipc.Comm: MPI is not initialized or already finalized");
   int inter = 0;
   MPI_Comm_test_inter(*pc, &inter);
@@ -90,6 +110,8 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     PyErr_SetString(PyExc_ValueError, "vmmipc.Comm needs an intracommunicator, not an intercommunicator");
     return NULL;
   }
+  int timeout;
+  if (vmp_timeout_arg(to, "timeout_ms", &timeout) < 0) return comm_join_failed(*pc);
   VmpComm *self = (VmpComm *)type->tp_alloc(type, 0);
   if (!self) return NULL;
   MPI_Comm_rank(*pc, &self->rank);
@@ -107,12 +129,21 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     return vmp_raise(r);
   }
   self->h = h;
+  self->timeout_ms = timeout > 0 ? timeout : vmp_default_timeout_ms();
   vmp_link_add(&vmp_live_comms, &self->link);
   return (PyObject *)self;
 }
 
+/* The garbage collector cannot run the collective close, and never aborts:
+ * the comm is kept (release.c) and released locally at exit. Its windows
+ * and heaps were closed or released first (they keep it alive). */
 static void comm_dealloc(VmpComm *self) {
-  if (self->h && !vmp_finalized) vmp_comm_release_local(self, "garbage-collected");
+  if (self->h && !vmp_finalized) {
+    vmp_warn_resource("vmmipc.Comm garbage-collected while open: kept until exit, where it is released locally "
+                      "(close it collectively, or use 'with')");
+    vmp_comm_orphan(self);
+    vmp_link_del(&self->link);
+  }
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -120,18 +151,29 @@ static PyObject *comm_close(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
   if (!self->h || vmp_finalized) Py_RETURN_NONE;
   if (self->busy) return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Comm.close: a call on the comm is in progress");
   if (vmp_mpi_check("vmmipc.Comm.close") < 0) return NULL;
+  /* Collected windows go to the library once their work is done (within
+   * the timeout): it frees them here, in step, before destroying. */
+  int left = vmp_comm_settle(self, self->timeout_ms);
   vmmipc_result_t r;
   vmmipc_comm_t h = self->h;
   self->busy++;
+  self->closing = 1;
   Py_BEGIN_ALLOW_THREADS
   r = vmmipc_comm_destroy(h);
   Py_END_ALLOW_THREADS
+  self->closing = 0;
   self->busy--;
+  VMP_SWEEP(es);
   /* Only a refusal leaves the comm open; any other failure freed it (vmmipc.h). */
-  if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) return vmp_raise(r);
+  if ((r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) && left)
+    return vmp_raise_msg(r, "vmmipc.Comm.close: %d garbage-collected window(s) still have device work running after "
+                         "%d ms, so they are not released yet; the comm stays open on every rank (%s)",
+                         left, self->timeout_ms, es.msg);
+  if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) return vmp_raise_snap(r, &es);
+  vmp_comm_forget(self);  /* freed with the comm (an unreleased one would have refused it) */
   self->h = NULL;
   vmp_link_del(&self->link);
-  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
   Py_RETURN_NONE;
 }
 
@@ -147,7 +189,13 @@ static PyObject *comm_exit(VmpComm *self, PyObject *Py_UNUSED(args)) {
   Py_RETURN_FALSE;
 }
 
+/* Local, from any thread. Not while close() is inside vmmipc_comm_destroy:
+ * the comm may be freed before close() takes the GIL back, and an abort
+ * then would touch freed memory; that close() ends within its bound anyway. */
 static PyObject *comm_abort(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
+  if (self->closing)
+    return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Comm.abort: close() of the comm is in progress on another thread "
+                                          "(it ends within the comm's timeout)");
   if (vmp_comm_check(self, "vmmipc.Comm.abort") < 0) return NULL;
   vmmipc_result_t r = vmmipc_comm_abort(self->h);  /* local, never blocks */
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
@@ -164,8 +212,9 @@ static PyObject *comm_allgather_map(VmpComm *self, PyObject *args, PyObject *kw)
   const vmmipc_access_t *pacc;
   int ro;
   if (vmp_comm_check(self, "vmmipc.Comm.allgather_map") < 0) return NULL;
+  vmp_comm_settle(self, 0);
   if (vmp_buffer_or_none(bo, "buf", &buf) < 0 || vmp_access_arg(ao, &acc, &pacc, &ro) < 0)
-    return vmp_join_failed(self, 0, 0);
+    return vmp_join_failed(self, VMP_JOIN_ALLGATHER, 0);
   vmmipc_win_t w = NULL;
   vmmipc_result_t r;
   vmmipc_comm_t h = self->h;
@@ -174,7 +223,8 @@ static PyObject *comm_allgather_map(VmpComm *self, PyObject *args, PyObject *kw)
   r = vmmipc_allgather_map(h, buf, pacc, &w);
   Py_END_ALLOW_THREADS
   self->busy--;
-  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  VMP_SWEEP(es);
+  if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
   return vmp_window_new(w, self, buf ? bo : NULL, NULL, ro);
 }
 
@@ -186,10 +236,13 @@ static PyObject *comm_bcast_map(VmpComm *self, PyObject *args, PyObject *kw) {
   vmmipc_access_t acc;
   const vmmipc_access_t *pacc;
   int ro, root;
-  if (vmp_comm_check(self, "vmmipc.Comm.bcast_map") < 0 || vmp_rank_arg(rooto, self->size, "root", &root) < 0)
-    return NULL;
+  if (vmp_comm_check(self, "vmmipc.Comm.bcast_map") < 0) return NULL;
+  vmp_comm_settle(self, 0);
+  /* A bad root still joins (as no rank): the peers that take this rank for
+   * their root fail at once. */
+  if (vmp_rank_arg(rooto, self->size, "root", &root) < 0) return vmp_join_failed(self, VMP_JOIN_BCAST, -1);
   if (vmp_buffer_or_none(bo, "buf", &buf) < 0 || vmp_access_arg(ao, &acc, &pacc, &ro) < 0)
-    return vmp_join_failed(self, 1, root);
+    return vmp_join_failed(self, VMP_JOIN_BCAST, root);
   vmmipc_buf_t out = NULL;
   vmmipc_result_t r;
   vmmipc_comm_t h = self->h;
@@ -198,7 +251,8 @@ static PyObject *comm_bcast_map(VmpComm *self, PyObject *args, PyObject *kw) {
   r = vmmipc_bcast_map(h, buf, root, pacc, &out);
   Py_END_ALLOW_THREADS
   self->busy--;
-  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  VMP_SWEEP(es);
+  if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
   if (!out) Py_RETURN_NONE;
   return vmp_buffer_new(out, ro);
 }
@@ -210,31 +264,32 @@ static PyObject *comm_scatter_map(VmpComm *self, PyObject *args, PyObject *kw) {
   vmmipc_access_t acc;
   const vmmipc_access_t *pacc;
   int ro, root;
-  if (vmp_comm_check(self, "vmmipc.Comm.scatter_map") < 0 || vmp_rank_arg(rooto, self->size, "root", &root) < 0)
-    return NULL;
-  if (vmp_access_arg(ao, &acc, &pacc, &ro) < 0) return vmp_join_failed(self, 2, root);
+  if (vmp_comm_check(self, "vmmipc.Comm.scatter_map") < 0) return NULL;
+  vmp_comm_settle(self, 0);
+  if (vmp_rank_arg(rooto, self->size, "root", &root) < 0) return vmp_join_failed(self, VMP_JOIN_SCATTER, -1);
+  if (vmp_access_arg(ao, &acc, &pacc, &ro) < 0) return vmp_join_failed(self, VMP_JOIN_SCATTER, root);
   vmmipc_buf_t *bufs = NULL;
   PyObject *seq = NULL;  /* holds the Buffers during the call */
   if (self->rank == root && bo != Py_None) {  /* read at the root only, as in C; None: refused collectively */
     seq = PySequence_Fast(bo, "bufs must be a sequence of Buffer or None (one per rank) at the root");
-    if (!seq) return vmp_join_failed(self, 2, root);
+    if (!seq) return vmp_join_failed(self, VMP_JOIN_SCATTER, root);
     if (PySequence_Fast_GET_SIZE(seq) != self->size) {
       PyErr_Format(PyExc_ValueError, "bufs has %zd entries; the comm has %d ranks", PySequence_Fast_GET_SIZE(seq),
                    self->size);
       Py_DECREF(seq);
-      return vmp_join_failed(self, 2, root);
+      return vmp_join_failed(self, VMP_JOIN_SCATTER, root);
     }
     bufs = PyMem_Calloc((size_t)self->size, sizeof *bufs);
     if (!bufs) {
       Py_DECREF(seq);
       PyErr_NoMemory();
-      return vmp_join_failed(self, 2, root);
+      return vmp_join_failed(self, VMP_JOIN_SCATTER, root);
     }
     for (int i = 0; i < self->size; i++) {
       if (vmp_buffer_or_none(PySequence_Fast_GET_ITEM(seq, i), "bufs[i]", &bufs[i]) < 0) {
         PyMem_Free(bufs);
         Py_DECREF(seq);
-        return vmp_join_failed(self, 2, root);
+        return vmp_join_failed(self, VMP_JOIN_SCATTER, root);
       }
     }
   }
@@ -246,9 +301,10 @@ static PyObject *comm_scatter_map(VmpComm *self, PyObject *args, PyObject *kw) {
   r = vmmipc_scatter_map(h, bufs, root, pacc, &out);
   Py_END_ALLOW_THREADS
   self->busy--;
+  VMP_SWEEP(es);
   PyMem_Free(bufs);
   Py_XDECREF(seq);
-  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
   if (!out) Py_RETURN_NONE;
   return vmp_buffer_new(out, ro);
 }
@@ -260,26 +316,33 @@ static PyObject *comm_stats(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
   vmmipc_comm_stats_t s = VMMIPC_COMM_STATS_INIT;
   vmmipc_result_t r = vmmipc_comm_stats(self->h, &s);
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O}", "map_cache_hits", (unsigned long long)s.map_cache_hits,
-                       "map_cache_misses", (unsigned long long)s.map_cache_misses, "stale_frames",
-                       (unsigned long long)s.stale_frames, "map_cache_bytes", (unsigned long long)s.map_cache_bytes,
-                       "refused", (unsigned long long)s.refused, "map_cache_idle", s.map_cache_idle,
-                       "open_windows", s.open_windows, "broken", s.broken ? Py_True : Py_False);
+  int pending = 0;
+  for (vmp_pending *p = self->pending; p; p = p->next) pending++;
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:i,s:K,s:i}", "map_cache_hits",
+                       (unsigned long long)s.map_cache_hits, "map_cache_misses", (unsigned long long)s.map_cache_misses,
+                       "stale_frames", (unsigned long long)s.stale_frames, "map_cache_bytes",
+                       (unsigned long long)s.map_cache_bytes, "refused", (unsigned long long)s.refused,
+                       "map_cache_idle", s.map_cache_idle, "open_windows", s.open_windows, "broken",
+                       s.broken ? Py_True : Py_False, "released", s.released, "released_freed",
+                       (unsigned long long)s.released_freed, "collected_waiting", pending);
 }
 
 static PyObject *comm_get_rank(VmpComm *self, void *Py_UNUSED(c)) { return PyLong_FromLong(self->rank); }
 static PyObject *comm_get_size(VmpComm *self, void *Py_UNUSED(c)) { return PyLong_FromLong(self->size); }
 static PyObject *comm_get_closed(VmpComm *self, void *Py_UNUSED(c)) { return PyBool_FromLong(!self->h); }
+static PyObject *comm_get_busy(VmpComm *self, void *Py_UNUSED(c)) { return PyLong_FromLong(self->busy); }
 
 static PyMethodDef comm_methods[] = {
     {"close", (PyCFunction)comm_close, METH_NOARGS,
-     "close()\n--\n\nCollective: destroys the comm. Refused (vmmipc.Error) while windows or heaps of it are open. "
-     "A second close does nothing."},
+     "close()\n--\n\nCollective: frees, in step, the windows and heaps of the comm that every rank's garbage "
+     "collector released (waiting up to the timeout for their device work), then destroys the comm. Refused "
+     "(vmmipc.Error) while windows or heaps of it are open on some rank. A second close does nothing."},
     {"__enter__", comm_enter, METH_NOARGS, "Returns the comm."},
     {"__exit__", (PyCFunction)comm_exit, METH_VARARGS, "Closes the comm (collective)."},
     {"abort", (PyCFunction)comm_abort, METH_NOARGS,
      "abort()\n--\n\nLocal, callable from another thread while a call on the comm blocks: the blocked call and every "
-     "later one fail with Result.ABORTED, here and at the node's peers; close() then frees locally."},
+     "later one fail with Result.ABORTED, here and at the node's peers; close() then frees locally. Refused "
+     "(Result.BUSY) while close() of the comm runs on another thread (the comm may be freed under it)."},
     {"allgather_map", (PyCFunction)(void (*)(void))comm_allgather_map, METH_VARARGS | METH_KEYWORDS,
      "allgather_map(buf, access=None)\n--\n\nCollective: maps every node peer's Buffer (None: this rank gives "
      "nothing). access: None or 'rw' (read-write), or 'r' (read-only). Returns a Window."},
@@ -295,13 +358,16 @@ static PyMethodDef comm_methods[] = {
      "gives windows without driver calls. reserve: address space per rank; grow: bytes per growth step (None: "
      "the library's defaults)."},
     {"stats", (PyCFunction)comm_stats, METH_NOARGS,
-     "stats()\n--\n\nLocal: counters of the comm (a dict: mapping cache, open windows, broken...)."},
+     "stats()\n--\n\nLocal: counters of the comm (a dict: mapping cache, open windows, broken; released: windows "
+     "and heaps released here by the garbage collector and not freed yet; released_freed: those freed so far; "
+     "collected_waiting: collected windows whose device work is not done yet, not released)."},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef comm_getset[] = {
     {"rank", (getter)comm_get_rank, NULL, "This process's rank in the comm.", NULL},
     {"size", (getter)comm_get_size, NULL, "Number of ranks of the comm.", NULL},
     {"closed", (getter)comm_get_closed, NULL, "Whether close() ran.", NULL},
+    {"_busy", (getter)comm_get_busy, NULL, "Calls on the comm in progress without the GIL (for tests).", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject VmpComm_Type = {

@@ -18,6 +18,8 @@ static void *proc(const char *name) {
   return vmmipc_driver_proc(name, VMP_CU_ABI, &fn) == VMMIPC_SUCCESS ? fn : NULL;
 }
 
+void *vmp_cu_proc(const char *name) { return proc(name); }
+
 int vmp_current_device(void) {
   static vmp_cu_ctx_get_device get;
   if (!get) get = (vmp_cu_ctx_get_device)proc("cuCtxGetDevice");
@@ -46,11 +48,6 @@ int vmp_ensure_context(int device) {
 
 static PyObject *cu_failed(const char *op, int rc);
 
-int vmp_ctx_synchronize(void) {
-  vmp_cu_ctx_sync fn = (vmp_cu_ctx_sync)proc("cuCtxSynchronize");
-  return fn ? fn() : -1;
-}
-
 PyObject *vmp_cu_failed(const char *op, int rc) { return cu_failed(op, rc); }
 
 static PyObject *cu_failed(const char *op, int rc) {
@@ -73,18 +70,23 @@ static PyObject *py_copy_to_device(PyObject *Py_UNUSED(m), PyObject *args) {
     PyBuffer_Release(&data);
     return vmp_raise(VMMIPC_ERR_UNSUPPORTED);
   }
-  int rc = 0;
+  int rc = 0, src = 0;
   if (data.len) {
     Py_BEGIN_ALLOW_THREADS
+    /* From pageable memory cuMemcpyHtoD may return before the bytes land
+     * (small copies ride in the command stream): the legacy stream is
+     * synchronised after it, so that the bytes are there when this returns
+     * (a peer may read them next, or the memory may be freed). */
     rc = fn(dst, data.buf, (size_t)data.len);
-    /* From pageable memory the copy may return before the data lands (CUDA's
-     * API synchronization behavior): the default stream's wait makes it
-     * synchronous, as documented. */
-    if (!rc) rc = sync(NULL);
+    if (!rc) {
+      rc = sync(NULL);
+      src = 1;
+    }
     Py_END_ALLOW_THREADS
   }
   PyBuffer_Release(&data);
-  if (rc) return cu_failed("copy_to_device (cuMemcpyHtoD)", rc);
+  if (rc) return cu_failed(src ? "copy_to_device (cuStreamSynchronize of the legacy stream after cuMemcpyHtoD)"
+                               : "copy_to_device (cuMemcpyHtoD)", rc);
   Py_RETURN_NONE;
 }
 
@@ -135,8 +137,8 @@ static PyObject *py_current_device(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(i
 
 PyMethodDef vmp_copy_functions[] = {
     {"copy_to_device", py_copy_to_device, METH_VARARGS,
-     "copy_to_device(ptr, data)\n--\n\nCopies the bytes-like data to device address ptr (cuMemcpyHtoD; "
-     "synchronous). Needs a current device (set_device)."},
+     "copy_to_device(ptr, data)\n--\n\nCopies the bytes-like data to device address ptr (cuMemcpyHtoD on the legacy "
+     "stream, then waits until the bytes have landed). Needs a current device (set_device)."},
     {"copy_from_device", py_copy_from_device, METH_VARARGS,
      "copy_from_device(ptr, nbytes)\n--\n\nReturns nbytes from device address ptr as bytes (cuMemcpyDtoH; "
      "synchronous)."},

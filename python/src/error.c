@@ -94,18 +94,30 @@ static PyObject *raise_with(vmmipc_result_t code, int rank, const char *message)
   return NULL;
 }
 
-PyObject *vmp_raise(vmmipc_result_t r) {
+void vmp_err_take(vmp_err_snap *s) {
   vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
-  int rank = -1;
-  const char *msg = NULL;
-  /* The thread's record describes this failure when its code matches. */
-  if (vmmipc_last_error_info(&info) == VMMIPC_SUCCESS && info.code == r) {
-    rank = info.rank;
-    msg = info.message;
+  s->code = VMMIPC_SUCCESS;
+  s->rank = -1;
+  s->msg[0] = '\0';
+  if (vmmipc_last_error_info(&info) == VMMIPC_SUCCESS) {
+    s->code = info.code;
+    s->rank = info.rank;
   }
-  if (!msg || !*msg) msg = vmmipc_last_error();
-  if (!msg || !*msg) msg = vmmipc_strerror(r);
+  const char *m = info.message && *info.message ? info.message : vmmipc_last_error();
+  snprintf(s->msg, sizeof s->msg, "%s", m ? m : "");
+}
+
+PyObject *vmp_raise_snap(vmmipc_result_t r, const vmp_err_snap *s) {
+  /* The thread's record describes this failure when its code matches. */
+  int rank = s->code == r ? s->rank : -1;
+  const char *msg = s->msg[0] ? s->msg : vmmipc_strerror(r);
   return raise_with(r, rank, msg);
+}
+
+PyObject *vmp_raise(vmmipc_result_t r) {
+  vmp_err_snap s;
+  vmp_err_take(&s);
+  return vmp_raise_snap(r, &s);
 }
 
 PyObject *vmp_raise_msg(vmmipc_result_t r, const char *fmt, ...) {

@@ -20,11 +20,12 @@ PyObject *vmp_comm_heap(VmpComm *c, PyObject *args, PyObject *kw) {
   vmmipc_access_t acc;
   int readonly;
   if (vmp_comm_check(c, "vmmipc.Comm.heap") < 0) return NULL;
+  vmp_comm_settle(c, 0);
   if ((ro != Py_None && vmp_size_arg(ro, "reserve", &cfg.reserve) < 0) ||
       (go != Py_None && vmp_size_arg(go, "grow", &cfg.grow) < 0) || vmp_access_arg(ao, &acc, &cfg.access, &readonly) < 0)
-    return vmp_join_failed(c, 3, 0);
+    return vmp_join_failed(c, VMP_JOIN_HEAP, 0);
   VmpHeap *hp = (VmpHeap *)VmpHeap_Type.tp_alloc(&VmpHeap_Type, 0);
-  if (!hp) return NULL;
+  if (!hp) return vmp_join_failed(c, VMP_JOIN_HEAP, 0);
   vmmipc_heap_t h = NULL;
   vmmipc_result_t r;
   vmmipc_comm_t ch = c->h;
@@ -33,9 +34,10 @@ PyObject *vmp_comm_heap(VmpComm *c, PyObject *args, PyObject *kw) {
   r = vmmipc_heap_create(ch, &cfg, &h);
   Py_END_ALLOW_THREADS
   c->busy--;
+  VMP_SWEEP(es);
   if (r != VMMIPC_SUCCESS) {
     Py_DECREF(hp);
-    return vmp_raise(r);
+    return vmp_raise_snap(r, &es);
   }
   hp->h = h;
   Py_INCREF(c);
@@ -45,6 +47,7 @@ PyObject *vmp_comm_heap(VmpComm *c, PyObject *args, PyObject *kw) {
   return (PyObject *)hp;
 }
 
+/* Exit only: the comm is aborted and the heap destroyed locally. */
 void vmp_heap_release_local(VmpHeap *hp, const char *why) {
   if (!hp->h) return;
   vmp_warn_resource("vmmipc.Heap %s while open: aborting its comm and freeing it locally (close it "
@@ -56,8 +59,18 @@ void vmp_heap_release_local(VmpHeap *hp, const char *why) {
   vmp_link_del(&hp->link);
 }
 
+/* The garbage collector never runs collective work and never aborts: the
+ * heap is released, and destroyed in step at a later collective call on its
+ * comm once every rank released it and its windows are freed. */
 static void heap_dealloc(VmpHeap *self) {
-  if (self->h && !vmp_finalized) vmp_heap_release_local(self, "garbage-collected");
+  if (self->h && !vmp_finalized) {
+    vmp_warn_resource("vmmipc.Heap garbage-collected while open: released; it is destroyed in step at a later "
+                      "collective call on its comm once every rank released it (close it collectively, or use "
+                      "'with')");
+    vmmipc_heap_release(self->h);
+    self->h = NULL;
+    vmp_link_del(&self->link);
+  }
   Py_CLEAR(self->comm);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -69,6 +82,7 @@ static PyObject *heap_alloc(VmpHeap *self, PyObject *args, PyObject *kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "O:alloc", kwlist, &no) || vmp_heap_check(self, "vmmipc.Heap.alloc") < 0 ||
       vmp_mpi_check("vmmipc.Heap.alloc") < 0)
     return NULL;
+  vmp_comm_settle(self->comm, 0);
   if (vmp_size_arg(no, "nbytes", &n) < 0) {  /* join with a NULL out, as vmp_join_failed does */
     VMP_ERR_SAVE(saved);
     vmmipc_heap_t h = self->h;
@@ -77,6 +91,7 @@ static PyObject *heap_alloc(VmpHeap *self, PyObject *args, PyObject *kw) {
     vmmipc_heap_alloc(h, 0, NULL);
     Py_END_ALLOW_THREADS
     self->busy--;
+    VMP_SWEEP(es);
     VMP_ERR_RESTORE(saved);
     return NULL;
   }
@@ -90,7 +105,8 @@ static PyObject *heap_alloc(VmpHeap *self, PyObject *args, PyObject *kw) {
   Py_END_ALLOW_THREADS
   self->comm->busy--;
   self->busy--;
-  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  VMP_SWEEP(es);
+  if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
   return vmp_window_new(w, self->comm, NULL, self, self->readonly);
 }
 
@@ -98,6 +114,7 @@ static PyObject *heap_close(VmpHeap *self, PyObject *Py_UNUSED(ignored)) {
   if (!self->h || vmp_finalized) Py_RETURN_NONE;
   if (self->busy) return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Heap.close: a call on the heap is in progress");
   if (vmp_mpi_check("vmmipc.Heap.close") < 0) return NULL;
+  vmp_comm_settle(self->comm, 0);
   vmmipc_result_t r;
   vmmipc_heap_t h = self->h;
   self->busy++;
@@ -107,17 +124,19 @@ static PyObject *heap_close(VmpHeap *self, PyObject *Py_UNUSED(ignored)) {
   Py_END_ALLOW_THREADS
   self->comm->busy--;
   self->busy--;
+  VMP_SWEEP(es);
   /* Only a refusal leaves the heap open; any other failure freed it (vmmipc.h). */
-  if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) return vmp_raise(r);
+  if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) return vmp_raise_snap(r, &es);
   self->h = NULL;
   vmp_link_del(&self->link);
   Py_CLEAR(self->comm);
-  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
   Py_RETURN_NONE;
 }
 
 static PyObject *heap_trim(VmpHeap *self, PyObject *Py_UNUSED(ignored)) {
   if (vmp_heap_check(self, "vmmipc.Heap.trim") < 0) return NULL;
+  vmp_comm_settle(self->comm, 0);
   vmmipc_result_t r;
   vmmipc_heap_t h = self->h;
   self->busy++;
@@ -125,7 +144,8 @@ static PyObject *heap_trim(VmpHeap *self, PyObject *Py_UNUSED(ignored)) {
   r = vmmipc_heap_trim(h);
   Py_END_ALLOW_THREADS
   self->busy--;
-  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  VMP_SWEEP(es);
+  if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
   Py_RETURN_NONE;
 }
 

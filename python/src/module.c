@@ -40,6 +40,8 @@ static PyObject *py_release_all(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(igno
     vmp_heap_release_local(VMP_CONTAINER(vmp_live_heaps.next, VmpHeap), "still open at exit");
   while (vmp_live_comms.next != &vmp_live_comms)
     vmp_comm_release_local(VMP_CONTAINER(vmp_live_comms.next, VmpComm), "still open at exit");
+  vmp_release_orphans();
+  vmp_sweep_buffers();
   vmp_finalized = 1;
   Py_RETURN_NONE;
 }
@@ -103,7 +105,7 @@ PyMODINIT_FUNC PyInit__vmmipc(void) {
   PyObject *m = PyModule_Create(&vmp_module);
   if (!m) return NULL;
   if (add_functions(m, vmp_buffer_functions) < 0 || add_functions(m, vmp_copy_functions) < 0 ||
-      add_functions(m, vmp_bench_functions) < 0 || vmp_error_init(m) < 0 || vmp_comm_init(m) < 0 ||
+      add_functions(m, vmp_bench_functions) < 0 || add_functions(m, vmp_work_functions) < 0 || vmp_error_init(m) < 0 || vmp_comm_init(m) < 0 ||
       vmp_buffer_init(m) < 0 || vmp_window_init(m) < 0 || vmp_heap_init(m) < 0 || vmp_view_init(m) < 0 ||
       PyModule_AddStringConstant(m, "version", vmmipc_version()) < 0 ||
       PyModule_AddIntConstant(m, "kDLCUDA", 2) < 0) {

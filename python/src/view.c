@@ -1,9 +1,15 @@
 /* Mapping views (Window.mapping, Buffer.mapping): a typed, C-contiguous view
  * of device memory for array libraries, through DLPack (__dlpack__,
  * __dlpack_device__: versioned capsule when the consumer passes max_version,
- * else the classic one) and the CUDA Array Interface v3. A view keeps its
- * owner alive; once the owner is closed, every protocol call raises
- * vmmipc.Error. Exported tensors keep the view alive until their deleter. */
+ * else the classic one), the CUDA Array Interface v3, and Python's buffer
+ * protocol where the memory is host-visible (the CPU stand-in).
+ *
+ * A view keeps its memory: it keeps its owner alive, and its owner's
+ * close() is refused while it lives (a window's on every rank: each view
+ * pins it, vmmipc_win_pin), so no view ever reads unmapped memory or a heap
+ * slice handed to another window. DLPack capsules and the tensors made from
+ * them keep the view alive until their deleter runs; a CUDA Array Interface
+ * consumer keeps the Mapping object itself. */
 #include "vmp.h"
 #include "dlpack.h"
 
@@ -22,6 +28,7 @@ typedef struct {
   const char *dtype_name, *typestr;
   int ndim;
   int64_t shape[VMP_MAX_NDIM];
+  Py_ssize_t *host_dims;  /* buffer protocol: shape then strides, made on first use */
 } VmpView;
 
 static const struct {
@@ -134,12 +141,37 @@ PyObject *vmp_view_new(PyObject *owner, uintptr_t ptr, size_t size, int readonly
     Py_DECREF(v);
     return NULL;
   }
+  /* The view holds its memory: one pin of the window per view (the owner
+     is open: its mapping() checked), one count of the buffer's. */
+  if (PyObject_TypeCheck(owner, &VmpWindow_Type)) {
+    VmpWindow *w = (VmpWindow *)owner;
+    vmmipc_result_t r = vmmipc_win_pin(w->h);
+    if (r != VMMIPC_SUCCESS) {
+      Py_DECREF(v);
+      return vmp_raise(r);
+    }
+    w->views++;
+    w->work.handed = 1;
+  } else if (PyObject_TypeCheck(owner, &VmpBuffer_Type)) {
+    ((VmpBuffer *)owner)->views++;
+    ((VmpBuffer *)owner)->work.handed = 1;
+  }
   Py_INCREF(owner);
   v->owner = owner;
   return (PyObject *)v;
 }
 
+/* Runs wherever the last reference goes: a DLPack deleter's thread included
+ * (with the GIL, which the deleter takes). Unpinning is local and atomic. */
 static void view_dealloc(VmpView *self) {
+  if (self->owner && PyObject_TypeCheck(self->owner, &VmpWindow_Type)) {
+    VmpWindow *w = (VmpWindow *)self->owner;
+    w->views--;
+    if (w->h && !vmp_finalized) vmmipc_win_unpin(w->h);  /* h: still the window's (closed: nothing to unpin) */
+  } else if (self->owner && PyObject_TypeCheck(self->owner, &VmpBuffer_Type)) {
+    ((VmpBuffer *)self->owner)->views--;
+  }
+  PyMem_Free(self->host_dims);
   Py_CLEAR(self->owner);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -217,12 +249,34 @@ static PyObject *view_dlpack(VmpView *self, PyObject *args, PyObject *kw) {
   PyObject *stream = Py_None, *maxv = Py_None, *dev = Py_None, *copy = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOO:__dlpack__", kwlist, &stream, &maxv, &dev, &copy)) return NULL;
   if (view_check(self, "__dlpack__") < 0) return NULL;
-  if (stream != Py_None && !PyLong_Check(stream)) {
-    PyErr_SetString(PyExc_TypeError, "__dlpack__: stream must be an int or None");
-    return NULL;
+  /* DLPack's CUDA stream numbers: None or 1 the legacy default stream, 2 the
+   * per-thread one, -1 none given, else a handle (0 taken as legacy). */
+  void *consumer = VMP_CU_LEGACY;
+  if (stream != Py_None) {
+    if (!PyLong_Check(stream) || PyBool_Check(stream)) {
+      PyErr_SetString(PyExc_TypeError, "__dlpack__: stream must be an int or None");
+      return NULL;
+    }
+    long long sv = PyLong_AsLongLong(stream);
+    if (sv == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      unsigned long long uv = PyLong_AsUnsignedLongLong(stream);
+      if (uv == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+      consumer = (void *)(uintptr_t)uv;
+    } else if (sv < -1) {
+      PyErr_Format(PyExc_ValueError, "__dlpack__: stream %lld is not a CUDA stream number (-1, 0, 1, 2 or a handle)",
+                   sv);
+      return NULL;
+    } else {
+      consumer = sv == -1 ? NULL : sv == 0 ? VMP_CU_LEGACY : (void *)(uintptr_t)sv;
+    }
   }
   /* Nothing is pending on any stream on the producer's side: the memory's
-     writers synchronise through the window (signal, wait, barrier). */
+   * writers synchronise through the window (signal, wait, barrier). The
+   * owner's close() waits for the consumer's stream. */
+  vmp_work *work = PyObject_TypeCheck(self->owner, &VmpWindow_Type) ? &((VmpWindow *)self->owner)->work
+                                                                     : &((VmpBuffer *)self->owner)->work;
+  if (consumer && vmp_work_consumer(work, consumer) < 0) return NULL;
   int versioned = 0;
   if (maxv != Py_None) {
     PyObject *major = PyTuple_Check(maxv) && PyTuple_GET_SIZE(maxv) == 2 ? PyTuple_GET_ITEM(maxv, 0) : NULL;
@@ -327,6 +381,84 @@ static PyObject *view_get_owner(VmpView *self, void *Py_UNUSED(c)) {
   return self->owner;
 }
 
+/* ---- Python's buffer protocol, where the memory is host-visible --------- */
+
+typedef int (*vmp_cu_pointer_attr)(void *data, int attribute, unsigned long long ptr);
+#define VMP_CU_POINTER_ATTRIBUTE_HOST_POINTER 4
+
+static const struct {
+  const char *name, *format;
+} vmp_formats[] = {
+    {"uint8", "B"},  {"int8", "b"},    {"uint16", "H"},  {"int16", "h"},      {"uint32", "I"},       {"int32", "i"},
+    {"uint64", "Q"}, {"int64", "q"},   {"float16", "e"}, {"float32", "f"},    {"float64", "d"},      {"bool", "?"},
+    {"complex64", "Zf"}, {"complex128", "Zd"},
+};
+
+/* The host address of the mapping, or NULL: device memory is host-visible
+ * on the CPU stand-in only (the driver's HOST_POINTER attribute says so). */
+static void *host_address(const VmpView *v) {
+  static vmp_cu_pointer_attr get;
+  if (!get) get = (vmp_cu_pointer_attr)vmp_cu_proc("cuPointerGetAttribute");
+  void *host = NULL;
+  if (!get || !v->ptr || get(&host, VMP_CU_POINTER_ATTRIBUTE_HOST_POINTER, (unsigned long long)v->ptr) != 0) return NULL;
+  return host;
+}
+
+static int view_getbuffer(VmpView *self, Py_buffer *b, int flags) {
+  b->obj = NULL;
+  if (view_check(self, "memoryview") < 0) return -1;
+  size_t item = self->dtype.bits / 8, count = 1;
+  for (int i = 0; i < self->ndim; i++) count *= (size_t)self->shape[i];
+  static char empty[1];
+  void *host = count ? host_address(self) : empty;
+  if (!host) {
+    PyErr_SetString(PyExc_BufferError,
+                    "memoryview: the mapping is device memory, which is not host-visible here (only on the CPU "
+                    "stand-in); copy it out with vmmipc.copy_from_device(view.ptr, view.nbytes), or give the view to "
+                    "torch, CuPy or numba (DLPack, CUDA Array Interface)");
+    return -1;
+  }
+  if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE && self->readonly) {
+    PyErr_SetString(PyExc_BufferError, "memoryview: the mapping is read-only");
+    return -1;
+  }
+  const char *format = NULL;
+  for (size_t i = 0; i < sizeof vmp_formats / sizeof vmp_formats[0] && !format; i++)
+    if (!strcmp(vmp_formats[i].name, self->dtype_name)) format = vmp_formats[i].format;
+  if (!format) {
+    PyErr_Format(PyExc_BufferError, "memoryview: %s has no buffer-protocol format; use DLPack", self->dtype_name);
+    return -1;
+  }
+  if (self->ndim && !self->host_dims) {
+    self->host_dims = PyMem_Malloc(2 * (size_t)self->ndim * sizeof *self->host_dims);
+    if (!self->host_dims) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    Py_ssize_t stride = (Py_ssize_t)item;
+    for (int i = self->ndim - 1; i >= 0; i--) {
+      self->host_dims[i] = (Py_ssize_t)self->shape[i];
+      self->host_dims[self->ndim + i] = stride;
+      stride *= self->shape[i] > 0 ? (Py_ssize_t)self->shape[i] : 1;
+    }
+  }
+  b->buf = host;
+  Py_INCREF(self);  /* the export keeps the view, and so its memory */
+  b->obj = (PyObject *)self;
+  b->len = (Py_ssize_t)(count * item);
+  b->readonly = self->readonly;
+  b->itemsize = (Py_ssize_t)item;
+  b->format = (flags & PyBUF_FORMAT) == PyBUF_FORMAT ? (char *)format : NULL;
+  b->ndim = (flags & PyBUF_ND) == PyBUF_ND ? self->ndim : 1;
+  b->shape = (flags & PyBUF_ND) == PyBUF_ND && self->ndim ? self->host_dims : NULL;
+  b->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES && self->ndim ? self->host_dims + self->ndim : NULL;
+  b->suboffsets = NULL;
+  b->internal = NULL;
+  return 0;
+}
+
+static PyBufferProcs view_as_buffer = {(getbufferproc)view_getbuffer, NULL};
+
 static PyObject *view_repr(VmpView *self) {
   char text[128];
   snprintf(text, sizeof text, "<vmmipc.Mapping ptr=0x%zx nbytes=%zu dtype=%s ndim=%d%s>", (size_t)self->ptr,
@@ -359,9 +491,12 @@ PyTypeObject VmpView_Type = {
     .tp_basicsize = sizeof(VmpView),
     .tp_dealloc = (destructor)view_dealloc,
     .tp_repr = (reprfunc)view_repr,
+    .tp_as_buffer = &view_as_buffer,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A view of mapped device memory (Window.mapping, Buffer.mapping) for torch.from_dlpack, "
-              "cupy.from_dlpack / cupy.asarray and numba. Not constructible directly.",
+              "cupy.from_dlpack / cupy.asarray and numba; memoryview() where the memory is host-visible (the CPU "
+              "stand-in). While it (or a capsule or tensor made from it) lives, its window or buffer cannot be "
+              "closed. Not constructible directly.",
     .tp_methods = view_methods,
     .tp_getset = view_getset,
 };

@@ -3,12 +3,17 @@
  * One concern per file: module.c (init, module functions, exit cleanup),
  * error.c (vmmipc.Error, vmmipc.Result), comm.c (Comm, mpi4py), buffer.c
  * (Buffer, alloc, wrap), window.c (Window: query and sync), heap.c (Heap),
- * view.c (mapping views: DLPack and CUDA Array Interface), args.c (argument
- * parsing shared by all), bench.c (C-side timing loops for the benchmarks).
+ * view.c (mapping views: DLPack, CUDA Array Interface, host buffers),
+ * work.c (the stream-ordered, bounded wait of close()), release.c (what the
+ * garbage collector leaves to later calls), args.c (argument parsing shared
+ * by all), bench.c (C-side timing loops for the benchmarks).
  *
  * Every object that holds a collective resource (Comm, Window, Heap) is on a
  * live list, so that the exit handler can release them locally before
- * mpi4py finalizes MPI. All list and state changes happen with the GIL held. */
+ * mpi4py finalizes MPI. All list and state changes happen with the GIL held.
+ * The garbage collector never runs collective work and never aborts a comm:
+ * a Window or Heap collected open is released (vmmipc_win_release,
+ * vmmipc_heap_release) and freed in step by a later collective. */
 #ifndef VMP_H
 #define VMP_H
 
@@ -29,6 +34,36 @@
 #define VMP_ERR_RESTORE(s) PyErr_Restore(s##_t, s##_v, s##_tb)
 #endif
 
+/* The device work a Window or Buffer handed out, which close() waits for
+ * (work.c): an event per stream that the window's signal, wait and barrier
+ * used (recorded after each), and the streams recorded only at close: the
+ * consumer streams given to __dlpack__(stream=...) and the legacy default
+ * stream. */
+typedef struct {
+  void *stream;
+  void *event;       /* a CUevent, made on first use; NULL: none yet */
+  int at_close;      /* recorded by close() (else after each operation) */
+  int recorded;      /* the event holds a record of this stream's work */
+} vmp_tracked;
+
+typedef struct {
+  vmp_tracked *t;
+  int n, cap;
+  int handed;        /* a pointer, view or stream operation went out: close() waits */
+} vmp_work;
+
+/* A window the garbage collector took while open, on its comm's list until
+ * its work is done and it is released (release.c). */
+typedef struct vmp_pending {
+  struct vmp_pending *next;
+  vmmipc_win_t h;
+  vmp_work work;
+  void **events;     /* the events to wait for, once recorded */
+  int nevents, begun;
+  int device;
+  PyObject *buf, *heap;  /* kept until the release */
+} vmp_pending;
+
 /* Intrusive list of live objects holding collective resources. */
 typedef struct vmp_link {
   struct vmp_link *prev, *next;
@@ -41,6 +76,9 @@ typedef struct {
   int rank, size;
   int busy;           /* calls in progress with the GIL released */
   int aborted;        /* vmmipc_comm_abort was called here */
+  int closing;        /* close() is inside vmmipc_comm_destroy: abort() is refused meanwhile */
+  int timeout_ms;     /* the comm's bound on a wait for a peer, as the library resolved it */
+  vmp_pending *pending; /* collected windows whose work is not done yet (release.c) */
 } VmpComm;
 
 typedef struct {
@@ -53,6 +91,8 @@ typedef struct {
   PyObject *keep;     /* the wrapped object, kept alive (or NULL) */
   void *dl_managed;   /* a consumed DLPack tensor to release (or NULL) */
   int dl_versioned;
+  int views;          /* live Mapping views of it: close() is refused meanwhile */
+  vmp_work work;
 } VmpBuffer;
 
 typedef struct VmpHeap VmpHeap;
@@ -67,7 +107,8 @@ typedef struct {
   int readonly;       /* peers mapped read-only */
   int device;         /* current device when it was made (-1 unknown) */
   int busy;
-  int handed;         /* a pointer, view or stream operation went out: close() waits for the GPU */
+  int views;          /* live Mapping views of it here, each pinning it (vmmipc_win_pin) */
+  vmp_work work;      /* what close() waits for */
 } VmpWindow;
 
 struct VmpHeap {
@@ -89,9 +130,8 @@ void vmp_link_del(vmp_link *node);
 extern int vmp_finalized;
 /* The device of the current context, for views (-1 if none). */
 int vmp_current_device(void);
-/* cuCtxSynchronize of the current context (GIL released by the caller):
- * 0, or the CUresult; -1 without a driver. */
-int vmp_ctx_synchronize(void);
+/* A driver entry point by base name at the CUDA 12 ABI, or NULL (copy.c). */
+void *vmp_cu_proc(const char *name);
 /* Raises vmmipc.Error for a failed driver call; NULL. */
 PyObject *vmp_cu_failed(const char *op, int rc);
 /* Makes `device` current on this thread if no context is (copy.c); -1 raised. */
@@ -101,6 +141,21 @@ int vmp_ensure_context(int device);
 int vmp_error_init(PyObject *module);
 /* Raises vmmipc.Error for a failed library call (its code, message, rank). */
 PyObject *vmp_raise(vmmipc_result_t r);
+/* The thread's failure record, kept across later library calls (the sweep
+ * of deferred buffers after a collective makes its own). */
+typedef struct {
+  vmmipc_result_t code;
+  int rank;
+  char msg[1024];
+} vmp_err_snap;
+void vmp_err_take(vmp_err_snap *s);
+PyObject *vmp_raise_snap(vmmipc_result_t r, const vmp_err_snap *s);
+/* After a collective call: keeps its failure record, then frees the
+ * deferred buffers (release.c). Declares `es` for vmp_raise_snap. */
+#define VMP_SWEEP(es) \
+  vmp_err_snap es;    \
+  vmp_err_take(&es);  \
+  vmp_sweep_buffers()
 /* Raises vmmipc.Error with our own message (a closed object...). */
 PyObject *vmp_raise_msg(vmmipc_result_t r, const char *fmt, ...);
 /* Warns (ResourceWarning); returns -1 only if the warning became an error
@@ -115,14 +170,67 @@ int vmp_timeout_arg(PyObject *o, const char *what, int *out);     /* None: 0 */
 int vmp_stream_arg(PyObject *o, void **out);                      /* None/int/.cuda_stream/__cuda_stream__ */
 int vmp_access_arg(PyObject *o, vmmipc_access_t *storage, const vmmipc_access_t **out, int *readonly);
 
+/* work.c: close()'s stream-ordered wait. The caller holds the GIL except
+ * in vmp_events_wait, and made the work's device current. */
+#define VMP_CU_LEGACY ((void *)0x1)  /* CU_STREAM_LEGACY */
+/* After a signal, wait or barrier was enqueued on stream: records its event. */
+void vmp_work_op(vmp_work *w, void *stream);
+/* A consumer will use stream (DLPack): recorded at close. -1: MemoryError set. */
+int vmp_work_consumer(vmp_work *w, void *stream);
+/* Records what is recorded at close and gives the events to wait for (a
+ * malloc'd array in *events, freed by the caller). 0, or the failing CUresult
+ * (> 0), or -1 out of memory. */
+int vmp_work_begin(vmp_work *w, void ***events, int *n);
+/* Polls events until all completed, at most timeout_ms (GIL released by the
+ * caller): 0 done, VMP_WAIT_TIMEOUT, or VMP_WAIT_DRIVER with *rc the CUresult. */
+#define VMP_WAIT_TIMEOUT 1
+#define VMP_WAIT_DRIVER 2
+int vmp_events_wait(void *const *events, int n, int timeout_ms, int *rc);
+/* Tests: the outcome the next Window.close()'s wait reports instead of its
+ * own (VMP_WAIT_TIMEOUT or VMP_WAIT_DRIVER; 0: none), then cleared. */
+extern int vmp_test_wait_outcome;
+/* One poll of events without waiting: 1 all done, 0 some still running, -1 a driver error. */
+int vmp_events_done(void *const *events, int n);
+void vmp_work_free(vmp_work *w);
+/* Raises vmmipc.Error for a close() whose wait failed (TIMEOUT or CUDA). */
+PyObject *vmp_wait_failed(const char *op, int how, int rc, int timeout_ms);
+
+/* release.c */
+/* A window collected open: released now if none of its work went out, else
+ * queued on its comm until that work is done. Steals w's work and refs. */
+void vmp_window_collected(VmpWindow *w);
+/* Releases the comm's queued windows whose work is done; with wait_ms > 0
+ * waits up to that long for all of them (the GIL released while it sleeps).
+ * Returns how many are still queued. Called before each collective call. */
+int vmp_comm_settle(VmpComm *c, int wait_ms);
+/* Releases every queued window of the comm at once (exit, a collected comm). */
+void vmp_comm_settle_all(VmpComm *c);
+/* Drops the queue of a comm that is gone (its windows went with it). */
+void vmp_comm_forget(VmpComm *c);
+/* A buffer still exposed by a released window when it was collected: freed
+ * by vmp_sweep_buffers once the library freed that window. */
+void vmp_defer_buffer(vmmipc_buf_t h, PyObject *keep, void *dl_managed, int dl_versioned);
+/* Frees the deferred buffers that nothing exposes any more; after every
+ * collective call. */
+void vmp_sweep_buffers(void);
+/* A comm collected open: kept (with what it queued) until exit, where it is
+ * released locally; the collective close cannot run from the collector. */
+void vmp_comm_orphan(VmpComm *c);
+/* Exit: releases queued windows and orphaned comms locally (aborting them). */
+void vmp_release_orphans(void);
+
 /* comm.c */
 int vmp_comm_init(PyObject *module);
 int vmp_comm_check(VmpComm *c, const char *op);   /* open, and MPI not finalized, else raises */
 int vmp_mpi_check(const char *op);                 /* MPI initialized and not finalized, else raises */
+/* The library's default bound on a wait: VMMIPC_TIMEOUT_MS, else 60 s. */
+int vmp_default_timeout_ms(void);
 /* Frees a comm locally when it cannot be closed collectively (GC, exit). */
 void vmp_comm_release_local(VmpComm *c, const char *why);
-/* A bad argument in a collective: joins it with a NULL out so that the
- * peers fail at once naming this rank, then returns NULL with the error set. */
+/* A bad argument in a collective: joins it with a NULL out (and a root
+ * that is no rank where the root was bad) so that the peers fail at once
+ * naming this rank, then returns NULL with the error set. */
+enum { VMP_JOIN_ALLGATHER, VMP_JOIN_BCAST, VMP_JOIN_SCATTER, VMP_JOIN_HEAP };
 PyObject *vmp_join_failed(VmpComm *c, int kind, int root);
 /* Aborts the comm once (local); 0 on success. */
 int vmp_comm_abort_once(VmpComm *c);
@@ -131,6 +239,8 @@ int vmp_comm_abort_once(VmpComm *c);
 int vmp_buffer_init(PyObject *module);
 PyObject *vmp_buffer_new(vmmipc_buf_t h, int readonly);  /* steals h; frees it on failure */
 int vmp_buffer_or_none(PyObject *o, const char *what, vmmipc_buf_t *out);
+/* Frees what a Buffer owns besides its handle (the wrapped object, a DLPack tensor). */
+void vmp_release_keep(PyObject *keep, void *dl_managed, int dl_versioned);
 extern PyMethodDef vmp_buffer_functions[];
 
 /* window.c */
@@ -156,7 +266,7 @@ int vmp_dlpack_consume(PyObject *capsule, uintptr_t *ptr, size_t *nbytes, int *d
                        void **managed, int *versioned);
 void vmp_dlpack_release(void *managed, int versioned);
 
-/* bench.c */
-extern PyMethodDef vmp_bench_functions[];
+/* bench.c, work.c */
+extern PyMethodDef vmp_bench_functions[], vmp_work_functions[];
 
 #endif /* VMP_H */

@@ -3,6 +3,8 @@
  * its buffer and its heap alive; close() is collective. */
 #include "vmp.h"
 
+#include <stdlib.h>
+
 PyObject *vmp_window_new(vmmipc_win_t h, VmpComm *comm, PyObject *buf, VmpHeap *heap, int readonly) {
   VmpWindow *w = (VmpWindow *)VmpWindow_Type.tp_alloc(&VmpWindow_Type, 0);
   if (!w) return NULL;  /* the C window stays open: freeing it is collective, and peers hold theirs */
@@ -33,6 +35,9 @@ static void window_drop_refs(VmpWindow *w) {
   Py_CLEAR(w->comm);
 }
 
+/* Exit only (module.c): collectives cannot run at exit, so the comm is
+ * aborted (peers still in a call on it fail at once) and the window freed
+ * locally. */
 void vmp_window_release_local(VmpWindow *w, const char *why) {
   if (!w->h) return;
   vmp_warn_resource("vmmipc.Window %s while open: aborting its comm and freeing it locally (close it "
@@ -46,43 +51,91 @@ void vmp_window_release_local(VmpWindow *w, const char *why) {
   vmp_link_del(&w->link);
 }
 
+/* The garbage collector never runs collective work and never aborts: the
+ * window is released (release.c) and freed in step at a later collective
+ * call on its comm, once every rank let it go. */
 static void window_dealloc(VmpWindow *self) {
-  if (self->h && !vmp_finalized) vmp_window_release_local(self, "garbage-collected");
+  if (self->h && !vmp_finalized) {
+    vmp_warn_resource("vmmipc.Window garbage-collected while open: released; it is freed in step at a later "
+                      "collective call on its comm once every rank released it (close it collectively, or use "
+                      "'with')");
+    vmp_window_collected(self);
+    self->h = NULL;
+    vmp_link_del(&self->link);
+  }
+  vmp_work_free(&self->work);
   window_drop_refs(self);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The library refuses the free on every rank while views pin the window
+ * anywhere; here, where they are, the message counts them. */
+static PyObject *refused_for_views(VmpWindow *w) {
+  return vmp_raise_msg(VMMIPC_ERR_BUSY,
+                       "vmmipc.Window.close: %d view(s) of the window are live on rank %d (Mapping objects, DLPack "
+                       "capsules and the tensors made from them, CUDA Array Interface consumers holding a Mapping); "
+                       "the window stays open on every rank: release them, then close again",
+                       w->views, w->comm ? w->comm->rank : -1);
+}
+
 static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
+  const char *op = "vmmipc.Window.close";
   if (!self->h || vmp_finalized) Py_RETURN_NONE;
-  if (self->busy) return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Window.close: a call on the window is in progress");
-  if (vmp_mpi_check("vmmipc.Window.close") < 0 || vmp_ensure_context(self->device) < 0) return NULL;
+  if (self->busy) return vmp_raise_msg(VMMIPC_ERR_BUSY, "%s: a call on the window is in progress", op);
+  if (vmp_mpi_check(op) < 0 || vmp_ensure_context(self->device) < 0) return NULL;
+  VmpComm *c = self->comm;
+  vmp_comm_settle(c, 0);
+  if (!self->h) Py_RETURN_NONE;
+  /* vmmipc_win_free unmaps the peers: the device work this window handed
+   * out must be done first (work.c), and in Python nobody should have to
+   * remember that. A wait that fails pins the window for the call, so that
+   * the library refuses the free on every rank (BUSY) and no peer waits. */
+  void **ev = NULL;
+  int nev = 0, how = 0, rc = 0;
+  if (self->work.handed) {
+    rc = vmp_work_begin(&self->work, &ev, &nev);
+    if (rc) how = VMP_WAIT_DRIVER;
+    if (rc < 0) PyErr_Clear();
+  }
   vmmipc_result_t r;
   vmmipc_win_t h = self->h;
-  int handed = self->handed;
-  vmmipc_comm_stats_t after = VMMIPC_COMM_STATS_INIT;
-  vmmipc_comm_t ch = self->comm->h;
+  vmmipc_comm_t ch = c->h;
+  int timeout = c->timeout_ms, freed = 0, test_how = vmp_test_wait_outcome;
+  vmp_test_wait_outcome = 0;
+  vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
   self->busy++;
-  self->comm->busy++;
-  int rc;
+  c->busy++;
   Py_BEGIN_ALLOW_THREADS
-  /* vmmipc_win_free unmaps the peers: the signals, waits and barriers that
-   * this rank enqueued on the window (on any stream) must be done first,
-   * and in Python nobody should have to remember that. A window whose
-   * pointers, views and stream operations never went out has no such work. */
-  rc = handed ? vmp_ctx_synchronize() : 0;
-  r = vmmipc_win_free(h);
-  if (r != VMMIPC_SUCCESS && vmmipc_comm_stats(ch, &after) != VMMIPC_SUCCESS) after.broken = 0;
+  if (!how && nev) how = vmp_events_wait(ev, nev, timeout, &rc);
+  if (test_how) {
+    how = test_how;
+    rc = how == VMP_WAIT_DRIVER ? 719 : 0;
+  }
+  if (how && vmmipc_comm_stats(ch, &st) == VMMIPC_SUCCESS && st.broken) {
+    r = VMMIPC_ERR_BUSY; /* nobody to agree with, and its work may still run: left open here */
+  } else {
+    if (how) vmmipc_win_pin(h);
+    r = vmmipc_win_free(h);
+    /* BUSY always means still open; another failure freed it exactly when the comm is broken. */
+    st.broken = 0;
+    freed = r == VMMIPC_SUCCESS ||
+            (r != VMMIPC_ERR_BUSY && vmmipc_comm_stats(ch, &st) == VMMIPC_SUCCESS && st.broken);
+    if (how && !freed) vmmipc_win_unpin(h);
+  }
   Py_END_ALLOW_THREADS
-  self->comm->busy--;
+  c->busy--;
   self->busy--;
-  /* A failure on a broken (or aborted) comm freed the window all the same;
-   * on a sound comm it was a refusal, and the window is still open (vmmipc.h). */
-  if (r != VMMIPC_SUCCESS && !after.broken) return vmp_raise(r);
-  self->h = NULL;
-  vmp_link_del(&self->link);
-  window_drop_refs(self);
-  if (r != VMMIPC_SUCCESS) return vmp_raise(r);
-  if (rc > 0) return vmp_cu_failed("vmmipc.Window.close: cuCtxSynchronize before the window was freed", rc);
+  free(ev);
+  if (freed) {
+    self->h = NULL;
+    vmp_link_del(&self->link);
+    vmp_work_free(&self->work);
+    window_drop_refs(self);
+  }
+  VMP_SWEEP(es);
+  if (how) return vmp_wait_failed(op, how, rc, timeout);
+  if (!freed && r == VMMIPC_ERR_BUSY && self->views) return refused_for_views(self);
+  if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
   Py_RETURN_NONE;
 }
 
@@ -110,7 +163,7 @@ static PyObject *window_query(VmpWindow *self, PyObject *rank_o) {
   size_t n = 0;
   vmmipc_result_t r = vmmipc_win_query(self->h, rank, &p, &n);  /* local, never blocks */
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
-  self->handed = 1;
+  self->work.handed = 1;
   return Py_BuildValue("(Kn)", (unsigned long long)(uintptr_t)p, (Py_ssize_t)n);
 }
 
@@ -126,7 +179,6 @@ static PyObject *window_mapping(VmpWindow *self, PyObject *args, PyObject *kw) {
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
   /* The caller's own buffer is writable even in a read-only window. */
   int ro = self->readonly && rank != self->comm->rank;
-  self->handed = 1;
   return vmp_view_new((PyObject *)self, (uintptr_t)p, n, ro, vmp_current_device(), dtype, shape);
 }
 
@@ -143,10 +195,11 @@ static PyObject *window_sigwait(VmpWindow *self, PyObject *args, PyObject *kw, i
   if (win_rank(self, rank_o, is_wait ? "vmmipc.Window.wait" : "vmmipc.Window.signal", &rank) < 0 ||
       vmp_u64_arg(value_o, "value", &value) < 0 || vmp_stream_arg(stream_o, &stream) < 0)
     return NULL;
-  self->handed = 1;
   vmmipc_result_t r = is_wait ? vmmipc_win_wait(self->h, rank, value, stream)
                               : vmmipc_win_signal(self->h, rank, value, stream);
+  self->work.handed = 1;  /* even a failed call may have enqueued part */
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  vmp_work_op(&self->work, stream);
   Py_RETURN_NONE;
 }
 
@@ -167,13 +220,14 @@ static PyObject *window_barrier(VmpWindow *self, PyObject *args, PyObject *kw) {
     return NULL;
   vmmipc_result_t r;
   vmmipc_win_t h = self->h;
-  self->handed = 1;
+  self->work.handed = 1;
   self->busy++;
   Py_BEGIN_ALLOW_THREADS  /* enqueues; may wait on the stand-in's or a full stream's queue */
   r = vmmipc_win_barrier(h, stream);
   Py_END_ALLOW_THREADS
   self->busy--;
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
+  vmp_work_op(&self->work, stream);
   Py_RETURN_NONE;
 }
 
@@ -199,6 +253,7 @@ static PyObject *window_wait_host(VmpWindow *self, PyObject *args, PyObject *kw)
 
 static PyObject *window_get_closed(VmpWindow *self, void *Py_UNUSED(c)) { return PyBool_FromLong(!self->h); }
 static PyObject *window_get_busy(VmpWindow *self, void *Py_UNUSED(c)) { return PyLong_FromLong(self->busy); }
+static PyObject *window_get_views(VmpWindow *self, void *Py_UNUSED(c)) { return PyLong_FromLong(self->views); }
 static PyObject *window_get_comm(VmpWindow *self, void *Py_UNUSED(c)) {
   if (!self->comm) Py_RETURN_NONE;
   Py_INCREF(self->comm);
@@ -213,9 +268,11 @@ static PyObject *window_get_size(VmpWindow *self, void *Py_UNUSED(c)) {
 
 static PyMethodDef window_methods[] = {
     {"close", (PyCFunction)window_close, METH_NOARGS,
-     "close()\n--\n\nCollective: waits for the current context's work if a pointer, view or stream operation "
-     "of the window went out, then unmaps the peers here and agrees. Views of it then raise vmmipc.Error. A "
-     "second close does nothing."},
+     "close()\n--\n\nCollective. First waits, at most the comm's timeout, for the device work the window handed "
+     "out (if a pointer, view or stream operation went out): after its signals, waits and barriers, on the streams "
+     "given to its views' __dlpack__(stream=...), and on the legacy default stream. Then frees it on every rank. "
+     "Refused (vmmipc.Error, Result.BUSY) on every rank while views of it live on any rank; a wait that failed "
+     "raises TIMEOUT or CUDA here, and the window stays open on every rank. A second close does nothing."},
     {"query", (PyCFunction)window_query, METH_O,
      "query(rank)\n--\n\nLocal: (ptr, size) of rank's memory as mapped here; (0, 0) where that rank gave nothing or "
      "is on another node."},
@@ -242,6 +299,7 @@ static PyMethodDef window_methods[] = {
 static PyGetSetDef window_getset[] = {
     {"closed", (getter)window_get_closed, NULL, "Whether close() ran.", NULL},
     {"_busy", (getter)window_get_busy, NULL, "Calls on the window in progress without the GIL (for tests).", NULL},
+    {"views", (getter)window_get_views, NULL, "Live views (Mapping objects) of the window on this rank.", NULL},
     {"comm", (getter)window_get_comm, NULL, "The vmmipc.Comm of the window (None once closed).", NULL},
     {"rank", (getter)window_get_rank, NULL, "This process's rank in the window's comm.", NULL},
     {"size", (getter)window_get_size, NULL, "Number of ranks of the window's comm.", NULL},

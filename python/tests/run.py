@@ -5,9 +5,10 @@ a GPU machine with torch but no pytest).
     mpiexec -n 2 python3 python/tests/run.py [pytest arguments...] [files...]
 
 The fallback knows what these tests use (fixtures by parameter name, with
-yield and autouse; raises, skip, importorskip, mark.skipif; tmp_path) and
-runs the files and their tests in pytest's order: files sorted, tests as
-defined. Exit status: 0 passed, 1 failed, 5 nothing collected, as pytest.
+yield and autouse; raises, skip, importorskip, mark.skipif,
+mark.parametrize; tmp_path) and runs the files and their tests in pytest's
+order: files sorted, tests as defined, parameters in order. Exit status: 0
+passed, 1 failed, 5 nothing collected, as pytest.
 """
 import contextlib
 import inspect
@@ -63,15 +64,25 @@ def fake_pytest():
             return f
         return mark
 
+    def parametrize(names, values):
+        def mark(f):
+            keys = [n.strip() for n in names.split(",")]
+            rows = [v if len(keys) > 1 else (v,) for v in values]
+            f._params = [dict(zip(keys, row)) for row in rows]
+            return f
+        return mark
+
     m.raises, m.skip, m.importorskip, m.fixture = raises, skip, importorskip, fixture
-    m.mark = types.SimpleNamespace(skipif=skipif)
+    m.mark = types.SimpleNamespace(skipif=skipif, parametrize=parametrize)
     return m
 
 
-def call_with_fixtures(fn, pools, stack):
-    """Calls fn with its parameters resolved as fixtures; teardowns go on stack."""
-    kwargs = {}
+def call_with_fixtures(fn, pools, stack, given=None):
+    """Calls fn with its parameters resolved as fixtures (or given); teardowns go on stack."""
+    kwargs = dict(given or {})
     for name in inspect.signature(fn).parameters:
+        if name in kwargs:
+            continue
         if name == "tmp_path":
             kwargs[name] = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory()))
             continue
@@ -105,25 +116,26 @@ def run_file(path, counts):
     for tname, fn in list(vars(mod).items()):
         if not (tname.startswith("test_") and inspect.isfunction(fn)):
             continue
-        label = f"{path.name}::{tname}"
-        if getattr(fn, "_skip", None) is not None:
-            print(f"{label} SKIPPED ({fn._skip})", flush=True)
-            counts["skipped"] += 1
-            continue
-        try:
-            with contextlib.ExitStack() as stack:
-                for f in autouse:
-                    setup_fixture(f, pools, stack)
-                call_with_fixtures(fn, pools, stack)
-            print(f"{label} PASSED", flush=True)
-            counts["passed"] += 1
-        except Skipped as e:
-            print(f"{label} SKIPPED ({e})", flush=True)
-            counts["skipped"] += 1
-        except Exception:
-            print(f"{label} FAILED", flush=True)
-            traceback.print_exc()
-            counts["failed"] += 1
+        for given in getattr(fn, "_params", None) or [None]:
+            label = f"{path.name}::{tname}" + (f"[{'-'.join(map(str, given.values()))}]" if given else "")
+            if getattr(fn, "_skip", None) is not None:
+                print(f"{label} SKIPPED ({fn._skip})", flush=True)
+                counts["skipped"] += 1
+                continue
+            try:
+                with contextlib.ExitStack() as stack:
+                    for f in autouse:
+                        setup_fixture(f, pools, stack)
+                    call_with_fixtures(fn, pools, stack, given)
+                print(f"{label} PASSED", flush=True)
+                counts["passed"] += 1
+            except Skipped as e:
+                print(f"{label} SKIPPED ({e})", flush=True)
+                counts["skipped"] += 1
+            except Exception:
+                print(f"{label} FAILED", flush=True)
+                traceback.print_exc()
+                counts["failed"] += 1
 
 
 def main(argv):

@@ -77,7 +77,10 @@ def test_wrap_dlpack_producer():
         view = b.mapping(dtype="float32")
         w = vmmipc.wrap(view)          # consumes a capsule from view.__dlpack__
         assert (w.ptr, w.size) == (b.ptr, b.size)
+        del view
+        assert b.views == 1             # the consumed capsule holds the view
         w.close()                       # releases the capsule's tensor
+        assert b.views == 0
 
 
 def test_wrap_bad_input():

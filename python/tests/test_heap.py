@@ -28,6 +28,7 @@ def test_heap_windows_data_and_sizes(comm):
             if win.query(nxt)[1]:
                 m = win.mapping(nxt, dtype="uint32", shape=4)
                 write(m.ptr, bytes([RANK + 1]) * 16)
+                del m                   # a live view would refuse the close
             win.barrier()
             WORLD.Barrier()
             if n:  # our slice was written by the previous rank
@@ -59,10 +60,12 @@ def test_heap_close_busy_and_lifetimes(comm):
         heap.close()                             # refused on every rank while a heap window is open
     assert e.value.code == vmmipc.Result.BUSY
     m = win.mapping(RANK)
+    with pytest.raises(vmmipc.Error) as e:
+        win.close()                              # refused on every rank while a view lives
+    assert e.value.code == vmmipc.Result.BUSY and not win.closed
+    del m
     win.close()
     assert sys.getrefcount(heap) == base
-    with pytest.raises(vmmipc.Error):
-        m.__dlpack__()
     heap.close()
     heap.close()
 
@@ -83,15 +86,28 @@ def test_heap_bad_input(comm):
     heap.close()
 
 
-def test_heap_garbage_collected_warns():
+def test_heap_garbage_collected_is_released_not_aborted():
     c = vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS)
     heap = c.heap()
+    win = heap.alloc(4096)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        del heap
+        del heap, win                          # the window first (it holds the heap), then the heap
         gc.collect()
     assert any(issubclass(x.category, ResourceWarning) and "Heap" in str(x.message) for x in w)
-    c.close()
+    assert any(issubclass(x.category, ResourceWarning) and "Window" in str(x.message) for x in w)
+    st = c.stats()
+    assert not st["broken"] and st["released"] == 2
+    # Collectives after every rank released both free them in step: the
+    # window at the first, the heap once its window is gone.
+    for _ in range(3):
+        with c.allgather_map(None):
+            pass
+        if c.stats()["released"] == 0:
+            break
+    st = c.stats()
+    assert not st["broken"] and st["released"] == 0 and st["released_freed"] == 2
+    c.close()                                  # nothing open: the close succeeds everywhere
     WORLD.Barrier()
 
 

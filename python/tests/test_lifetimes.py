@@ -12,17 +12,19 @@ import vmmipc
 from conftest import RANK, SIZE, TIMEOUT_MS, WORLD, all_true
 
 
-def test_view_outlives_window_close(comm):
+def test_close_refused_while_a_view_lives(comm):
     buf = vmmipc.alloc(1 << 20)
     win = comm.allgather_map(buf)
     m = win.mapping((RANK + 1) % SIZE, dtype="float32")
+    assert win.views == 1
+    with pytest.raises(vmmipc.Error) as e:
+        win.close()                      # refused on every rank: the view keeps its memory
+    assert e.value.code == vmmipc.Result.BUSY and "1 view(s)" in str(e.value)
+    assert not win.closed and m.__dlpack_device__()[0] == vmmipc.kDLCUDA
+    del m
+    assert win.views == 0
     win.close()
     win.close()
-    for call in (m.__dlpack__, m.__dlpack_device__, lambda: m.__cuda_array_interface__, lambda: m.ptr):
-        with pytest.raises(vmmipc.Error) as e:
-            call()
-        assert e.value.code == vmmipc.Result.INVALID_ARG
-    assert m.nbytes == 1 << 20           # plain metadata stays readable
     buf.close()
 
 
@@ -34,8 +36,9 @@ def test_view_keeps_window_alive(comm):
     gc.collect()
     assert m.owner.query(RANK)[0] == buf.ptr   # still open: the view holds it
     assert m.__dlpack_device__()[0] == vmmipc.kDLCUDA
-    m.owner.close()
+    w = m.owner
     del m
+    w.close()
     buf.close()
 
 
@@ -45,35 +48,48 @@ def test_capsule_outlives_view_and_window(comm):
     del win                              # the capsule holds the view, which holds the window
     gc.collect()
     assert comm.stats()["open_windows"] == 1
-    del cap
-    gc.collect()                         # ...and now the window is garbage: freed by abort (below)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        del cap
+        gc.collect()                     # now the window is garbage: released, never aborted
+    assert any(issubclass(x.category, ResourceWarning) and "Window" in str(x.message) for x in w)
+    st = comm.stats()
+    assert not st["broken"] and st["open_windows"] == 1 and st["released"] + st["collected_waiting"] == 1
+    # The fixture's close frees it in step (every rank released it) and destroys the comm.
 
 
-def test_garbage_collected_window_warns_and_frees_locally():
+def test_garbage_collected_window_is_released_not_aborted():
     c = vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS)
-    win = c.allgather_map(None)
+    buf = vmmipc.alloc(1 << 20)
+    win = c.allgather_map(buf)
+    win.barrier()
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         del win
         gc.collect()
     assert any(issubclass(x.category, ResourceWarning) and "Window" in str(x.message) for x in w)
-    # Freed locally: its comm was aborted, so later calls fail at once (never hang).
-    assert c.stats()["open_windows"] == 0
-    with pytest.raises(vmmipc.Error) as e:
-        c.allgather_map(None)
-    assert e.value.code in (vmmipc.Result.ABORTED, vmmipc.Result.PEER)
+    # Nothing was aborted: the comm is sound, and the next collective frees
+    # the window in step on every rank (every rank released it).
+    assert not c.stats()["broken"]
+    with c.allgather_map(None) as other:
+        assert other.query(RANK) == (0, 0)
+    st = c.stats()
+    assert not st["broken"] and st["open_windows"] == 0 and st["released_freed"] == 1
+    buf.close()                          # no window exposes it any more
     c.close()
     assert c.closed
-    WORLD.Barrier()
 
 
-def test_garbage_collected_comm_warns():
+def test_garbage_collected_comm_warns_and_is_kept():
     c = vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         del c
         gc.collect()
     assert any(issubclass(x.category, ResourceWarning) and "Comm" in str(x.message) for x in w)
+    # Not aborted: a comm made next works on every rank.
+    with vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS) as c2, c2.allgather_map(None):
+        pass
     WORLD.Barrier()
 
 

@@ -136,6 +136,11 @@ def test_buffer_mapping():
         assert m.shape == ((1 << 20) // 4,) and m.owner is b
         cap = m.__dlpack__()
         assert capsule_tensor(cap).dl_tensor.data == b.ptr
+        del m
+        with pytest.raises(vmmipc.Error) as e:
+            b.close()                   # the capsule holds the view, which holds the memory
+        assert e.value.code == vmmipc.Result.BUSY and "1 view" in str(e.value)
+        del cap
 
 
 @pytest.mark.skipif(not STANDIN, reason="device memory is host-addressable only on the stand-in")

@@ -12,10 +12,13 @@ without a copy, through DLPack and the CUDA Array Interface::
         with comm.allgather_map(buf) as win:
             peer = torch.from_dlpack(win.mapping((comm.rank + 1) % comm.size, dtype=torch.float32))
             win.barrier()
+            del peer          # a live view refuses its window's close()
 
 Collective calls (Comm(), allgather_map, bcast_map, scatter_map, heap,
 Heap.alloc, every close() of a Comm, Window or Heap) are made by every rank
 in the same order, as in MPI. They release the GIL while they wait.
+The garbage collector never runs collective work: a Window or Heap it
+collects open is freed in step by a later collective call on its comm.
 Objects left open at exit are released locally (their comms are aborted)
 before mpi4py finalizes MPI. docs/python.md has the details.
 """

@@ -64,6 +64,7 @@ class Buffer:
     size: int
     closed: bool
     readonly: bool
+    views: int
     def close(self) -> None: ...
     def mapping(self, dtype: DType = None, shape: Shape = None) -> Mapping: ...
     def __enter__(self) -> Buffer: ...
@@ -71,6 +72,7 @@ class Buffer:
 
 class Window:
     closed: bool
+    views: int
     comm: Optional[Comm]
     rank: Optional[int]
     size: Optional[int]

@@ -59,9 +59,22 @@ struct vmmipc_win {
    * segments, owned by the window; vmmipc_win_free hands it to free_hook. */
   struct vmmipc_heap *heap;
   size_t heap_off, heap_span; /* the slice: offset in every segment, bytes carved */
-  vmmipc_result_t (*free_hook)(struct vmmipc_win *w);
   uint64_t id;           /* the epoch of the call that made it: the same on every rank */
+  /* Frees what the window holds here and the record: in step (after an
+   * agreement that every rank frees it: the slots are zeroed for reuse) or
+   * locally (a failed comm). Plain and heap windows differ. */
+  void (*reap)(struct vmmipc_win *w, int in_step);
+  int pins;              /* vmmipc_win_pin (__atomic builtins; any thread) */
+  int released;          /* vmmipc_win_release was called (__atomic builtins) */
+  struct vmmipc__deferred def; /* its place in the comm's queue once released */
 };
+
+/* vmmipc_win_free's shape, for plain and heap windows alike (coll/winfree.c):
+ * refuses a pinned window, agrees on the window (its id), then frees it on
+ * every rank (w->reap) or on none; on a failed comm, frees it locally.
+ * `local`: this rank's own objection (VMMIPC_SUCCESS: none). */
+vmmipc_result_t vmmipc__win_free(struct vmmipc_win *w, vmmipc_result_t local);
+
 
 /* Frees what the device API made for a window (sync/device.c); every
  * window's free path calls it. */
@@ -114,7 +127,8 @@ vmmipc_result_t vmmipc__coll_exchange(struct vmmipc_comm *c, const vmmipc_desc_t
  * exported for each p in `to`, where a buffer the receiver holds travels
  * without fds (and is exported without them when nobody needs them).
  * per_peer: export errors name the rank the buffer was for. The two rounds
- * take two epochs. */
+ * take two epochs on every rank, a node of one included (window ids are
+ * epochs, compared comm-wide). */
 vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_buf_t *bufs, int per_peer,
                                           const char *to, const char *from, const vmmipc_access_t *access,
                                           vmmipc__coll_got_t got, void *arg, vmmipc_result_t local,

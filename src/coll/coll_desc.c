@@ -82,6 +82,11 @@ vmmipc_result_t vmmipc_scatter_desc(vmmipc_comm_t c, const vmmipc_desc_t *descs,
     } else {
       from[root_node] = 1;
     }
+  } else if (send && to && from && (root < 0 || root >= c->size)) {
+    /* No root here: whom this rank would hear from is unknown, so it tells
+     * every node peer that it failed; a peer waiting on it as its root
+     * then fails at once, not at the timeout. */
+    for (int p = 0; p < n; p++) to[p] = p != c->node_rank;
   }
   keep_t k = {got};
   int secondary = 0;

@@ -28,6 +28,20 @@ static void win_drop(struct vmmipc_win *w, int n) {
   free(w);
 }
 
+/* Unmaps the peers here (cached mappings may stay idle) and gives the
+ * slice back: zeroed for reuse in step, dirty after a failure. */
+static void plain_reap(struct vmmipc_win *w, int in_step) {
+  struct vmmipc_comm *c = w->comm;
+  if (w->own) __atomic_fetch_sub(&w->own->exposed, 1, __ATOMIC_ACQ_REL);
+  c->open_windows--;
+  int slice = w->slice;
+  win_drop(w, c->node_size);
+  if (in_step)
+    vmmipc__pool_give_zeroed(c, slice);
+  else
+    vmmipc__pool_give(c, slice);
+}
+
 vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t c, vmmipc_buf_t buf, const vmmipc_access_t *access,
                                      vmmipc_win_t *out) {
   const char *op = "vmmipc_allgather_map";
@@ -72,6 +86,7 @@ vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t c, vmmipc_buf_t buf, const vm
   } else {
     w->comm = c;
     w->id = c->epoch;
+    w->reap = plain_reap;
     w->own = buf;
     if (buf) __atomic_fetch_add(&buf->exposed, 1, __ATOMIC_ACQ_REL);
     c->open_windows++;
@@ -96,36 +111,6 @@ vmmipc_result_t vmmipc_win_query(vmmipc_win_t w, int rank, void **ptr, size_t *s
 }
 
 vmmipc_result_t vmmipc_win_free(vmmipc_win_t w) {
-  const char *op = "vmmipc_win_free";
   if (!w) return VMMIPC_SUCCESS; /* like free(NULL) */
-  if (w->free_hook) return w->free_hook(w); /* a heap window: the slice goes back to its heap */
-  vmmipc_comm_t c = w->comm;
-  int failed = vmmipc__failed(c);
-  vmmipc_result_t r = failed ? VMMIPC_SUCCESS : vmmipc__enter(c, op, 1);
-  if (r && !vmmipc__failed(c)) return r; /* refused: still open */
-  int held = !failed && !r;
-  uint64_t id = w->id;
-  /* Unmap first: after the agreement no rank maps this window any more. A
-   * failed comm frees everything local all the same. */
-  if (w->own) __atomic_fetch_sub(&w->own->exposed, 1, __ATOMIC_ACQ_REL);
-  c->open_windows--;
-  int slice = w->slice;
-  win_drop(w, c->node_size);
-  if (!held) { /* nobody to agree with: the comm's failure reported */
-    vmmipc__pool_give(c, slice);
-    return vmmipc__freed_locally(c, op);
-  }
-  double t0 = vmmipc__now();
-  /* The window's id is agreed: ranks that free windows in different orders
-   * get an error naming the rank, not each other's windows. */
-  r = vmmipc__agree_key(c, VMMIPC_SUCCESS, 0, op, 1, id);
-  /* Its slots are zeroed only now: until every rank freed it, a peer's
-   * signal may still land. */
-  if (!r)
-    vmmipc__pool_give_zeroed(c, slice);
-  else
-    vmmipc__pool_give(c, slice);
-  c->timing.total_s = vmmipc__now() - t0;
-  vmmipc__leave(c);
-  return r;
+  return vmmipc__win_free(w, VMMIPC_SUCCESS);
 }

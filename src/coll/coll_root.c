@@ -42,6 +42,11 @@ static vmmipc_result_t map_from_root(vmmipc_comm_t c, int scatter, const vmmipc_
     /* Roles are set even after a local failure: the peers must be told. */
     if (!is_root) from[root_node] = 1;
     for (int p = 0; is_root && p < n; p++) to[p] = p != c->node_rank;
+  } else if (send && to && from && (root < 0 || root >= c->size)) {
+    /* No root here: whom this rank would hear from is unknown, so it tells
+     * every node peer that it failed; a peer waiting on it as its root
+     * then fails at once, not at the timeout. */
+    for (int p = 0; p < n; p++) to[p] = p != c->node_rank;
   }
   /* bcast: one buffer for all (exported once); scatter: one per rank. */
   for (int p = 0; !local && is_root && send && p < n; p++)

@@ -99,6 +99,7 @@ typedef vmmipc_result_t (*round_msg_t)(void *arg, int p, vmmipc__cmsg_in_t *m);
 
 typedef struct round {
   struct vmmipc_comm *c;
+  uint64_t epoch; /* the frames' epoch */
   const char *to, *from;
   const vmmipc_desc_t *desc; /* [n] or NULL */
   const char *omit;          /* [n] or NULL */
@@ -194,7 +195,7 @@ static vmmipc_result_t round_run(round_t *g, vmmipc_result_t local, int *seconda
   }
   free(freed);
   if (!local) local = r;
-  vmmipc__tp_xchg_t x = {VMMIPC__CTX_COLL, c->epoch, s, ns, m, nr, on_recv, g, local, -1};
+  vmmipc__tp_xchg_t x = {VMMIPC__CTX_COLL, g->epoch, s, ns, m, nr, on_recv, g, local, -1};
   /* Tests act here: one rank made late inside the exchange; another
    * thread tried on this comm while this call holds it. */
   if (!local && VMMIPC__INJECT("late")) VMMIPC__LATE(c->timeout_ms);
@@ -238,7 +239,7 @@ vmmipc_result_t vmmipc__coll_exchange(struct vmmipc_comm *c, const vmmipc_desc_t
   *secondary = 0;
   if (c->node_size <= 1) return local;
   desc_round_t d = {got, arg};
-  round_t g = {c, to, from, send_desc, NULL, NULL, NULL, got_desc, &d, 0, NULL};
+  round_t g = {c, c->epoch, to, from, send_desc, NULL, NULL, NULL, got_desc, &d, 0, NULL};
   return round_run(&g, local, secondary);
 }
 
@@ -307,6 +308,10 @@ vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_bu
                                           vmmipc__coll_got_t got, void *arg, vmmipc_result_t local,
                                           int *secondary) {
   *secondary = 0;
+  /* Two epochs, one per round, taken here on every rank before anything
+   * depends on the node's shape: a node of one exchanges nothing, but the
+   * window ids made from the epoch are compared comm-wide. */
+  const uint64_t epoch1 = c->epoch++;
   int n = c->node_size;
   if (n <= 1) return local;
   /* Round 1, importers to owners: which of the owner's buffers each holds
@@ -341,7 +346,7 @@ vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_bu
   if (!both || !told_all) tables = 0;
   for (int p = 0; both && p < n; p++) both[p] = (to && to[p]) || (from && from[p]);
   have_round_t h = {theirs, num_theirs};
-  round_t g1 = {c, both, both, NULL, NULL, mine, num_mine, got_have, &h, 0, told_all};
+  round_t g1 = {c, epoch1, both, both, NULL, NULL, mine, num_mine, got_have, &h, 0, told_all};
   int sec1 = 0, sec2 = 0;
   if (!tables && !local) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "a map collective's tables");
   vmmipc_result_t x1 = round_run(&g1, local, &sec1);
@@ -349,12 +354,11 @@ vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_bu
     local = x1;
     *secondary = sec1;
   }
-  c->epoch++; /* round 2 is matched on its own epoch, on every rank alike */
   /* Round 2, owners to importers: descriptors, without fds for the peers
    * that hold them. */
   if (!local) local = export_for_peers(c, bufs, to, theirs, num_theirs, per_peer, told_all, made, descs, omit);
   desc_round_t d = {got, arg};
-  round_t g2 = {c, to, from, descs, omit, NULL, NULL, got_desc, &d, 0, NULL};
+  round_t g2 = {c, c->epoch, to, from, descs, omit, NULL, NULL, got_desc, &d, 0, NULL}; /* its own epoch */
   vmmipc_result_t x2 = round_run(&g2, local, &sec2);
   if (!local) *secondary = sec2;
   for (int p = 0; p < n; p++) {

@@ -1,33 +1,42 @@
 /* The agreement that makes collectives all-or-nothing, bounded by the
- * timeout, with one verdict on every rank (docs/sync.md, "One verdict").
+ * timeout, with one verdict on every rank (docs/dev/agreement.md).
  *
  * Every rank sends its outcome to rank 0 of the comm (the collector) over
- * MPI; the collector picks the verdict and announces it: to its node peers
- * as a VERDICT frame on their socket, to the others over MPI. Point-to-point
- * (not MPI_Allreduce), so that a silent rank cannot hold the others beyond
- * the timeout and can be named.
+ * MPI; the collector decides once and sends the same verdict to every
+ * other rank over MPI. Point-to-point (not MPI_Allreduce), so that a silent
+ * rank cannot hold the others beyond the timeout and can be named.
+ *
+ * An outcome also carries a fixed-size input of the call (the heap's sizes
+ * and digest), which the verdict hands to every rank, and the ids of the
+ * objects this rank released (vmmipc_win_release); the verdict names those
+ * every rank released, freed in step when the call ends (deferred.c).
  *
  * Deciding once: a rank whose wait for the verdict times out withdraws (an
- * MPI message to the collector), then waits a grace for a verdict already
- * on its way. A node peer of the collector then cuts its socket's reading
- * side (shutdown): the kernel orders the cut and the collector's VERDICT
- * write, so the verdict was either queued before (and is obeyed) or the
- * write fails (EPIPE) and the collector knows. The collector never decides
+ * MPI message to the collector) and keeps waiting for two graces; a
+ * verdict that comes meanwhile is obeyed. The collector never decides
  * SUCCESS once it has seen a withdrawal: it looks for them after deciding
- * and again just before announcing. While it waits, the collector watches
- * its node peers' sockets, and they watch its: a node rank that dies ends
- * the wait at once. */
+ * and again just before announcing. Only a collector that stalls for longer
+ * than the graces between that look and its sends, or dies, can leave a
+ * rank with a TIMEOUT the others do not share; that rank then breaks the
+ * comm and tells the others (END frames to its node, a notice to the
+ * collector), so every rank's next call fails at once.
+ *
+ * A rank that breaks the comm on its own tells likewise: the collector by
+ * sending every rank the verdict of the next agreement (failed, broken),
+ * a member by sending the collector its outcome of it. While it waits, the
+ * collector watches its node peers' sockets, and they watch its: a node rank
+ * that dies, aborts or breaks ends the wait at once. */
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "comm/comm.h"
 #include "common/le.h"
 #include "common/testhooks.h"
-#include "transport/codec.h"
 
 /* Tags on the private duplicate (MPI guarantees >= 32767): outcomes and
  * verdicts 0x2000..0x3fff, withdrawals 0x4000..0x5fff. */
@@ -35,13 +44,20 @@
 #define AGREE_WITHDRAW_BASE 0x4000
 #define AGREE_TAG_SPAN 0x2000
 #define AGREE_TEXT_MAX 1024
-/* Outcome: code, secondary, keyed, 0, key (8); then the message when failing. */
-#define OUTCOME_HEAD 36
-#define OUTCOME_MAX (OUTCOME_HEAD + AGREE_TEXT_MAX)
-/* Verdict: code, failing rank, broken, 0; then the message. */
-#define VERDICT_HEAD 24
-#define VERDICT_MAX (VERDICT_HEAD + VMMIPC__ERRMSG_MAX)
-_Static_assert(VERDICT_MAX <= VMMIPC__VERDICT_MAX_BYTES, "a verdict fits one VERDICT frame");
+
+/* Outcome: code, flags, key (8), agreement (8), blamed rank, driver error,
+ * errno, number of released ids, input bytes, 0; then the input, the ids
+ * (8 each), and the message when failing. */
+#define OUTCOME_HEAD 48
+#define OF_SECONDARY 1u /* failed because a peer gave up */
+#define OF_KEYED 2u
+#define OF_BROKEN 4u    /* this rank broke the comm (a notice: it takes no verdict) */
+#define OF_MORE 8u      /* it released more ids >= the cursor than it sends */
+/* Verdict: code, failing rank, broken, blamed rank, driver error, errno,
+ * agreement (8), number of freed ids, input bytes per rank (0 unless
+ * SUCCESS), next cursor (8); then every rank's input, the freed ids, the
+ * message. */
+#define VERDICT_HEAD 48
 
 /* What one agreement is about. */
 typedef struct agree_call {
@@ -51,7 +67,15 @@ typedef struct agree_call {
   int tag, wtag;
   int keyed;
   uint64_t key;      /* keyed: every rank must bring the same key */
+  const unsigned char *mine;
+  uint32_t len;      /* input bytes per rank */
+  unsigned char *all; /* out: every rank's input */
 } agree_call_t;
+
+static size_t outcome_max(uint32_t len) { return OUTCOME_HEAD + len + 8u * VMMIPC__DEFERRED_MAX + AGREE_TEXT_MAX; }
+static size_t verdict_max(const struct vmmipc_comm *c, uint32_t len) {
+  return VERDICT_HEAD + (size_t)c->size * len + 8u * VMMIPC__DEFERRED_MAX + VMMIPC__ERRMSG_MAX;
+}
 
 /* Node rank of comm rank r, or -1 (off-node, or before the node split). */
 static int node_of(const struct vmmipc_comm *c, int r) { return c->node_of && c->tp ? c->node_of[r] : -1; }
@@ -61,12 +85,23 @@ static int grace_ms(const struct vmmipc_comm *c) {
   return g < 20 ? 20 : g > 1000 ? 1000 : g;
 }
 
-static int pack_outcome(unsigned char *b, const agree_call_t *a, vmmipc_result_t local, int secondary) {
+static vmmipc_result_t known_code(uint32_t code) {
+  return code > VMMIPC__RESULT_MAX ? VMMIPC_ERR_PEER : (vmmipc_result_t)code;
+}
+
+/* This rank's outcome of agreement k (with `flags`); returns its length. */
+static int pack_outcome(unsigned char *b, const agree_call_t *a, uint64_t k, vmmipc_result_t local, uint32_t flags) {
+  struct vmmipc_comm *c = a->c;
+  uint64_t ids[VMMIPC__DEFERRED_MAX];
+  int more = 0, nrel = 0;
+  if (vmmipc__failed(c)) flags |= OF_BROKEN; /* aborted here (or broken): the verdict breaks the comm everywhere */
+  if (!(flags & OF_BROKEN)) nrel = vmmipc__deferred_collect(c, c->def_cursor, ids, VMMIPC__DEFERRED_MAX, &more);
+  if (more) flags |= OF_MORE;
+  if (a->keyed) flags |= OF_KEYED;
   vmmipc__put32(b, (uint32_t)local);
-  vmmipc__put32(b + 4, (uint32_t)(secondary != 0));
-  vmmipc__put32(b + 8, (uint32_t)a->keyed);
-  vmmipc__put32(b + 12, 0);
-  vmmipc__put64(b + 16, a->key);
+  vmmipc__put32(b + 4, flags);
+  vmmipc__put64(b + 8, a->key);
+  vmmipc__put64(b + 16, k);
   /* The failing rank's record (vmmipc_last_error_info): the rank it blames
    * (-1: itself), the driver error, errno. */
   vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
@@ -74,15 +109,18 @@ static int pack_outcome(unsigned char *b, const agree_call_t *a, vmmipc_result_t
   vmmipc__put32(b + 24, (uint32_t)st.rank);
   vmmipc__put32(b + 28, (uint32_t)st.driver_error);
   vmmipc__put32(b + 32, (uint32_t)st.os_error);
-  if (!local) return OUTCOME_HEAD;
-  int n = snprintf((char *)b + OUTCOME_HEAD, AGREE_TEXT_MAX, "%s", vmmipc_last_error());
+  vmmipc__put32(b + 36, (uint32_t)nrel);
+  vmmipc__put32(b + 40, a->len);
+  vmmipc__put32(b + 44, 0);
+  size_t at = OUTCOME_HEAD;
+  if (a->len) memcpy(b + at, a->mine, a->len);
+  at += a->len;
+  for (int i = 0; i < nrel; i++, at += 8) vmmipc__put64(b + at, ids[i]);
+  if (!local) return (int)at;
+  int n = snprintf((char *)b + at, AGREE_TEXT_MAX, "%s", vmmipc_last_error());
   if (n < 0) n = 0;
   if (n >= AGREE_TEXT_MAX) n = AGREE_TEXT_MAX - 1;
-  return OUTCOME_HEAD + n + 1;
-}
-
-static vmmipc_result_t known_code(uint32_t code) {
-  return code > VMMIPC__RESULT_MAX ? VMMIPC_ERR_PEER : (vmmipc_result_t)code;
+  return (int)at + n + 1;
 }
 
 /* Appends to the verdict's text. */
@@ -113,32 +151,102 @@ static void append_ranks(char *text, size_t *len, const char *set, int size) {
 static const char k_broken_tail[] =
     "; the communicator is broken: every later call on it fails, and vmmipc_comm_destroy frees it locally";
 
+/* The verdict's head; returns where its variable part starts. */
+static size_t put_head(unsigned char *v, uint64_t k, uint32_t code, int failing, int broken, int blame, uint32_t drv,
+                       uint32_t os) {
+  vmmipc__put32(v, code);
+  vmmipc__put32(v + 4, (uint32_t)failing);
+  vmmipc__put32(v + 8, (uint32_t)broken);
+  vmmipc__put32(v + 12, (uint32_t)blame);
+  vmmipc__put32(v + 16, drv);
+  vmmipc__put32(v + 20, os);
+  vmmipc__put64(v + 24, k);
+  vmmipc__put32(v + 32, 0);
+  vmmipc__put32(v + 36, 0);
+  vmmipc__put64(v + 40, 0);
+  return VERDICT_HEAD;
+}
+
+/* A failed, broken verdict of agreement k with the current message, as the
+ * collector tells a failure of its own; returns its length. */
+static int pack_failure(unsigned char *v, uint64_t k, vmmipc_result_t code, int rank) {
+  size_t at = put_head(v, k, (uint32_t)code, rank, 1, rank, 0, 0);
+  int n = snprintf((char *)v + at, VMMIPC__ERRMSG_MAX, "%s", vmmipc_last_error());
+  if (n < 0) n = 0;
+  if (n >= VMMIPC__ERRMSG_MAX) n = VMMIPC__ERRMSG_MAX - 1;
+  return (int)at + n + 1;
+}
+
+/* The released ids every rank named (see agree.c's header): exact within
+ * [cursor, M), where M is past the last id of every rank that had more
+ * than it could send. Returns how many, and the next cursor. */
+static int intersect_released(const struct vmmipc_comm *c, const unsigned char *outcomes, size_t omax,
+                              uint64_t *freed, uint64_t *next) {
+  uint64_t m = UINT64_MAX;
+  for (int r = 0; r < c->size; r++) {
+    const unsigned char *o = outcomes + (size_t)r * omax;
+    uint32_t nrel = vmmipc__get32(o + 36), len = vmmipc__get32(o + 40);
+    if (nrel > VMMIPC__DEFERRED_MAX) return 0;
+    if ((vmmipc__get32(o + 4) & OF_MORE) && nrel) {
+      uint64_t last = vmmipc__get64(o + OUTCOME_HEAD + len + 8u * (nrel - 1));
+      if (last + 1 < m) m = last + 1;
+    }
+  }
+  const unsigned char *o0 = outcomes;
+  uint32_t n0 = vmmipc__get32(o0 + 36), len0 = vmmipc__get32(o0 + 40);
+  int n = 0;
+  for (uint32_t i = 0; i < n0; i++) {
+    uint64_t id = vmmipc__get64(o0 + OUTCOME_HEAD + len0 + 8u * i);
+    if (id >= m) break;
+    int everyone = 1;
+    for (int r = 1; r < c->size && everyone; r++) {
+      const unsigned char *o = outcomes + (size_t)r * omax;
+      uint32_t nr = vmmipc__get32(o + 36), lr = vmmipc__get32(o + 40);
+      int has = 0;
+      for (uint32_t j = 0; j < nr && !has; j++) has = vmmipc__get64(o + OUTCOME_HEAD + lr + 8u * j) == id;
+      everyone = has;
+    }
+    if (everyone) freed[n++] = id;
+  }
+  *next = m == UINT64_MAX ? 0 : m;
+  return n;
+}
+
 /* The verdict the whole comm sees, built by the collector. arrived[r]: its
- * outcome came; withdrew[r]: it gave up waiting; gone: a node rank that hung
- * up or aborted (its error is the current message), or -1. */
-static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned char *outcomes, const char *arrived,
-                        const char *withdrew, int gone, vmmipc_result_t gone_code) {
+ * outcome came; withdrew[r]: it gave up waiting; gone: a rank that hung
+ * up, aborted, broke the comm or died (its error is the current message),
+ * or -1. */
+static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned char *outcomes, size_t omax,
+                        const char *arrived, const char *withdrew, int gone, vmmipc_result_t gone_code) {
   struct vmmipc_comm *c = a->c;
   int size = c->size;
-  int pick = -1, pick_secondary = 1, mismatch = -1, missing = 0, withdrawn = 0;
+  int pick = -1, pick_secondary = 1, mismatch = -1, missing = 0, withdrawn = 0, told_broken = 0, other = -1;
   for (int r = 0; r < size; r++) {
     missing += !arrived[r];
     withdrawn += withdrew[r] != 0;
     if (!arrived[r]) continue;
-    const unsigned char *o = outcomes + (size_t)r * OUTCOME_MAX;
-    uint32_t code = vmmipc__get32(o), sec = vmmipc__get32(o + 4);
-    if (mismatch < 0 && (vmmipc__get32(o + 8) != (uint32_t)a->keyed || vmmipc__get64(o + 16) != a->key))
+    const unsigned char *o = outcomes + (size_t)r * omax;
+    uint32_t code = vmmipc__get32(o), flags = vmmipc__get32(o + 4);
+    if (vmmipc__get64(o + 16) != a->k || vmmipc__get32(o + 40) != a->len) {
+      if (other < 0) other = r; /* a notice of a rank that broke, or another call */
+      if (!(flags & OF_BROKEN)) continue;
+    }
+    told_broken |= (flags & OF_BROKEN) != 0;
+    if (mismatch < 0 && !code && (((flags & OF_KEYED) != 0) != (a->keyed != 0) || vmmipc__get64(o + 8) != a->key))
       mismatch = r;
     if (code == 0) continue;
+    int sec = (flags & OF_SECONDARY) != 0;
     if (pick < 0 || (pick_secondary && !sec)) {
       pick = r;
-      pick_secondary = (int)sec;
+      pick_secondary = sec;
     }
   }
-  char *text = (char *)v + VERDICT_HEAD;
+  char *text = NULL;
   size_t len = 0;
   uint32_t code = 0, drv = 0, os = 0;
   int failing = -1, broken = 0, blame = -1;
+  char body[VMMIPC__ERRMSG_MAX];
+  text = body;
   text[0] = '\0';
   if (withdrawn) {
     /* First: those ranks returned VMMIPC_ERR_TIMEOUT naming rank 0 already
@@ -156,33 +264,49 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
     broken = 1;
     vappend(text, &len, "%s: %s", a->op, vmmipc_last_error());
   } else if (pick >= 0) {
-    const unsigned char *o = outcomes + (size_t)pick * OUTCOME_MAX;
+    const unsigned char *o = outcomes + (size_t)pick * omax;
     code = known_code(vmmipc__get32(o));
     failing = pick;
     int32_t named = (int32_t)vmmipc__get32(o + 24);
     blame = named >= 0 && named < size ? named : pick;
     drv = vmmipc__get32(o + 28);
     os = vmmipc__get32(o + 32);
+    broken = told_broken;
+    uint32_t lo = vmmipc__get32(o + 40), no = vmmipc__get32(o + 36);
+    size_t at = OUTCOME_HEAD + lo + 8u * (no <= VMMIPC__DEFERRED_MAX ? no : 0);
+    if (at >= omax) at = omax - 1;
     vappend(text, &len, "%s failed on rank %d (%s): %.*s", a->op, pick, vmmipc_strerror((vmmipc_result_t)code),
-            AGREE_TEXT_MAX - 1, (const char *)o + OUTCOME_HEAD);
+            (int)(omax - at - 1), (const char *)o + at);
+  } else if (other >= 0) {
+    code = VMMIPC_ERR_INVALID_ARG;
+    failing = other;
+    broken = 1; /* the ranks are out of step: nothing can be matched any more */
+    vappend(text, &len,
+            "%s: rank %d is in another collective call than rank 0 (its agreement carries %u bytes of input, rank "
+            "0's %u); hint: every rank must make the same collective calls in the same order",
+            a->op, other, (unsigned)vmmipc__get32(outcomes + (size_t)other * omax + 40), (unsigned)a->len);
   } else if (mismatch >= 0) {
     code = VMMIPC_ERR_INVALID_ARG;
     failing = mismatch;
-    broken = 1; /* the ranks' windows (and their signal slots) no longer match */
-    const unsigned char *o = outcomes + (size_t)mismatch * OUTCOME_MAX;
+    const unsigned char *o = outcomes + (size_t)mismatch * omax;
     vappend(text, &len,
-            "%s: rank %d passed window #%llu and rank 0 window #%llu; hint: every rank must free its windows in the "
-            "same order",
-            a->op, mismatch, (unsigned long long)vmmipc__get64(o + 16), (unsigned long long)a->key);
+            "%s: rank %d passed window #%llu and rank 0 window #%llu; nothing was freed; hint: every rank must free "
+            "its windows in the same order",
+            a->op, mismatch, (unsigned long long)vmmipc__get64(o + 8), (unsigned long long)a->key);
   }
   if (missing && gone < 0 && !withdrawn) {
-    if (!code) code = VMMIPC_ERR_TIMEOUT;
-    if (failing < 0)
-      for (int r = 0; r < size && failing < 0; r++)
-        if (!arrived[r]) failing = r;
+    /* A rank that did not come is the cause of the others' timeouts: it is
+     * the one named (vmmipc_last_error_info). */
+    if (!code || code == VMMIPC_ERR_TIMEOUT) {
+      code = VMMIPC_ERR_TIMEOUT;
+      failing = blame = -1;
+      drv = os = 0;
+    }
+    for (int r = 0; r < size && failing < 0; r++)
+      if (!arrived[r]) failing = r;
     broken = 1;
-    vappend(text, &len, "%s%s: the agreement timed out after %d ms: rank(s) ", len ? "; then " : "", a->op,
-            c->timeout_ms);
+    vappend(text, &len, "%s%s: the agreement timed out after %d ms: %s ", len ? "; then " : "", a->op,
+            c->timeout_ms, missing == 1 ? "rank" : "ranks");
     char *miss = calloc((size_t)size, 1);
     if (miss) {
       for (int r = 0; r < size; r++) miss[r] = !arrived[r];
@@ -192,31 +316,53 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
     vappend(text, &len,
             " did not answer (dead, or not in this call); the communicator is broken: every later call on it fails, "
             "and vmmipc_comm_destroy frees it locally");
-  } else if (broken) {
+  } else if (broken && (withdrawn || gone >= 0 || other >= 0)) {
     vappend(text, &len, "%s", k_broken_tail);
   }
-  vmmipc__put32(v, code);
-  vmmipc__put32(v + 4, (uint32_t)failing);
-  vmmipc__put32(v + 8, (uint32_t)broken);
-  vmmipc__put32(v + 12, (uint32_t)(blame >= 0 ? blame : failing));
-  vmmipc__put32(v + 16, drv);
-  vmmipc__put32(v + 20, os);
-  return VERDICT_HEAD + (int)len + 1;
+  size_t at = put_head(v, a->k, code, failing, broken, blame >= 0 ? blame : failing, drv, os);
+  uint64_t next = c->def_cursor;
+  int nfreed = 0;
+  uint64_t freed[VMMIPC__DEFERRED_MAX];
+  if (!broken && !missing) nfreed = intersect_released(c, outcomes, omax, freed, &next);
+  vmmipc__put32(v + 32, (uint32_t)nfreed);
+  vmmipc__put64(v + 40, next);
+  if (!code && a->len) { /* every rank's input */
+    vmmipc__put32(v + 36, a->len);
+    for (int r = 0; r < size; r++, at += a->len) memcpy(v + at, outcomes + (size_t)r * omax + OUTCOME_HEAD, a->len);
+  }
+  for (int i = 0; i < nfreed; i++, at += 8) vmmipc__put64(v + at, freed[i]);
+  memcpy(v + at, text, len + 1);
+  return (int)(at + len + 1);
 }
 
-/* The verdict becomes this rank's result and message. */
-static vmmipc_result_t apply_verdict(struct vmmipc_comm *c, const unsigned char *v, size_t len) {
-  if (len < VERDICT_HEAD) {
-    vmmipc__error(VMMIPC_ERR_INVALID_DESC, "the agreement's verdict is %zu bytes, shorter than its header", len);
+/* The verdict becomes this rank's result and message: its inputs, its
+ * freed objects (noted for the end of the call), and the broken state. */
+static vmmipc_result_t apply_verdict(const agree_call_t *a, const unsigned char *v, size_t len) {
+  struct vmmipc_comm *c = a->c;
+  uint32_t nfreed = len >= VERDICT_HEAD ? vmmipc__get32(v + 32) : 0, plen = len >= VERDICT_HEAD ? vmmipc__get32(v + 36) : 0;
+  size_t at = VERDICT_HEAD + (size_t)c->size * plen;
+  if (len < VERDICT_HEAD || vmmipc__get64(v + 24) != a->k || nfreed > VMMIPC__DEFERRED_MAX ||
+      (plen && plen != a->len) || at + 8u * nfreed > len) {
+    vmmipc_result_t r = vmmipc__error(
+        VMMIPC_ERR_INVALID_DESC, "%s: rank %d got a malformed verdict from rank 0 (%zu bytes, agreement #%llu)",
+        a->op, c->rank, len, len >= VERDICT_HEAD ? (unsigned long long)vmmipc__get64(v + 24) : 0ull);
+    vmmipc__error_rank(0);
     vmmipc__break(c);
-    return VMMIPC_ERR_INVALID_DESC;
+    return r;
   }
   uint32_t code = vmmipc__get32(v), broken = vmmipc__get32(v + 8);
-  if (code == 0) return VMMIPC_SUCCESS;
+  c->def_cursor = vmmipc__get64(v + 40);
+  uint64_t ids[VMMIPC__DEFERRED_MAX];
+  for (uint32_t i = 0; i < nfreed; i++) ids[i] = vmmipc__get64(v + at + 8u * i);
+  vmmipc__deferred_due(c, ids, (int)nfreed);
+  if (code == 0) {
+    if (a->len && a->all) memcpy(a->all, v + VERDICT_HEAD, (size_t)c->size * a->len);
+    return VMMIPC_SUCCESS;
+  }
+  at += 8u * nfreed;
   char text[VMMIPC__ERRMSG_MAX];
-  int n = (int)(len - VERDICT_HEAD);
-  snprintf(text, sizeof text, "%.*s", n < VMMIPC__ERRMSG_MAX ? n : VMMIPC__ERRMSG_MAX - 1,
-           (const char *)v + VERDICT_HEAD);
+  int n = (int)(len - at);
+  snprintf(text, sizeof text, "%.*s", n < VMMIPC__ERRMSG_MAX ? n : VMMIPC__ERRMSG_MAX - 1, (const char *)v + at);
   vmmipc__error_set_raw(text);
   vmmipc_result_t rc = known_code(code);
   /* The failing rank's record, as the message: the same on every rank. */
@@ -253,6 +399,63 @@ static int take_withdrawals(const agree_call_t *a, char *withdrew, int *dead, in
   return any;
 }
 
+static int tag_of(uint64_t k) { return AGREE_TAG_BASE + (int)(k % AGREE_TAG_SPAN); }
+
+/* A message that may never be received: sent, its buffer kept. */
+static void send_kept(struct vmmipc_comm *c, unsigned char *b, int len, int to, int tag) {
+  c->mpi_dirty = 1;
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Isend(b, len, MPI_BYTE, to, tag, c->dup, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+}
+
+/* After this rank broke the comm on its own: tells the others, so that
+ * their next call fails at once with this reason (and not after a timeout).
+ * The node's peers get an END frame; the collector, the outcome of
+ * agreement `next` flagged broken (its verdict of it tells everyone); the
+ * collector, every rank the verdict of agreement `next`, failed and broken. */
+static void tell_break(struct vmmipc_comm *c, const char *op, uint64_t next) {
+  char text[VMMIPC__ERRMSG_MAX];
+  snprintf(text, sizeof text, "rank %d broke the communicator: %s", c->rank, c->broken_msg);
+  vmmipc__tp_abort_all(c->tp, VMMIPC_ERR_PEER, text);
+  if (c->size == 1) return;
+  vmmipc__error(c->broken_code, "%s", text);
+  vmmipc__error_rank(c->broken_rank >= 0 ? c->broken_rank : c->rank);
+  if (c->rank == 0) {
+    unsigned char *v = malloc(VERDICT_HEAD + VMMIPC__ERRMSG_MAX);
+    if (v) {
+      int len = pack_failure(v, next, c->broken_code, c->broken_rank >= 0 ? c->broken_rank : 0);
+      for (int r = 1; r < c->size; r++) send_kept(c, v, len, r, tag_of(next));
+      vmmipc__mpi_keep(v);
+    }
+  } else {
+    agree_call_t a = {c, op, next, tag_of(next), 0, 0, 0, NULL, 0, NULL};
+    unsigned char *o = malloc(outcome_max(0));
+    if (o) {
+      int len = pack_outcome(o, &a, next, c->broken_code, OF_BROKEN);
+      send_kept(c, o, len, 0, tag_of(next));
+      vmmipc__mpi_keep(o);
+    }
+  }
+  vmmipc__error_set_raw(text); /* the caller's message stays this rank's own reason */
+}
+
+/* Breaks the comm with the current error, naming `rank`, and tells. */
+static vmmipc_result_t break_tell(const agree_call_t *a, vmmipc_result_t rc, int rank, uint64_t next) {
+  char why[VMMIPC__ERRMSG_MAX];
+  snprintf(why, sizeof why, "%s", vmmipc_last_error());
+  vmmipc__error_rank(rank);
+  vmmipc__break_code(a->c, rc);
+  tell_break(a->c, a->op, next);
+  vmmipc__error(rc, "%s", why);
+  vmmipc__error_rank(rank);
+  return rc;
+}
+
+/* Ranks whose requests did not complete, for a message. */
+static void pending_ranks(const MPI_Request *reqs, int n, char *set) {
+  for (int i = 0; i < n; i++) set[i + 1] = reqs[i] != MPI_REQUEST_NULL;
+}
+
 static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, int secondary) {
   struct vmmipc_comm *c = a->c;
   int n = c->size;
@@ -260,8 +463,9 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
    * (a timeout naming the silent ranks) reaches them within their bound. */
   int slack = c->timeout_ms / 10 < 1000 ? c->timeout_ms / 10 : 1000;
   int64_t deadline = vmmipc__now_ms() + c->timeout_ms - slack;
-  unsigned char *outcomes = calloc((size_t)n, OUTCOME_MAX);
-  unsigned char *verdict = malloc(VERDICT_MAX); /* handed to MPI: may outlive this call */
+  size_t omax = outcome_max(a->len), vmax = verdict_max(c, a->len);
+  unsigned char *outcomes = calloc((size_t)n, omax);
+  unsigned char *verdict = malloc(vmax); /* handed to MPI: may outlive this call */
   char *flags = calloc(3 * (size_t)n + (size_t)c->node_size, 1);
   MPI_Request *reqs = malloc(2 * (size_t)n * sizeof *reqs);
   if (!outcomes || !verdict || !flags || !reqs) {
@@ -269,27 +473,26 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     free(verdict);
     free(flags);
     free(reqs);
-    vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the agreement's tables for %d ranks", a->op, n);
-    vmmipc__break(c);
-    return VMMIPC_ERR_NO_MEMORY;
+    vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: rank 0: the agreement's tables for %d ranks", a->op, n);
+    return break_tell(a, VMMIPC_ERR_NO_MEMORY, 0, a->k);
   }
   char *arrived = flags, *withdrew = flags + n, *watch = flags + 2 * n; /* watch: by node rank */
   MPI_Request *recvs = reqs, *sends = reqs + n;
-  pack_outcome(outcomes, a, local, secondary);
+  pack_outcome(outcomes, a, a->k, local, secondary ? OF_SECONDARY : 0);
   arrived[0] = 1;
   for (int r = 0; r < 2 * n; r++) reqs[r] = MPI_REQUEST_NULL;
   for (int r = 1; r < n; r++)
     if (node_of(c, r) >= 0) watch[node_of(c, r)] = 1;
   int mrc = MPI_SUCCESS;
   for (int r = 1; r < n && mrc == MPI_SUCCESS; r++)
-    mrc = MPI_Irecv(outcomes + (size_t)r * OUTCOME_MAX, OUTCOME_MAX, MPI_BYTE, r, a->tag, c->dup, &recvs[r]);
+    mrc = MPI_Irecv(outcomes + (size_t)r * omax, (int)omax, MPI_BYTE, r, a->tag, c->dup, &recvs[r]);
   int gone = -1;
   vmmipc_result_t gone_code = VMMIPC_ERR_PEER;
   int w = VMMIPC__WAIT_MPI, dead = -1, seen_by = -1;
   /* In slices, so that a death another node's rank saw (a notice) ends the wait too. */
   while (mrc == MPI_SUCCESS) {
     int64_t now = vmmipc__now_ms(), until = deadline < now + 50 ? deadline : now + 50;
-    w = vmmipc__mpi_wait_watch(c, recvs + 1, n - 1, until, &mrc, watch, -1, &gone, &gone_code);
+    w = vmmipc__mpi_wait_watch(c, recvs + 1, n - 1, until, &mrc, watch, &gone, &gone_code);
     if (w != VMMIPC__WAIT_TIMEOUT) break;
     take_withdrawals(a, withdrew, &dead, &seen_by);
     if (dead >= 0) {
@@ -299,15 +502,36 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     }
     if (vmmipc__now_ms() >= deadline) break;
   }
+  if (VMMIPC__INJECT("agree_mpi")) { /* tests: MPI fails in the collector's wait */
+    w = VMMIPC__WAIT_MPI;
+    mrc = MPI_ERR_OTHER;
+  }
   vmmipc_result_t rc = VMMIPC_SUCCESS;
+  int len = 0;
   if (w == VMMIPC__WAIT_MPI || w == VMMIPC__WAIT_ABORTED) {
-    rc = w == VMMIPC__WAIT_MPI ? vmmipc__mpi_error(mrc, "%s: agreement (receiving the outcomes)", a->op)
-                               : vmmipc__error(VMMIPC_ERR_ABORTED, "%s: the communicator was aborted", a->op);
+    /* No decision: everyone is told this failure as the verdict (best
+     * effort: MPI itself may be what failed). */
+    rc = w == VMMIPC__WAIT_MPI
+             ? vmmipc__mpi_error(mrc, "%s: rank 0: agreement (receiving the outcomes)", a->op)
+             : vmmipc__error(VMMIPC_ERR_ABORTED, "%s: rank 0 aborted the communicator (vmmipc_comm_abort)", a->op);
+    vmmipc__error_rank(0);
+    len = pack_failure(verdict, a->k, rc, 0);
     vmmipc__break_code(c, rc);
+    for (int r = 1; r < n; r++) send_kept(c, verdict, len, r, a->tag);
+    vmmipc__mpi_keep(verdict);
+    verdict = NULL;
+    if (w == VMMIPC__WAIT_MPI) {
+      char text[VMMIPC__ERRMSG_MAX];
+      snprintf(text, sizeof text, "rank 0 broke the communicator: %s", c->broken_msg);
+      vmmipc__tp_abort_all(c->tp, VMMIPC_ERR_PEER, text);
+      vmmipc__error(rc, "%s", c->broken_msg);
+      vmmipc__error_rank(0);
+    }
   } else {
     for (int r = 1; r < n; r++) arrived[r] = recvs[r] == MPI_REQUEST_NULL; /* completed ones are NULL */
-    /* A node peer whose connection closed (it hung up, aborted, or broke the
-     * protocol during the exchange) is gone even though its outcome came. */
+    /* A node peer whose connection closed (it hung up, aborted, broke the
+     * comm or the protocol during the exchange) is gone even though its
+     * outcome came. */
     for (int r = 1; r < n && gone < 0 && dead < 0; r++) {
       int p = node_of(c, r);
       if (p >= 0 && vmmipc__tp_coll_fd(c->tp, p) < 0) {
@@ -317,53 +541,79 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
       }
     }
     int gone_rank = gone >= 0 ? c->rank_of[gone] : dead;
-    take_withdrawals(a, withdrew, &dead, &seen_by);
-    int len = pack_verdict(verdict, a, outcomes, arrived, withdrew, gone_rank, gone_code);
+    if (w != VMMIPC__WAIT_DONE) take_withdrawals(a, withdrew, &dead, &seen_by);
+    len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
+    int64_t decided = vmmipc__now_ms();
     /* Tests act here: a collector that stalls between deciding and announcing. */
     if (VMMIPC__INJECT("verdict")) VMMIPC__LATE(c->timeout_ms);
-    if (vmmipc__get32(verdict) == 0 && take_withdrawals(a, withdrew, &dead, &seen_by))
-      len = pack_verdict(verdict, a, outcomes, arrived, withdrew, gone_rank, gone_code);
-    /* Node peers first, each write ordered by the kernel against its cut. */
-    int told = 0;
-    for (int r = 1; r < n; r++) {
-      int p = node_of(c, r);
-      if (p < 0 || vmmipc__tp_coll_fd(c->tp, p) < 0) continue;
-      int e = vmmipc__tp_send_verdict(c->tp, p, a->k, vmmipc__get32(verdict), verdict, (size_t)len);
-      if (!e) {
-        told += vmmipc__get32(verdict) == 0;
-        continue;
-      }
-      /* It cut its side (gave up), or its connection broke: no rank has SUCCESS yet
-       * unless `told`, and none will get it now. */
-      withdrew[r] = 1;
-      if (!told && vmmipc__get32(verdict) == 0)
-        len = pack_verdict(verdict, a, outcomes, arrived, withdrew, gone_rank, gone_code);
-      vmmipc__put32(verdict + 8, 1); /* broken, whatever was told */
-      mrc = MPI_Isend(verdict, len, MPI_BYTE, r, a->tag, c->dup, &sends[r]); /* if it still listens there */
-      if (mrc != MPI_SUCCESS) break;
+    /* Withdrawals, once decided, just before announcing: a late collector
+     * finds those of the ranks that gave up on it. The wait's last test took
+     * in what had arrived; after a stall since, a probe that finds nothing
+     * takes in what came meanwhile, and a second one sees it. */
+    if (vmmipc__get32(verdict) == 0) {
+      int any = take_withdrawals(a, withdrew, &dead, &seen_by);
+      if (!any && vmmipc__now_ms() > decided + 1) any = take_withdrawals(a, withdrew, &dead, &seen_by);
+      if (any) len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
     }
-    /* The others over MPI, the silent ones included: one that comes late
-     * learns the verdict at once. */
+    /* Tests act here: the connection to a node peer breaks after deciding. */
+    if (VMMIPC__INJECT("verdict_drop"))
+      for (int r = 1; r < n; r++)
+        if (node_of(c, r) >= 0 && vmmipc__tp_coll_fd(c->tp, node_of(c, r)) >= 0) {
+          shutdown(vmmipc__tp_coll_fd(c->tp, node_of(c, r)), SHUT_RDWR);
+          break;
+        }
+    /* Every rank, the silent ones included: one that comes late learns the
+     * verdict at once. */
     for (int r = 1; r < n && mrc == MPI_SUCCESS; r++) {
-      int p = node_of(c, r);
-      if (sends[r] != MPI_REQUEST_NULL || (p >= 0 && vmmipc__tp_coll_fd(c->tp, p) >= 0 && !withdrew[r])) continue;
       mrc = MPI_Isend(verdict, len, MPI_BYTE, r, a->tag, c->dup, &sends[r]);
+      /* Tests act here: a collector that stalls after telling one rank. */
+      if (r == 1 && VMMIPC__INJECT("verdict_slow")) VMMIPC__STALL(c->timeout_ms + grace_ms(c) * 5 / 4);
+      if (r == 1 && VMMIPC__INJECT("verdict_stuck")) VMMIPC__STALL(c->timeout_ms * 2 + 4 * grace_ms(c));
     }
+    /* A rank that is in the agreement has its receive posted: a send that
+     * does not complete within the grace goes to a rank that is gone or
+     * stuck. */
     int sw = VMMIPC__WAIT_MPI;
-    if (mrc == MPI_SUCCESS) {
-      int64_t now = vmmipc__now_ms();
-      sw = vmmipc__mpi_wait(sends + 1, n - 1, deadline > now + 100 ? deadline : now + 100, &mrc);
-    }
-    rc = apply_verdict(c, verdict, (size_t)len);
-    if (vmmipc__get32(verdict + 8)) vmmipc__break_code(c, rc ? rc : VMMIPC_ERR_PEER);
-    if (sw != 0) {
-      if (!rc) rc = vmmipc__mpi_error(mrc, "%s: agreement (sending the verdict)", a->op);
-      vmmipc__break(c);
+    if (mrc == MPI_SUCCESS) sw = vmmipc__mpi_wait(sends + 1, n - 1, vmmipc__now_ms() + grace_ms(c), &mrc);
+    if (VMMIPC__INJECT("verdict_wait")) sw = VMMIPC__WAIT_TIMEOUT; /* tests: the send wait fails */
+    rc = apply_verdict(a, verdict, (size_t)len);
+    if (sw != VMMIPC__WAIT_DONE) {
+      /* The verdict went out, or went to some: it stands. The comm cannot go
+       * on (a rank may lack it), and everyone is told so. */
+      vmmipc_result_t keep_rc = rc;
+      char keep[VMMIPC__ERRMSG_MAX];
+      snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+      vmmipc__error_state_t keep_st = {VMMIPC_SUCCESS, -1, 0, 0};
+      vmmipc__error_get(&keep_st);
+      if (sw == VMMIPC__WAIT_MPI) {
+        vmmipc__mpi_error(mrc, "%s: rank 0: sending the agreement's verdict", a->op);
+      } else {
+        char *late = calloc((size_t)n, 1);
+        char list[256] = "";
+        size_t ll = 0;
+        if (late) {
+          pending_ranks(sends + 1, n - 1, late);
+          append_ranks(list, &ll, late, n);
+          free(late);
+        }
+        vmmipc__error(VMMIPC_ERR_PEER,
+                      "%s: rank 0 could not complete the send of the agreement's verdict%s%s within %d ms (a rank "
+                      "gone or stuck)",
+                      a->op, ll ? " to rank(s) " : "", list, grace_ms(c));
+      }
+      if (!c->broken) break_tell(a, VMMIPC_ERR_PEER, 0, a->k + 1);
       vmmipc__mpi_abandon(sends + 1, n - 1, 0, verdict); /* MPI keeps the message; we keep its buffer */
       verdict = NULL;
+      if (keep_rc) {
+        vmmipc__error_set_raw(keep);
+        vmmipc__error_put(&keep_st);
+      } else {
+        vmmipc__error_clear();
+      }
+      rc = keep_rc;
     }
   }
-  if (w != 0) { /* receives that will not complete */
+  if (w != VMMIPC__WAIT_DONE) { /* receives that will not complete */
     vmmipc__mpi_abandon(recvs + 1, n - 1, 1, outcomes);
     outcomes = NULL;
   }
@@ -384,58 +634,50 @@ static void tell_collector(const agree_call_t *a, int dead) {
   vmmipc__put64(b, a->k);
   vmmipc__put64(b + 8, a->c->id);
   vmmipc__put32(b + 16, dead < 0 ? 0u : (uint32_t)dead + 1);
-  a->c->mpi_dirty = 1; /* the collector may never receive it */
-  MPI_Request req = MPI_REQUEST_NULL;
-  if (MPI_Isend(b, 24, MPI_BYTE, 0, a->wtag, a->c->dup, &req) == MPI_SUCCESS) MPI_Request_free(&req);
-  vmmipc__mpi_keep(b); /* MPI may still read it */
+  send_kept(a->c, b, 24, 0, a->wtag); /* the collector may never receive it */
+  vmmipc__mpi_keep(b);
 }
-
-static void withdraw(const agree_call_t *a) { tell_collector(a, -1); }
 
 static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local, int secondary) {
   struct vmmipc_comm *c = a->c;
   int64_t deadline = vmmipc__now_ms() + c->timeout_ms;
-  unsigned char *bufs = malloc(OUTCOME_MAX + VERDICT_MAX);
+  size_t omax = outcome_max(a->len), vmax = verdict_max(c, a->len);
+  unsigned char *bufs = malloc(omax + vmax);
   char *watch = calloc((size_t)c->node_size + 1, 1);
   if (!bufs || !watch) {
     free(bufs);
     free(watch);
-    vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: agreement", a->op);
-    vmmipc__break(c);
-    return VMMIPC_ERR_NO_MEMORY;
+    vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: rank %d: the agreement's buffers", a->op, c->rank);
+    return break_tell(a, VMMIPC_ERR_NO_MEMORY, c->rank, a->k);
   }
-  unsigned char *outcome = bufs, *verdict = bufs + OUTCOME_MAX;
-  size_t vlen = 0;
-  int len = pack_outcome(outcome, a, local, secondary);
+  unsigned char *outcome = bufs, *verdict = bufs + omax;
+  int len = pack_outcome(outcome, a, a->k, local, secondary ? OF_SECONDARY : 0);
   int root_p = node_of(c, 0); /* the collector's node rank, or -1 off-node */
-  int by_socket = root_p >= 0 && vmmipc__tp_coll_fd(c->tp, root_p) >= 0;
-  if (root_p >= 0) watch[root_p] = by_socket ? 1 : 2; /* 2: its pid only (the connection is closed) */
+  /* The collector's socket is read (its END frame: an abort or a break);
+   * 2: its pid only (the connection is closed). */
+  if (root_p >= 0) watch[root_p] = vmmipc__tp_coll_fd(c->tp, root_p) >= 0 ? 1 : 2;
   /* The other node peers, for hang-ups only (3): a death here is told to
    * the collector, which may be on another node and not see it. */
   for (int q = 0; c->tp && q < c->node_size; q++)
     if (q != root_p && q != c->node_rank) watch[q] = 3;
-  MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}; /* outcome sent, verdict (MPI) */
-  int mrc = MPI_SUCCESS;
-  if (!by_socket) mrc = MPI_Irecv(verdict, VERDICT_MAX, MPI_BYTE, 0, a->tag, c->dup, &reqs[1]);
-  if (mrc == MPI_SUCCESS) mrc = MPI_Isend(outcome, len, MPI_BYTE, 0, a->tag, c->dup, &reqs[0]);
-  int got = 0, withdrawn = 0, gone = -1;
-  vmmipc_result_t gone_code = VMMIPC_ERR_PEER;
+  MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}; /* verdict, outcome */
+  int mrc = MPI_Irecv(verdict, (int)vmax, MPI_BYTE, 0, a->tag, c->dup, &reqs[0]);
+  if (mrc == MPI_SUCCESS) mrc = MPI_Isend(outcome, len, MPI_BYTE, 0, a->tag, c->dup, &reqs[1]);
+  int got = 0, withdrawn = 0, gone = -1, told = 0;
+  vmmipc_result_t gone_code = VMMIPC_ERR_PEER, ended = VMMIPC_SUCCESS;
+  char ended_why[VMMIPC__ERRMSG_MAX] = "";
   vmmipc_result_t rc = VMMIPC_SUCCESS;
   int64_t until = deadline;
   while (!got && !rc) {
-    int w = mrc == MPI_SUCCESS
-                ? vmmipc__mpi_wait_watch(c, reqs, 2, until, &mrc, watch, by_socket ? root_p : -1, &gone, &gone_code)
-                : VMMIPC__WAIT_MPI;
-    if (by_socket && vmmipc__tp_take_verdict(c->tp, root_p, a->k, verdict, VERDICT_MAX, &vlen)) {
+    int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait_watch(c, reqs, 2, until, &mrc, watch, &gone, &gone_code)
+                               : VMMIPC__WAIT_MPI;
+    if (w == VMMIPC__WAIT_DONE) {
       got = 1;
-    } else if (w == VMMIPC__WAIT_DONE && !by_socket) {
-      vlen = VERDICT_MAX; /* its text ends at its NUL */
-      got = 1;
-    } else if (w == VMMIPC__WAIT_DONE || w == VMMIPC__WAIT_VERDICT) {
-      continue; /* the outcome went; the verdict is still to come */
     } else if (w == VMMIPC__WAIT_MPI) {
-      rc = vmmipc__mpi_error(mrc, "%s: agreement", a->op);
-    } else if (w == VMMIPC__WAIT_ABORTED || (w == VMMIPC__WAIT_GONE && gone_code == VMMIPC_ERR_ABORTED)) {
+      rc = vmmipc__mpi_error(mrc, "%s: rank %d: agreement", a->op, c->rank);
+      rc = break_tell(a, rc, c->rank, a->k + 1);
+      told = 1;
+    } else if (w == VMMIPC__WAIT_ABORTED) {
       char why[VMMIPC__ERRMSG_MAX];
       snprintf(why, sizeof why, "%s", vmmipc_last_error());
       rc = vmmipc__error(VMMIPC_ERR_ABORTED, "%s: %s", a->op, why);
@@ -446,85 +688,95 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
       pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(c->tp), root_p);
       char why[VMMIPC__ERRMSG_MAX];
       snprintf(why, sizeof why, "%s", vmmipc_last_error());
-      if (vmmipc__pid_gone(pid) || withdrawn || !by_socket) {
+      if (vmmipc__pid_gone(pid) || watch[root_p] == 2) {
         rc = vmmipc__error(VMMIPC_ERR_PEER,
                            "%s: rank 0, which collects the agreement, exited or hung up while rank %d waited for its "
                            "verdict: %s",
                            a->op, c->rank, why);
         vmmipc__error_rank(0);
-      } else { /* it closed our connection (or is exiting): it announces over MPI; its pid is watched */
-        by_socket = 0;
+      } else {
+        /* It aborted, broke the comm, closed our connection or is exiting.
+         * Its verdict, if it decided, was sent before, over MPI, and is
+         * obeyed: it is waited for a grace more, its pid watched. */
         watch[root_p] = 2;
-        mrc = MPI_Irecv(verdict, VERDICT_MAX, MPI_BYTE, 0, a->tag, c->dup, &reqs[1]);
+        ended = gone_code;
+        snprintf(ended_why, sizeof ended_why, "%s", why);
+        int64_t soon = vmmipc__now_ms() + grace_ms(c);
+        if (soon < until) until = soon;
       }
-    } else if (!withdrawn) { /* timed out: withdraw, then a grace for a verdict on its way */
-      withdraw(a);
-      withdrawn = 1;
-      until = vmmipc__now_ms() + grace_ms(c);
-    } else { /* the grace is over: the cut decides */
-      if (by_socket) {
-        vmmipc__tp_cut(c->tp, root_p);
-        vmmipc__tp_drain_cut(c->tp, root_p, c->epoch);
-        if (vmmipc__tp_take_verdict(c->tp, root_p, a->k, verdict, VERDICT_MAX, &vlen)) {
-          got = 1;
-          break;
-        }
-      }
-      rc = vmmipc__error(VMMIPC_ERR_TIMEOUT,
-                         "%s: the agreement timed out after %d ms: rank 0, which collects it, did not answer (dead, "
-                         "or not in this call); the communicator is broken: every later call on it fails, and "
-                         "vmmipc_comm_destroy frees it locally",
-                         a->op, c->timeout_ms);
+    } else if (ended) { /* no verdict came after its END: it failed this call */
+      rc = vmmipc__error(ended, "%s: %s", a->op, ended_why);
       vmmipc__error_rank(0);
+    } else if (!withdrawn) { /* timed out: withdraw, then two graces for a verdict on its way */
+      tell_collector(a, -1);
+      withdrawn = 1;
+      until = vmmipc__now_ms() + 2 * grace_ms(c);
+    } else { /* the collector is dead or stuck */
+      vmmipc__error(VMMIPC_ERR_TIMEOUT,
+                    "%s: the agreement timed out after %d ms: rank 0, which collects it, did not answer (dead, stuck, "
+                    "or not in this call); the communicator is broken: every later call on it fails, and "
+                    "vmmipc_comm_destroy frees it locally",
+                    a->op, c->timeout_ms);
+      rc = break_tell(a, VMMIPC_ERR_TIMEOUT, 0, a->k + 1);
+      told = 1;
     }
     /* Tests act here: a rank that gives up while the verdict is in flight. */
-    if (got && !withdrawn && VMMIPC__INJECT("withdraw")) withdraw(a);
+    if (got && !withdrawn && VMMIPC__INJECT("withdraw")) tell_collector(a, -1);
   }
   if (got) {
-    /* The outcome reached the collector (it decided); its send ends soon. */
-    int64_t now = vmmipc__now_ms();
-    int sw = vmmipc__mpi_wait(reqs, 1, (deadline > now ? deadline : now) + grace_ms(c), &mrc);
-    rc = apply_verdict(c, verdict, vlen);
-    if (sw != 0) {
-      vmmipc__break(c);
-      vmmipc__mpi_abandon(reqs, 2, 1, bufs);
-      free(watch);
-      return rc ? rc : vmmipc__error(VMMIPC_ERR_MPI, "%s: agreement: the outcome's send did not complete", a->op);
-    }
+    rc = apply_verdict(a, verdict, vmax); /* the text ends at its NUL */
     free(watch);
     free(bufs);
     return rc;
   }
-  if (by_socket) vmmipc__tp_cut(c->tp, root_p); /* a late verdict must fail at the collector, not be lost */
-  vmmipc__mpi_abandon(reqs, 2, 1, bufs);
+  vmmipc__mpi_abandon(reqs, 1, 1, NULL);
+  vmmipc__mpi_abandon(reqs + 1, 1, 0, bufs);
   free(watch);
-  vmmipc__break_code(c, rc);
+  if (!told) vmmipc__break_code(c, rc);
   return rc;
 }
 
-vmmipc_result_t vmmipc__agree_key(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
-                                  int keyed, uint64_t key) {
+vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
+                                 vmmipc__agree_io_t *io) {
   double t0 = vmmipc__now();
   vmmipc_result_t r;
   if (VMMIPC__INJECT("agree")) { /* a rank that never enters the agreement */
-    vmmipc__error(VMMIPC_ERR_TIMEOUT, "%s: injected: this rank skipped the agreement", op);
+    vmmipc__error(VMMIPC_ERR_TIMEOUT, "%s: injected: rank %d skipped the agreement", op, c->rank);
     vmmipc__break(c);
     return VMMIPC_ERR_TIMEOUT;
   }
   /* Tests act here: a rank that comes to the agreement after the others' timeout. */
   if (VMMIPC__INJECT("agree_late")) VMMIPC__LATE(c->timeout_ms);
+  uint64_t k = c->agreements++;
+  agree_call_t a = {c,
+                    op,
+                    k,
+                    tag_of(k),
+                    AGREE_WITHDRAW_BASE + (int)(k % AGREE_TAG_SPAN),
+                    io && io->keyed,
+                    io && io->keyed ? io->key : 0,
+                    io ? io->mine : NULL,
+                    io ? (uint32_t)io->len : 0,
+                    io ? io->all : NULL};
   if (c->size == 1) {
     r = local;
+    if (!r && a.len && a.all) memcpy(a.all, a.mine, a.len);
+    uint64_t ids[VMMIPC__DEFERRED_MAX];
+    int more = 0, n = vmmipc__deferred_collect(c, 0, ids, VMMIPC__DEFERRED_MAX, &more);
+    vmmipc__deferred_due(c, ids, n);
   } else {
-    uint64_t k = c->agreements++;
-    agree_call_t a = {c, op, k, AGREE_TAG_BASE + (int)(k % AGREE_TAG_SPAN),
-                      AGREE_WITHDRAW_BASE + (int)(k % AGREE_TAG_SPAN), keyed != 0, keyed ? key : 0};
     r = c->rank == 0 ? agree_root(&a, local, secondary) : agree_member(&a, local, secondary);
   }
   c->timing.agree_s += vmmipc__now() - t0;
   return r;
 }
 
+vmmipc_result_t vmmipc__agree_key(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
+                                  int keyed, uint64_t key) {
+  vmmipc__agree_io_t io = {keyed, key, NULL, 0, NULL};
+  return vmmipc__agree_io(c, local, secondary, op, &io);
+}
+
 vmmipc_result_t vmmipc__agree(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op) {
-  return vmmipc__agree_key(c, local, secondary, op, 0, 0);
+  return vmmipc__agree_io(c, local, secondary, op, NULL);
 }

@@ -5,6 +5,7 @@
 #define VMMIPC_COMM_COMM_H
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "common/clock.h"
@@ -18,6 +19,21 @@ extern "C" {
 
 struct vmmipc__mapcache;
 struct vmmipc__pool;
+
+/* Ids of released objects an agreement carries at most (its outcome and
+ * its verdict): the rest go with later agreements. */
+#define VMMIPC__DEFERRED_MAX 32
+
+/* A released window or heap, queued on its comm (deferred.c); embedded in
+ * the object. */
+struct vmmipc__deferred {
+  uint64_t id;  /* the object's comm-wide id: the epoch of the call that made it */
+  int heap;     /* 0: a window, 1: a heap */
+  const void *group; /* a window's heap, or NULL */
+  int (*ready)(struct vmmipc__deferred *d);          /* may it go now (unpinned; a heap: no window left) */
+  void (*reap)(struct vmmipc__deferred *d, int in_step); /* frees it: in step after an agreement, or locally */
+  struct vmmipc__deferred *next;
+};
 
 struct vmmipc_comm {
   MPI_Comm dup;            /* private duplicate of the user's communicator */
@@ -60,6 +76,16 @@ struct vmmipc_comm {
   struct vmmipc__pool *pool;      /* signal pads of this comm's windows, made with the first window */
   void (*pool_free)(struct vmmipc__pool *, int node_size); /* set by whoever made the pool (coll) */
   vmmipc_timing_t timing;  /* phases of the last collective */
+  /* Deferred frees (deferred.c): the queue (any thread, under def_mu), the
+   * agreed cursor (see agree.c), and the ids an agreement of the current
+   * call found released everywhere, freed when the call ends. */
+  pthread_mutex_t def_mu;
+  struct vmmipc__deferred *def_head;
+  int def_count;           /* (__atomic builtins) */
+  uint64_t def_freed;
+  uint64_t def_cursor;
+  uint64_t *due;
+  int due_n, due_cap;
 };
 
 /* ---- calls (guard.c) ---- */
@@ -91,6 +117,29 @@ void vmmipc__release_waits(struct vmmipc_comm *c);
  * holds the comm (its busy flag). */
 void vmmipc__tell_abort(struct vmmipc_comm *c);
 
+/* ---- deferred frees (deferred.c) ---- */
+/* Queues a released object (any thread). */
+void vmmipc__deferred_push(struct vmmipc_comm *c, struct vmmipc__deferred *d);
+/* The caller holds the comm: the (at most max) smallest ids >= cursor of
+ * queued objects that are ready, ascending; *more: some were left out. */
+int vmmipc__deferred_collect(struct vmmipc_comm *c, uint64_t cursor, uint64_t *ids, int max, int *more);
+/* Notes ids an agreement found released by every rank (freed by
+ * vmmipc__deferred_reap_due). */
+void vmmipc__deferred_due(struct vmmipc_comm *c, const uint64_t *ids, int n);
+/* Frees the noted objects, in id order; returns how many. */
+int vmmipc__deferred_reap_due(struct vmmipc_comm *c);
+/* On a failed comm: frees every queued object that is ready, locally. */
+int vmmipc__deferred_reap_local(struct vmmipc_comm *c);
+/* Objects queued and not freed yet (any thread). */
+int vmmipc__deferred_count(struct vmmipc_comm *c);
+/* Queued objects that a destroy may count as gone: windows (of `group`
+ * unless NULL) that are ready, or (heap = 1) heaps. */
+int vmmipc__deferred_count_of(struct vmmipc_comm *c, int heap, const void *group);
+/* A destroy's agreements: one with `local`, then, while their verdicts
+ * free released objects (freed at once, in step) or more may be left, more
+ * of them; returns the first failure or the last success. */
+vmmipc_result_t vmmipc__agree_drain(struct vmmipc_comm *c, vmmipc_result_t local, const char *op);
+
 /* ---- lifetime (abort.c) ---- */
 #define VMMIPC__BUSY_ABORT 2
 /* Live comms: vmmipc_comm_abort only touches a comm it finds here. add: a
@@ -112,6 +161,22 @@ vmmipc_result_t vmmipc__agree(struct vmmipc_comm *c, vmmipc_result_t local, int 
  * rank 0's, and the comm is broken. */
 vmmipc_result_t vmmipc__agree_key(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
                                   int keyed, uint64_t key);
+/* The agreement's full form: a key as above, and a fixed-size input of
+ * this rank (len bytes, the same len on every rank) that the verdict hands
+ * to every rank: on SUCCESS, all (size * len bytes, the caller's) holds
+ * every rank's input in rank order, so that every rank decides alike from
+ * the same inputs. Every agreement also carries the objects this rank
+ * released (deferred.c); those every rank released are freed when the
+ * call ends (vmmipc__leave). */
+typedef struct vmmipc__agree_io {
+  int keyed;
+  uint64_t key;
+  const void *mine;
+  size_t len;
+  unsigned char *all;
+} vmmipc__agree_io_t;
+vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
+                                 vmmipc__agree_io_t *io);
 
 /* ---- bounded MPI waits (mpiwait.c) ---- */
 /* Waits until every request completes or deadline_ms passes; 0 if all
@@ -124,17 +189,16 @@ enum {
   VMMIPC__WAIT_TIMEOUT = 1,  /* the deadline passed */
   VMMIPC__WAIT_GONE = 2,     /* watched node rank *gone hung up, exited, broke the protocol or aborted the
                                 comm (error set; *gone_code: VMMIPC_ERR_ABORTED for an abort) */
-  VMMIPC__WAIT_ABORTED = 3,  /* vmmipc_comm_abort on this rank (error set) */
-  VMMIPC__WAIT_VERDICT = 4   /* a verdict from node rank `verdict_from` arrived (vmmipc__tp_take_verdict) */
+  VMMIPC__WAIT_ABORTED = 3   /* vmmipc_comm_abort on this rank (error set) */
 };
 /* vmmipc__mpi_wait that also watches the collective sockets of the node
  * ranks with watch[p] == 1 (NULL: none; 2: only the pid of p; 3: hang-ups
  * and the pid, reading nothing; a hang-up turns 3 into 2): reads them as they become readable
  * (vmmipc__tp_read_coll), checks their pids every 100 ms, and ends as soon
- * as one is gone, the comm is aborted here, or (verdict_from >= 0) that
- * rank's verdict is in. Sleeps in poll() between tests, backing off to 1 ms. */
+ * as one is gone or the comm is aborted here. Sleeps in poll() between
+ * tests, backing off to 1 ms. */
 int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int64_t deadline_ms, int *mpi_rc,
-                           char *watch, int verdict_from, int *gone, vmmipc_result_t *gone_code);
+                           char *watch, int *gone, vmmipc_result_t *gone_code);
 /* Gives up requests that will not complete: point-to-point receives are
  * cancelled if `cancel`, the rest are left to MPI. `keep` (their buffers,
  * malloc'd) stays allocated for the life of the process, since MPI may

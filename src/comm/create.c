@@ -136,6 +136,8 @@ static void comm_free(struct vmmipc_comm *c) {
   free(c->node_of);
   free(c->rank_of);
   free(c->freed_told);
+  free(c->due);
+  pthread_mutex_destroy(&c->def_mu);
   free(c);
 }
 
@@ -313,6 +315,7 @@ vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
 static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vmmipc_comm_t *out, const char *op) {
   struct vmmipc_comm *c = calloc(1, sizeof *c);
   if (c) c->broken_rank = -1;
+  if (c) pthread_mutex_init(&c->def_mu, NULL);
   MPI_Comm *cell = malloc(sizeof *cell); /* MPI writes it when the idup completes */
   if (!c || !cell) {
     free(c);
@@ -462,6 +465,7 @@ again:
   if (c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) { /* nobody to agree with: clean up locally */
     if (!hold_for_free(c))
       return vmmipc__error(VMMIPC_ERR_BUSY, "%s: another thread is inside a call on this comm", op);
+    vmmipc__deferred_reap_local(c); /* what this rank released */
     if (c->open_heaps) {
       __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
       return vmmipc__error(VMMIPC_ERR_BUSY, "%s: %d heap(s) of this comm are live; hint: vmmipc_heap_destroy them first",
@@ -483,15 +487,30 @@ again:
   if (r && r != VMMIPC_ERR_BUSY && r != VMMIPC_ERR_INVALID_ARG && vmmipc__failed(c)) goto again;
   if (r) return r;
   vmmipc_result_t local = VMMIPC_SUCCESS;
-  if (c->open_heaps)
-    local = vmmipc__error(VMMIPC_ERR_BUSY, "%s: %d heap(s) of this comm are live; hint: vmmipc_heap_destroy them first",
-                          op, c->open_heaps);
-  else if (c->open_windows)
+  /* What this rank released will go (in step, below) once every rank
+   * released it too; the rest refuses. */
+  int heaps = c->open_heaps - vmmipc__deferred_count_of(c, 1, NULL);
+  int wins = c->open_windows - vmmipc__deferred_count_of(c, 0, NULL);
+  if (heaps > 0)
     local = vmmipc__error(VMMIPC_ERR_BUSY,
-                          "%s: %d window(s) of this comm are open; hint: vmmipc_win_free them first", op,
-                          c->open_windows);
-  /* Collective: nobody closes its sockets while a peer may still send. */
-  r = vmmipc__agree(c, local, 0, op);
+                          "%s: %d heap(s) of this comm are live on rank %d; hint: vmmipc_heap_destroy (or "
+                          "vmmipc_heap_release) them first",
+                          op, heaps, c->rank);
+  else if (wins > 0)
+    local = vmmipc__error(VMMIPC_ERR_BUSY,
+                          "%s: %d window(s) of this comm are open on rank %d; hint: vmmipc_win_free (or "
+                          "vmmipc_win_release) them first",
+                          op, wins, c->rank);
+  /* Collective: nobody closes its sockets while a peer may still send.
+   * Released objects are freed in the rounds of the agreement. */
+  r = vmmipc__agree_drain(c, local, op);
+  if (!r && (c->open_windows || c->open_heaps)) { /* pinned after it was released: a misuse */
+    vmmipc__leave(c);
+    return vmmipc__error(VMMIPC_ERR_BUSY,
+                         "%s: %d window(s) and %d heap(s) of this comm are still open on rank %d (pinned after they "
+                         "were released?); the comm stays open",
+                         op, c->open_windows, c->open_heaps, c->rank);
+  }
   if (r && !c->broken) { /* refused everywhere: the comm stays usable */
     vmmipc__leave(c);
     return r;

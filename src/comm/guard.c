@@ -85,6 +85,19 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
 }
 
 void vmmipc__leave(struct vmmipc_comm *c) {
+  /* Released objects: those the call's agreements found released by every
+   * rank go now, after the call's own work, in step; on a failed comm,
+   * every one that is ready goes locally. Both keep the thread's message. */
+  if (c->due_n || (vmmipc__deferred_count(c) && vmmipc__failed(c))) {
+    vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
+    char msg[VMMIPC__ERRMSG_MAX];
+    vmmipc__error_get(&st);
+    snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
+    vmmipc__deferred_reap_due(c);
+    if (vmmipc__failed(c)) vmmipc__deferred_reap_local(c);
+    vmmipc__error_set_raw(msg);
+    vmmipc__error_put(&st);
+  }
   if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c);
   vmmipc__leave_process();
   __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
@@ -112,10 +125,20 @@ void vmmipc__release_waits(struct vmmipc_comm *c) {
 
 void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code) {
   if (c->broken) return;
-  snprintf(c->broken_msg, sizeof c->broken_msg, "%s", vmmipc_last_error());
   vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
   vmmipc__error_get(&st);
-  c->broken_rank = st.rank;
+  const char *why = vmmipc_last_error();
+  /* Never an empty reason, and always a rank: a later call says why. */
+  if (!why[0])
+    snprintf(c->broken_msg, sizeof c->broken_msg,
+             "%s: the communicator broke on rank %d (no reason was recorded: a bug; please report it)",
+             __atomic_load_n(&c->busy_op, __ATOMIC_RELAXED) ? __atomic_load_n(&c->busy_op, __ATOMIC_RELAXED) : "a call",
+             c->rank);
+  else if (!strstr(why, "rank "))
+    snprintf(c->broken_msg, sizeof c->broken_msg, "rank %d: %s", c->rank, why);
+  else
+    snprintf(c->broken_msg, sizeof c->broken_msg, "%s", why);
+  c->broken_rank = st.rank >= 0 ? st.rank : c->rank;
   c->broken_code = code == VMMIPC_ERR_ABORTED ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
   __atomic_store_n(&c->broken, 1, __ATOMIC_RELEASE);
   vmmipc__release_waits(c);

@@ -65,6 +65,8 @@ vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t c, vmmipc_comm_stats_t *s) {
     v.fds_not_sent = m.fds_not_sent;
   }
   v.open_windows = c->open_windows;
+  v.released = vmmipc__deferred_count(c);
+  v.released_freed = __atomic_load_n(&c->def_freed, __ATOMIC_RELAXED);
   v.broken = c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE);
   return copy_sized(s, &v, sizeof v, sizeof(size_t) + sizeof(uint64_t), "vmmipc_comm_stats", "stats",
                     "VMMIPC_COMM_STATS_INIT");

@@ -25,12 +25,13 @@ int vmmipc__test_should_fail(const char *step) {
   vmmipc__fail_step[0] = '\0';
   return 1;
 }
-void vmmipc__test_late(int timeout_ms) {
-  long ms = (long)timeout_ms * 3 / 2;
+void vmmipc__test_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0) {
   }
 }
+
+void vmmipc__test_late(int timeout_ms) { vmmipc__test_sleep_ms(timeout_ms * 3 / 2); }
 
 static _Thread_local void (*vmmipc__inside_fn)(void *);
 static _Thread_local void *vmmipc__inside_arg;
@@ -45,6 +46,12 @@ void vmmipc__test_inside(void) {
   vmmipc__inside_fn = NULL;
   if (fn) fn(vmmipc__inside_arg);
 }
+
+static int vmmipc__pool_cap;
+
+void vmmipc__test_pool_slices(int max) { __atomic_store_n(&vmmipc__pool_cap, max > 0 ? max : 0, __ATOMIC_RELAXED); }
+
+int vmmipc__test_pool_cap(void) { return __atomic_load_n(&vmmipc__pool_cap, __ATOMIC_RELAXED); }
 #else
 /* Keeps the translation unit non-empty in release builds. */
 typedef int vmmipc__testhooks_unused;

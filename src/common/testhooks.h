@@ -14,27 +14,47 @@ extern "C" {
  * "import", "map", "access", "unmap" (reported after a real unmap), "record", "transfer", "args", "late" (this rank
  * sleeps inside the next exchange), "agree" (this rank skips the next
  * agreement, or the next heap call's allgather, as a rank that never enters
- * it), "heap_oom" (the next heap growth step is out of device memory),
- * "heap_fds" (the next heap growth step's export hits the fd limit),
- * "trim_unmap" (the next unmap of a heap trim fails, the range still mapped),
- * "abort_slow" (the next vmmipc_comm_abort pauses 300 ms after it marked
- * the comm and released its waits, as a slow release would). */
+ * it), "agree_late" (this rank comes to its next agreement 1.5 x the
+ * timeout late), "heap_oom" (the next heap growth step is out of device
+ * memory), "heap_fds" (the next heap growth step's export hits the fd
+ * limit), "heap_record" (the next vmmipc_heap_create has no host memory for
+ * its record), "trim_unmap" (the next unmap of a heap trim fails, the range still
+ * mapped), "abort_slow" (the next vmmipc_comm_abort pauses 300 ms after it
+ * marked the comm and released its waits, as a slow release would). At the
+ * collector of an agreement (comm/agree.c): "verdict" (it stalls 1.5 x the
+ * timeout between deciding and announcing), "verdict_slow" /
+ * "verdict_stuck" (after sending rank 1 its verdict, it stalls for the
+ * timeout plus 1.25 graces / twice the timeout plus four), "verdict_wait"
+ * (its wait for the verdicts' sends fails), "agree_mpi" (its wait for the
+ * outcomes fails in MPI), "verdict_drop" (its socket to its first node peer
+ * is shut after deciding). At a member: "withdraw" (it withdraws after its
+ * verdict came, as one whose timeout fired then). */
 void vmmipc__test_fail_at(const char *step, int nth);
 /* Whether this occurrence of `step` must fail (counts occurrences). */
 int vmmipc__test_should_fail(const char *step);
 #define VMMIPC__INJECT(step) vmmipc__test_should_fail(step)
 /* Makes this rank late: sleeps for 1.5 x timeout_ms (the "late" step). */
 void vmmipc__test_late(int timeout_ms);
+/* Sleeps for ms milliseconds (a step that stalls for a set time). */
+void vmmipc__test_sleep_ms(int ms);
 /* Runs fn(arg) once, on this thread, inside its next collective (while the
  * comm is held): lets a test act at a known point of a call. */
 void vmmipc__test_on_inside(void (*fn)(void *), void *arg);
 void vmmipc__test_inside(void);
+/* Caps the slices of the signal pools made from now on in this process
+ * (0: no cap), so that a test can walk every slice of one in a few calls. */
+void vmmipc__test_pool_slices(int max);
+int vmmipc__test_pool_cap(void);
 #define VMMIPC__INSIDE() vmmipc__test_inside()
 #define VMMIPC__LATE(ms) vmmipc__test_late(ms)
+#define VMMIPC__STALL(ms) vmmipc__test_sleep_ms(ms)
+#define VMMIPC__POOL_CAP() vmmipc__test_pool_cap()
 #else
 #define VMMIPC__INJECT(step) 0
 #define VMMIPC__INSIDE() ((void)0)
 #define VMMIPC__LATE(ms) ((void)0)
+#define VMMIPC__STALL(ms) ((void)0)
+#define VMMIPC__POOL_CAP() 0
 #endif
 
 #ifdef __cplusplus

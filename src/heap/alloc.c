@@ -1,10 +1,11 @@
 /* vmmipc_heap_alloc, the free of a heap window, and vmmipc_heap_trim.
  *
- * An alloc is one bounded allgather of (result so far, size, digest): every
- * rank then knows every rank's size and outcome, and carves the same slice
- * from the same free list, so no second round is needed unless the heap
- * must grow (segment.c, which agrees). The digest catches ranks whose
- * heaps went out of step (a window freed on one rank only). */
+ * An alloc is one agreement that carries every rank's (size, digest): every
+ * rank then knows every rank's size and outcome from the one verdict, and
+ * carves the same slice from the same free list, so no second round is
+ * needed unless the heap must grow (segment.c, which agrees). The digest
+ * catches ranks whose heaps went out of step (a window freed on one rank
+ * only). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,11 +14,11 @@
 #include "heap/heap.h"
 #include "sync/sync.h"
 
-#define ALLOC_MSG (VMMIPC__HEAP_REC_HEAD + 16) /* header, size, digest */
+#define ALLOC_MSG 16 /* size, digest */
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-static vmmipc_result_t heap_win_free(struct vmmipc_win *w);
+static void heap_reap(struct vmmipc_win *w, int in_step);
 
 /* A view: base and size only; it owns nothing (vmmipc_buf_free frees the record). */
 static void drop_window(struct vmmipc_win *w, int n) {
@@ -58,7 +59,7 @@ static void slice_shape(const struct vmmipc_heap *h, const unsigned char *all, i
   size_t s = 0;
   *largest = 0;
   for (int q = 0; q < size; q++) {
-    size_t sq = align_up((size_t)vmmipc__get64(all + (size_t)q * ALLOC_MSG + 16), VMMIPC__HEAP_ALIGN);
+    size_t sq = align_up((size_t)vmmipc__get64(all + (size_t)q * ALLOC_MSG), VMMIPC__HEAP_ALIGN);
     if (sq > s) {
       s = sq;
       *largest = q;
@@ -74,7 +75,7 @@ static void slice_shape(const struct vmmipc_heap *h, const unsigned char *all, i
 static vmmipc_result_t check_step(struct vmmipc_heap *h, const unsigned char *all, const char *op) {
   struct vmmipc_comm *c = h->c;
   for (int q = 0; q < c->size; q++)
-    if (vmmipc__get64(all + (size_t)q * ALLOC_MSG + 24) != h->digest) {
+    if (vmmipc__get64(all + (size_t)q * ALLOC_MSG + 8) != h->digest) {
       h->broken = 1;
       return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                            "%s: the heap of rank %d has not seen the same calls as the heap of rank %d; hint: every "
@@ -126,34 +127,23 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
   else if (size > h->reserve)
     local = vmmipc__error(VMMIPC_ERR_RESOURCE, "%s: %zu bytes exceed the heap's reserve of %zu bytes per rank", op,
                           size, h->reserve);
-  if (!local && !h->xbuf) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's exchange buffer", op);
   if (!local) local = new_window(n, me, &w);
-  if (!local) local = vmmipc__heap_room(h);
+  if (!local) local = vmmipc__heap_room(h); /* frees never need memory: room for them too */
   if (!local) local = vmmipc__pool_take(c, &w->slice, op); /* no driver call: its zeroing was queued at its free */
   if (!local) local = vmmipc__sync_win_ready(c, w->slice, op); /* a driver call once per 64 slices */
-  unsigned char tmp[2 * ALLOC_MSG];
-  unsigned char *bufs = h->xbuf ? h->xbuf : (c->size == 1 ? tmp : NULL);
-  if (!bufs) { /* the comm broke in an earlier call, which is refused above */
-    if (w) vmmipc__pool_undo(c, w->slice);
-    drop_window(w, n);
-    vmmipc__leave(c);
-    return local;
-  }
-  memset(bufs, 0, ALLOC_MSG);
-  vmmipc__put32(bufs, (uint32_t)local);
-  vmmipc__put64(bufs + 16, size);
-  vmmipc__put64(bufs + 24, h->digest);
-  unsigned char *held = bufs;
-  r = vmmipc__heap_allgather(c, &held, ALLOC_MSG, op);
-  if (!held) h->xbuf = NULL; /* MPI keeps it */
-  const unsigned char *all = bufs + ALLOC_MSG;
-  if (!r) r = vmmipc__heap_verdict(c, all, ALLOC_MSG, op);
+  unsigned char mine[ALLOC_MSG];
+  vmmipc__put64(mine, size);
+  vmmipc__put64(mine + 8, h->digest);
+  /* Every rank's input comes back with the one verdict: the same on every rank. */
+  vmmipc__agree_io_t io = {0, 0, mine, ALLOC_MSG, h->all};
+  r = vmmipc__agree_io(c, local, 0, op, &io);
+  const unsigned char *all = h->all;
   if (!r) r = check_step(h, all, op);
   size_t span = 0, align = 0, off = 0;
   int largest = 0;
   if (!r) {
     slice_shape(h, all, c->size, &span, &align, &largest);
-    if (span) r = carve(h, span, align, largest, (size_t)vmmipc__get64(all + (size_t)largest * ALLOC_MSG + 16), &off, op);
+    if (span) r = carve(h, span, align, largest, (size_t)vmmipc__get64(all + (size_t)largest * ALLOC_MSG), &off, op);
   }
   if (r) {
     if (w) vmmipc__pool_undo(c, w->slice);
@@ -164,7 +154,7 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
   }
   for (int q = 0; q < n; q++) {
     struct vmmipc_buf *b = q == me ? w->own : w->peers[q];
-    b->size = (size_t)vmmipc__get64(all + (size_t)c->rank_of[q] * ALLOC_MSG + 16);
+    b->size = (size_t)vmmipc__get64(all + (size_t)c->rank_of[q] * ALLOC_MSG);
     b->base = b->size ? vmmipc__heap_seg(h, q) + off : 0;
     b->mapped = b->size;
   }
@@ -173,7 +163,7 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
   w->heap = h;
   w->heap_off = off;
   w->heap_span = span;
-  w->free_hook = heap_win_free;
+  w->reap = heap_reap;
   c->open_windows++;
   h->live++;
   h->in_use += size;
@@ -186,41 +176,22 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
   return VMMIPC_SUCCESS;
 }
 
-/* Agreed, so that the slice and its signal slots are reused only once no
- * rank can still use them; refused everywhere if a rank cannot take it
- * back. On a broken comm it frees locally. */
-static vmmipc_result_t heap_win_free(struct vmmipc_win *w) {
-  const char *op = "vmmipc_win_free";
+/* The slice goes back to the heap (room for it was made at its alloc),
+ * and its slots to the pool: zeroed for reuse in step, dirty after a
+ * failure. */
+static void heap_reap(struct vmmipc_win *w, int in_step) {
   struct vmmipc_comm *c = w->comm;
   struct vmmipc_heap *h = w->heap;
-  int broken = vmmipc__failed(c);
-  vmmipc_result_t r = broken ? VMMIPC_SUCCESS : vmmipc__enter(c, op, 1);
-  if (r && !vmmipc__failed(c)) return r; /* refused: still open */
-  if (r) broken = 1; /* it failed meanwhile: freed locally */
-  double t0 = vmmipc__now();
-  if (!broken) {
-    /* Keyed by the window: ranks that free different windows get an error
-     * naming the rank (and a broken comm), not each other's slices. */
-    r = vmmipc__agree_key(c, vmmipc__heap_room(h), 0, op, 1, w->id);
-    if (r && !c->broken) { /* refused everywhere: the window stays open */
-      vmmipc__leave(c);
-      return r;
-    }
-  }
-  if (h->num_free + 1 <= h->cap_free) vmmipc__heap_give(h, w->heap_off, w->heap_span);
+  vmmipc__heap_give(h, w->heap_off, w->heap_span);
   h->live--;
   h->in_use -= w->own->size;
   h->carved -= w->heap_span;
   c->open_windows--;
-  if (!r && !broken)
+  if (in_step)
     vmmipc__pool_give_zeroed(c, w->slice);
   else
     vmmipc__pool_give(c, w->slice);
   drop_window(w, c->node_size);
-  if (broken) return vmmipc__freed_locally(c, op); /* freed all the same; the comm's failure reported */
-  c->timing.total_s = vmmipc__now() - t0;
-  vmmipc__leave(c);
-  return r;
 }
 
 /* Whether the top `k` steps lie in the last free block, which reaches the

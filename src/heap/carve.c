@@ -11,8 +11,13 @@
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 vmmipc_result_t vmmipc__heap_room(struct vmmipc_heap *h) {
-  if (h->num_free + 2 > h->cap_free) {
+  /* Free blocks lie between live slices: at most live + 1 of them, so room
+   * for live + 3 lets this alloc split one and every later free (one
+   * more live slice, then gives that insert at most one) never fail. */
+  int need = h->num_free + 2 > h->live + 3 ? h->num_free + 2 : h->live + 3;
+  if (need > h->cap_free) {
     int cap = h->cap_free ? 2 * h->cap_free : 16;
+    while (cap < need) cap *= 2;
     struct vmmipc__heap_free *f = realloc(h->free, (size_t)cap * sizeof *f);
     if (!f) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "the heap's free list of %d blocks", cap);
     h->free = f;

@@ -1,6 +1,7 @@
-/* vmmipc_heap_create and vmmipc_heap_destroy: the defaults, one allgather
- * that settles the geometry (every rank must use the same), the address
- * reservation of all the node's segments in one piece, and the agreement. */
+/* vmmipc_heap_create, vmmipc_heap_destroy and vmmipc_heap_release: the
+ * defaults, one agreement whose verdict carries every rank's geometry (so
+ * that every rank settles on the same), the address reservation of all the
+ * node's segments in one piece, and a second agreement. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,10 +10,11 @@
 #include "common/le.h"
 #include "driver/device.h"
 #include "common/structsize.h"
+#include "common/testhooks.h"
 #include "heap/heap.h"
 
-#define CREATE_MSG (VMMIPC__HEAP_REC_HEAD + 24) /* header, reserve, grow, granularity */
-#define HEAP_XBUF_PER_RANK CREATE_MSG /* the largest record of a heap call */
+#define CREATE_MSG 24 /* reserve, grow, granularity */
+#define HEAP_ALL_PER_RANK CREATE_MSG /* the largest record of a heap call */
 /* Defaults (docs/heap.md): a step of 1/512 of the device's memory, within
  * [granularity, 512 MiB], and a segment as large as the device. */
 #define DEFAULT_GROW_DIVISOR 512
@@ -64,7 +66,7 @@ static void settle(struct vmmipc_heap *h, const unsigned char *all, int size) {
   size_t reserve = SIZE_MAX, grow = 0, gran = 0;
   for (int q = 0; q < size; q++) {
     const unsigned char *m = all + (size_t)q * CREATE_MSG;
-    size_t rq = (size_t)vmmipc__get64(m + 16), gq = (size_t)vmmipc__get64(m + 24), nq = (size_t)vmmipc__get64(m + 32);
+    size_t rq = (size_t)vmmipc__get64(m), gq = (size_t)vmmipc__get64(m + 8), nq = (size_t)vmmipc__get64(m + 16);
     if (rq < reserve) reserve = rq;
     if (gq > grow) grow = gq;
     if (nq > gran) gran = nq;
@@ -78,7 +80,7 @@ static void heap_free_record(struct vmmipc_heap *h) {
   if (!h) return;
   free(h->steps);
   free(h->free);
-  free(h->xbuf);
+  free(h->all);
   free(h);
 }
 
@@ -95,34 +97,28 @@ vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *
     return r;
   }
   struct vmmipc_heap *h = calloc(1, sizeof *h);
-  if (h) h->xbuf = malloc((size_t)(c->size + 1) * HEAP_XBUF_PER_RANK);
+  if (h) h->all = malloc((size_t)c->size * HEAP_ALL_PER_RANK);
   vmmipc_result_t local = VMMIPC_SUCCESS;
   if (!out) local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: out is NULL", op);
-  if (!local && (!h || !h->xbuf)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's record", op);
+  if (!local && (!h || !h->all)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's record", op);
   if (!local) local = check_config(cfg, op);
   size_t reserve = 0, grow = 0;
   if (!local) local = local_geometry(h, cfg, op, &reserve, &grow);
   if (!local) local = vmmipc__heap_room(h);
-  unsigned char *bufs = h && h->xbuf ? h->xbuf : malloc((size_t)(c->size + 1) * CREATE_MSG);
-  if (!bufs) { /* cannot even take part: the peers' wait is bounded */
-    heap_free_record(h);
-    vmmipc__leave(c);
-    return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's record", op);
+  if (h && VMMIPC__INJECT("heap_record")) { /* tests: no host memory for the record */
+    free(h->all);
+    h->all = NULL;
+    if (!local) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's record (injected)", op);
   }
-  memset(bufs, 0, CREATE_MSG);
-  vmmipc__put32(bufs, (uint32_t)local);
-  vmmipc__put64(bufs + 16, reserve);
-  vmmipc__put64(bufs + 24, grow);
-  vmmipc__put64(bufs + 32, h ? h->gran : 0);
-  unsigned char *held = bufs;
-  r = vmmipc__heap_allgather(c, &held, CREATE_MSG, op);
-  if (!held) { /* MPI keeps it */
-    if (h && bufs == h->xbuf) h->xbuf = NULL;
-    bufs = NULL;
-  }
-  if (!r) r = vmmipc__heap_verdict(c, bufs + CREATE_MSG, CREATE_MSG, op);
+  unsigned char mine[CREATE_MSG];
+  vmmipc__put64(mine, reserve);
+  vmmipc__put64(mine + 8, grow);
+  vmmipc__put64(mine + 16, h ? h->gran : 0);
+  /* A rank that failed still takes part: the verdict names it everywhere. */
+  vmmipc__agree_io_t io = {0, 0, mine, CREATE_MSG, h && h->all ? h->all : NULL};
+  r = vmmipc__agree_io(c, local, 0, op, &io);
   if (!r) {
-    settle(h, bufs + CREATE_MSG, c->size);
+    settle(h, h->all, c->size);
     local = VMMIPC_SUCCESS;
     size_t n = (size_t)c->node_size;
     if (h->reserve > SIZE_MAX / n)
@@ -145,11 +141,11 @@ vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *
     if (r && h->base) cu->cuMemAddressFree(h->base, n * h->reserve);
     if (r) h->base = 0;
   }
-  if (bufs && (!h || bufs != h->xbuf)) free(bufs);
   if (r) {
     heap_free_record(h);
   } else {
     h->c = c;
+    h->id = c->epoch;
     vmmipc__heap_mix(h, 4, h->reserve, h->grow);
     c->open_heaps++;
     *out = h;
@@ -184,9 +180,24 @@ static vmmipc_result_t heap_teardown(struct vmmipc_heap *h, const char *op) {
   return first;
 }
 
-static vmmipc_result_t refuse_live(struct vmmipc_heap *h, const char *op) {
-  return vmmipc__error(VMMIPC_ERR_BUSY, "%s: %d window(s) of this heap are open; hint: vmmipc_win_free them first", op,
-                       h->live);
+static vmmipc_result_t refuse_live(struct vmmipc_heap *h, int unreleased, const char *op) {
+  vmmipc_result_t r = vmmipc__error(
+      VMMIPC_ERR_BUSY, "%s: %d window(s) of this heap are open on rank %d (%d of them not released); hint: "
+                       "vmmipc_win_free or vmmipc_win_release them first",
+      op, h->live, h->c->rank, unreleased);
+  vmmipc__error_rank(h->c->rank);
+  return r;
+}
+
+/* Frees, locally, what this rank released (its windows of h among them),
+ * if no other thread holds the comm: a failed comm has nobody to agree with. */
+static void reap_local(struct vmmipc_comm *c) {
+  int idle = 0;
+  if (!vmmipc__deferred_count(c) ||
+      !__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+    return;
+  vmmipc__deferred_reap_local(c);
+  __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
 }
 
 vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
@@ -201,20 +212,24 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
     if (r && (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG || !vmmipc__failed(c))) return r; /* refused */
   }
   if (!entered) { /* nobody to agree with (it may have failed meanwhile): locally */
-    if (h->live) return refuse_live(h, op);
+    reap_local(c);
+    if (h->live) return refuse_live(h, h->live - vmmipc__deferred_count_of(c, 0, h), op);
     return heap_teardown(h, op);
   }
-  vmmipc_result_t local = h->live ? refuse_live(h, op) : VMMIPC_SUCCESS;
+  /* Windows every rank released go first, in step; the others refuse. */
+  int unreleased = h->live - vmmipc__deferred_count_of(c, 0, h);
+  vmmipc_result_t local = unreleased > 0 ? refuse_live(h, unreleased, op) : VMMIPC_SUCCESS;
   /* Agreed first: refused everywhere or destroyed everywhere. Peers keep
    * their own handles, so the order of the unmaps does not matter. */
-  r = vmmipc__agree(c, local, 0, op);
+  r = vmmipc__agree_drain(c, local, op);
   if (r && !c->broken) {
     vmmipc__leave(c);
     return r;
   }
-  if (h->live) { /* the comm broke in the agreement: the windows still need the heap */
+  if (c->broken) vmmipc__deferred_reap_local(c);
+  if (h->live) { /* the comm broke in the agreement, or a window is still pinned here: the windows need the heap */
     vmmipc__leave(c);
-    return refuse_live(h, op);
+    return refuse_live(h, h->live - vmmipc__deferred_count_of(c, 0, h), op);
   }
   vmmipc_result_t t = heap_teardown(h, op);
   vmmipc__leave(c);
@@ -223,4 +238,28 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
     vmmipc__error_code(r);
   }
   return r ? r : t;
+}
+
+static int heap_ready(struct vmmipc__deferred *d) {
+  struct vmmipc_heap *h = (struct vmmipc_heap *)((char *)d - offsetof(struct vmmipc_heap, def));
+  return h->live == 0;
+}
+
+static void heap_reap(struct vmmipc__deferred *d, int in_step) {
+  (void)in_step; /* every rank's own steps and reservation: nothing to agree on */
+  struct vmmipc_heap *h = (struct vmmipc_heap *)((char *)d - offsetof(struct vmmipc_heap, def));
+  heap_teardown(h, "vmmipc_heap_release");
+}
+
+vmmipc_result_t vmmipc_heap_release(vmmipc_heap_t h) {
+  if (!h) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_heap_release: heap is NULL");
+  if (__atomic_exchange_n(&h->released, 1, __ATOMIC_ACQ_REL))
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_heap_release: the heap was released already");
+  h->def.id = h->id;
+  h->def.heap = 1;
+  h->def.group = NULL;
+  h->def.ready = heap_ready;
+  h->def.reap = heap_reap;
+  vmmipc__deferred_push(h->c, &h->def);
+  return VMMIPC_SUCCESS;
 }

@@ -50,7 +50,10 @@ struct vmmipc_heap {
   int num_free, cap_free;
   uint64_t digest;         /* hash of every change to the state: equal on every rank */
   int broken;              /* the ranks' states were found to differ: only destroy works */
-  unsigned char *xbuf;     /* the alloc exchange's buffers (MPI may keep them after a timeout) */
+  unsigned char *all;      /* every rank's input of the last call (comm size x the largest record) */
+  struct vmmipc__deferred def; /* its place in the comm's queue once released (vmmipc_heap_release) */
+  int released;            /* (__atomic builtins) */
+  uint64_t id;             /* the epoch of the call that made it: the same on every rank */
   /* stats */
   int live;
   uint64_t in_use, high_water, carved, carved_high_water, growth_steps, trimmed_steps;
@@ -58,8 +61,9 @@ struct vmmipc_heap {
 };
 
 /* ---- carve.c: the free list (pure; identical on every rank) ---- */
-/* Room for one more free block split and one more step, made before a
- * call's exchange so that nothing after it can fail locally. */
+/* Room for one more free block split and one more step, and for every
+ * live slice's free, made before a call's agreement so that nothing after
+ * it can fail locally. */
 vmmipc_result_t vmmipc__heap_room(struct vmmipc_heap *h);
 /* The offset of the first free block that holds `len` bytes at `align`;
  * -1 if none. */
@@ -95,22 +99,6 @@ void vmmipc__heap_step_drop(struct vmmipc_heap *h, struct vmmipc__heap_step *s);
 static inline CUdeviceptr vmmipc__heap_seg(const struct vmmipc_heap *h, int q) {
   return h->base + (CUdeviceptr)q * (CUdeviceptr)h->reserve;
 }
-
-/* ---- xfer.c: the bounded allgather of a call's inputs ---- */
-/* Every record starts with this header: the result so far (4 bytes), 4
- * zero bytes, the arrival time (8 bytes, filled by the allgather). */
-#define VMMIPC__HEAP_REC_HEAD 16
-/* MPI_Iallgather of `len` bytes per rank over the comm, bounded by the
- * timeout. A timeout goes on into the comm's agreement, so that the ranks
- * that did not come are named; the comm is then broken. `bufs` holds
- * (size + 1) * len bytes: this rank's input first. On a timeout MPI may
- * still own it: *bufs is handed over and set to NULL. A rank that came
- * after another may have given up fails the call alike on every rank that
- * completes it (TIMEOUT naming the late ranks; the comm is broken). */
-vmmipc_result_t vmmipc__heap_allgather(struct vmmipc_comm *c, unsigned char **bufs, size_t len, const char *op);
-/* The outcome of an allgather whose first 4 bytes per rank are a result
- * code: the lowest failing rank's code, with a message naming it. */
-vmmipc_result_t vmmipc__heap_verdict(struct vmmipc_comm *c, const unsigned char *all, size_t len, const char *op);
 
 #ifdef __cplusplus
 }

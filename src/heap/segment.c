@@ -240,6 +240,10 @@ vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const cha
     recvs[ns++].peer = q;
   }
   int secondary = 0;
+  /* A step of its own (every rank grows alike, from the same verdict): a
+   * peer still in the call's agreement leaves these frames queued, as
+   * frames of a later epoch, instead of dropping them as leftovers. */
+  c->epoch++;
   if (n > 1 && sends && recvs) {
     vmmipc__tp_xchg_t x = {VMMIPC__CTX_COLL, c->epoch, sends, ns, recvs, ns, import_step, &g, local, -1};
     double tx = vmmipc__now();

@@ -242,17 +242,15 @@ static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op) {
       vmmipc__close_fds(rec.fds, rec.nfds);
       return bad_stream(tp, p, "a HELLO frame after the connection was set up");
     }
-    if (f.kind == VMMIPC__KIND_VERDICT) { /* the collector's, early: the agreement takes it */
-      vmmipc__tp_keep_verdict(tp, p, &f, tp->rbuf + VMMIPC__FRAME_HEADER_BYTES);
+    if (f.kind == VMMIPC__KIND_VERDICT) { /* verdicts travel over MPI now: stale */
+      vmmipc__close_fds(rec.fds, rec.nfds);
+      tp->stale_frames++;
       continue;
     }
-    if (f.kind == VMMIPC__KIND_END) { /* every call on the comm ends */
-      char reason[160];
-      snprintf(reason, sizeof reason, "rank %d aborted the communicator (vmmipc_comm_abort)", R);
-      tp->aborted_by = p;
+    if (f.kind == VMMIPC__KIND_END) { /* every call on the comm ends: aborted or broken there */
+      vmmipc__close_fds(rec.fds, rec.nfds);
       x->aborted_by = p;
-      vmmipc__conn_drop(tp->conn, p, reason);
-      return vmmipc__error(VMMIPC_ERR_ABORTED, "%s", reason);
+      return vmmipc__tp_end_error(tp, p, &f, tp->rbuf + VMMIPC__FRAME_HEADER_BYTES);
     }
     const unsigned char *payload = tp->rbuf + VMMIPC__FRAME_HEADER_BYTES;
     vmmipc__asm_rc_t rc = vmmipc__asm_feed(a, op->lo, op->hi, &f, payload, rec.fds, rec.nfds, &tp->stale_fds,
@@ -502,7 +500,9 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
   s.x = x;
   s.sops = calloc((size_t)x->num_sends + 1, sizeof *s.sops);
   s.rops = calloc((size_t)x->num_recvs + (size_t)x->num_sends + 1, sizeof *s.rops);
-  struct pollfd *pfd = calloc((size_t)x->num_sends + (size_t)x->num_recvs + 1, sizeof *pfd);
+  /* The poll set: every receive op (the receives, and the peers only sent
+   * to, watched for their END) and every send still waiting for room. */
+  struct pollfd *pfd = calloc(2 * (size_t)x->num_sends + (size_t)x->num_recvs + 1, sizeof *pfd);
   char *hears = calloc((size_t)n, 1);
   if (!s.sops || !s.rops || !pfd || !hears) {
     rc = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "transport exchange");

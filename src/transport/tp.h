@@ -98,37 +98,24 @@ vmmipc__conn_t *vmmipc__tp_conn(vmmipc__tp_t *tp);
 /* ---- for the agreement and the comm's abort (verdict.c) ---- */
 /* The collective connection to node rank p, or -1 (closed, or p is self). */
 int vmmipc__tp_coll_fd(const vmmipc__tp_t *tp, int p);
-/* Sends the verdict of agreement `seq` to node rank p as one VERDICT frame:
- * 0, or an errno value (EPIPE once p has cut its side: vmmipc__tp_cut). */
-int vmmipc__tp_send_verdict(vmmipc__tp_t *tp, int p, uint64_t seq, uint32_t code, const void *bytes, size_t len);
-/* Takes the verdict of agreement `seq` from node rank p if it has arrived:
- * 1 and the bytes, else 0. */
-int vmmipc__tp_take_verdict(vmmipc__tp_t *tp, int p, uint64_t seq, void *buf, size_t cap, size_t *len);
-/* Whether a verdict from p is kept (of any agreement). */
-int vmmipc__tp_has_verdict(const vmmipc__tp_t *tp, int p);
-/* Shuts the reading side of the collective connection to p: from then on
- * p's sends fail (EPIPE) and what p sent before stays readable. The
- * kernel orders the two: a verdict was sent before the cut or never. */
-void vmmipc__tp_cut(vmmipc__tp_t *tp, int p);
 typedef enum {
   VMMIPC__TP_READ_NOTHING = 0, /* nothing more queued */
-  VMMIPC__TP_READ_VERDICT,     /* a verdict from p is kept for vmmipc__tp_take_verdict */
-  VMMIPC__TP_READ_GONE,        /* p hung up, or broke the protocol (connection dropped; error set) */
+  VMMIPC__TP_READ_GONE,        /* p hung up, broke the comm (END) or the protocol (connection dropped; error set) */
+  VMMIPC__TP_READ_AHEAD,       /* p sent a frame of a later collective (left queued): it is past this agreement */
   VMMIPC__TP_READ_ABORTED      /* p aborted the comm (error set) */
 } vmmipc__tp_read_t;
 /* Reads what p queued on the collective connection while this rank is in
- * the agreement of collective `epoch`: keeps a verdict, drops what is left
- * of earlier calls, stops at a verdict. */
+ * the agreement of collective `epoch`: drops what is left of earlier calls,
+ * stops at an END frame, a hang-up, or a frame of a later collective (left
+ * queued for it). */
 vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch);
-/* After vmmipc__tp_cut: reads what p queued before it (keeping a verdict),
- * leaving the connection as it is. */
-void vmmipc__tp_drain_cut(vmmipc__tp_t *tp, int p, uint64_t epoch);
 /* Every wait of the transport ends (VMMIPC_ERR_ABORTED) once *flag is set. */
 void vmmipc__tp_watch_abort(vmmipc__tp_t *tp, const int *flag);
 /* The node rank whose END frame (comm aborted) arrived, or -1. */
 int vmmipc__tp_aborted_by(const vmmipc__tp_t *tp);
-/* Tells every peer, on both contexts, that this rank aborted the comm: an
- * END frame. Best effort, bounded. */
+/* Tells every peer, on both contexts, that this rank aborted the comm
+ * (code VMMIPC_ERR_ABORTED) or broke it (another code; `text` says why and
+ * names this rank): an END frame. Best effort, bounded. */
 void vmmipc__tp_abort_all(vmmipc__tp_t *tp, uint32_t code, const char *text);
 
 /* Counters for vmmipc_comm_stats. */

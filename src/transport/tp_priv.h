@@ -18,17 +18,13 @@ struct vmmipc__tp {
   unsigned char *rbuf;      /* one frame: header + the largest payload + 1 */
   size_t rbuf_cap;
   uint64_t stale_frames, stale_fds;
-  /* A VERDICT frame that arrived while an exchange read the collector's
-   * connection, kept for the agreement (verdict.c). */
-  int verdict_have, verdict_from;
-  uint64_t verdict_seq;
-  uint32_t verdict_len;
-  unsigned char verdict[VMMIPC__VERDICT_MAX_BYTES];
   const int *aborted;       /* set by vmmipc__tp_watch_abort: non-zero ends every wait */
   int aborted_by;           /* node rank whose END frame (comm aborted) arrived, or -1 */
 };
 
-/* Keeps a VERDICT frame (decoded, payload after the header) for the agreement. */
-void vmmipc__tp_keep_verdict(struct vmmipc__tp *tp, int p, const vmmipc__frame_t *f, const unsigned char *payload);
+/* The error of an END frame from p (decoded, its text after the header):
+ * an abort (VMMIPC_ERR_ABORTED, tp->aborted_by set) or a break
+ * (VMMIPC_ERR_PEER with the breaking rank's text); drops the connection. */
+vmmipc_result_t vmmipc__tp_end_error(struct vmmipc__tp *tp, int p, const vmmipc__frame_t *f, const unsigned char *text);
 
 #endif

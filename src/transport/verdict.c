@@ -1,8 +1,8 @@
-/* What the agreement (comm/agree.c) needs of the node's sockets: the
- * verdict sent to a node peer as one VERDICT frame, the kernel-atomic cut
- * that decides whether a verdict came before a peer gave up, reading a
- * peer's collective connection while MPI is waited on (hang-ups and aborts
- * seen at once), and the END frames of vmmipc_comm_abort. */
+/* What the agreement (comm/agree.c) needs of the node's sockets: reading a
+ * peer's collective connection while MPI is waited on (hang-ups, aborts and
+ * breaks seen at once), and the END frames that vmmipc_comm_abort and a
+ * rank that breaks the comm send. (Verdicts travel over MPI: a VERDICT
+ * frame, which earlier versions sent, is dropped as stale.) */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -25,29 +25,6 @@ static int coll_fd(const vmmipc__tp_t *tp, int p) {
 
 int vmmipc__tp_coll_fd(const vmmipc__tp_t *tp, int p) { return coll_fd(tp, p); }
 
-void vmmipc__tp_keep_verdict(struct vmmipc__tp *tp, int p, const vmmipc__frame_t *f, const unsigned char *payload) {
-  tp->verdict_have = 1;
-  tp->verdict_from = p;
-  tp->verdict_seq = f->seq;
-  tp->verdict_len = f->frame_bytes;
-  memcpy(tp->verdict, payload, f->frame_bytes);
-}
-
-int vmmipc__tp_has_verdict(const vmmipc__tp_t *tp, int p) { return tp && tp->verdict_have && tp->verdict_from == p; }
-
-int vmmipc__tp_take_verdict(vmmipc__tp_t *tp, int p, uint64_t seq, void *buf, size_t cap, size_t *len) {
-  if (!tp || !tp->verdict_have || tp->verdict_from != p) return 0;
-  if (tp->verdict_seq != seq) { /* of an earlier agreement that this rank gave up */
-    if (tp->verdict_seq < seq) tp->verdict_have = 0;
-    return 0;
-  }
-  tp->verdict_have = 0;
-  size_t n = tp->verdict_len < cap ? tp->verdict_len : cap;
-  memcpy(buf, tp->verdict, n);
-  *len = n;
-  return 1;
-}
-
 /* One record sent within the budget: 0, or an errno value. */
 static int send_bounded(int fd, const unsigned char *head, const void *payload, size_t len) {
   int64_t until = vmmipc__now_ms() + TP_SEND_BUDGET_MS;
@@ -61,39 +38,7 @@ static int send_bounded(int fd, const unsigned char *head, const void *payload, 
   }
 }
 
-int vmmipc__tp_send_verdict(vmmipc__tp_t *tp, int p, uint64_t seq, uint32_t code, const void *bytes, size_t len) {
-  int fd = coll_fd(tp, p);
-  if (fd < 0) return ENOTCONN;
-  if (len > VMMIPC__VERDICT_MAX_BYTES) return EMSGSIZE;
-  vmmipc__frame_t f;
-  memset(&f, 0, sizeof f);
-  f.kind = VMMIPC__KIND_VERDICT;
-  f.ctx = VMMIPC__CTX_COLL;
-  f.code = code;
-  f.sender = (uint32_t)tp->conn->node_rank;
-  f.receiver = (uint32_t)p;
-  f.comm_id = tp->conn->comm_id;
-  f.seq = seq;
-  f.total_bytes = f.frame_bytes = (uint32_t)len;
-  unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
-  vmmipc__frame_encode(&f, head);
-  return send_bounded(fd, head, bytes, len);
-}
-
-void vmmipc__tp_cut(vmmipc__tp_t *tp, int p) {
-  int fd = coll_fd(tp, p);
-  if (fd >= 0) shutdown(fd, SHUT_RD);
-}
-
-static vmmipc__tp_read_t read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch, int after_cut);
-
-vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) { return read_coll(tp, p, epoch, 0); }
-
-void vmmipc__tp_drain_cut(vmmipc__tp_t *tp, int p, uint64_t epoch) { read_coll(tp, p, epoch, 1); }
-
-/* after_cut: this rank shut its reading side, so the end of what is queued
- * reads as an end of file, and the connection stays as it is. */
-static vmmipc__tp_read_t read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch, int after_cut) {
+vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) {
   int fd = coll_fd(tp, p);
   int R = vmmipc__conn_rank(tp->conn, p);
   if (fd < 0) {
@@ -103,12 +48,18 @@ static vmmipc__tp_read_t read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch, int 
   }
   vmmipc__asm_t *a = &tp->rx[VMMIPC__CTX_COLL - 1][p];
   for (;;) {
-    if (tp->verdict_have && tp->verdict_from == p) return VMMIPC__TP_READ_VERDICT; /* read no further */
+    /* A frame of the next collective: p had the verdict before this rank
+     * (both come over MPI, apart from the socket). It stays queued for it. */
+    unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
+    if (recv(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT) == (ssize_t)sizeof head) {
+      uint16_t kind = (uint16_t)(head[6] | head[7] << 8);
+      if ((kind == VMMIPC__KIND_DATA || kind == VMMIPC__KIND_ABORT) && vmmipc__get64(head + 32) > epoch)
+        return VMMIPC__TP_READ_AHEAD;
+    }
     vmmipc__rec_t rec;
     int e = vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec);
     if (e == EAGAIN || e == EWOULDBLOCK) return VMMIPC__TP_READ_NOTHING;
     char why[400];
-    if (after_cut && !e && rec.len == 0) return VMMIPC__TP_READ_NOTHING;
     if (e || rec.len == 0) {
       vmmipc__close_fds(rec.fds, rec.nfds);
       snprintf(why, sizeof why, "rank %d hung up (%s)", R, e ? vmmipc__errno_name(e) : "end of file");
@@ -124,14 +75,12 @@ static vmmipc__tp_read_t read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch, int 
     if (!bad && vmmipc__frame_decode(tp->rbuf, rec.len, rec.nfds, &want, &f, why, sizeof why) != 0) bad = 1;
     if (!bad && f.kind == VMMIPC__KIND_END) {
       vmmipc__close_fds(rec.fds, rec.nfds);
-      tp->aborted_by = p;
-      snprintf(why, sizeof why, "rank %d aborted the communicator (vmmipc_comm_abort)", R);
-      vmmipc__conn_drop(tp->conn, p, why);
-      vmmipc__error(VMMIPC_ERR_ABORTED, "%s", why);
-      return VMMIPC__TP_READ_ABORTED;
+      vmmipc_result_t code = vmmipc__tp_end_error(tp, p, &f, tp->rbuf + VMMIPC__FRAME_HEADER_BYTES);
+      return code == VMMIPC_ERR_ABORTED ? VMMIPC__TP_READ_ABORTED : VMMIPC__TP_READ_GONE;
     }
-    if (!bad && f.kind == VMMIPC__KIND_VERDICT) {
-      vmmipc__tp_keep_verdict(tp, p, &f, tp->rbuf + VMMIPC__FRAME_HEADER_BYTES);
+    if (!bad && f.kind == VMMIPC__KIND_VERDICT) { /* verdicts travel over MPI now: nothing to take */
+      vmmipc__close_fds(rec.fds, rec.nfds);
+      tp->stale_frames++;
       continue;
     }
     if (!bad && f.kind == VMMIPC__KIND_HELLO) {
@@ -159,6 +108,22 @@ static vmmipc__tp_read_t read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch, int 
     vmmipc__error(VMMIPC_ERR_INVALID_DESC, "receiving from rank %d: %s; the connection was closed", R, why);
     return VMMIPC__TP_READ_GONE;
   }
+}
+
+vmmipc_result_t vmmipc__tp_end_error(vmmipc__tp_t *tp, int p, const vmmipc__frame_t *f, const unsigned char *text) {
+  int R = vmmipc__conn_rank(tp->conn, p);
+  char why[VMMIPC__ABORT_MAX_BYTES + 160];
+  vmmipc_result_t code = f->code == VMMIPC_ERR_ABORTED ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
+  if (code == VMMIPC_ERR_ABORTED) {
+    tp->aborted_by = p;
+    snprintf(why, sizeof why, "rank %d aborted the communicator (vmmipc_comm_abort)", R);
+  } else { /* it broke the comm on its own; its text says why, naming it */
+    snprintf(why, sizeof why, "%.*s", (int)f->frame_bytes, (const char *)text);
+  }
+  vmmipc__conn_drop(tp->conn, p, why);
+  vmmipc__error(code, "%s", why);
+  vmmipc__error_rank(R);
+  return code;
 }
 
 void vmmipc__tp_watch_abort(vmmipc__tp_t *tp, const int *flag) {

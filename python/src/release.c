@@ -1,0 +1,214 @@
+/* What the garbage collector leaves to later calls. It never runs a
+ * collective and never aborts a comm:
+ * - a Window collected open is released (vmmipc_win_release) once the
+ *   device work it handed out is done, checked without waiting at the start
+ *   of every collective call on its comm; the library then frees it in step
+ *   at a collective that starts after every rank released it;
+ * - a Buffer collected while a released window still exposes it is freed
+ *   after a later collective call, once the library freed that window;
+ * - a Comm collected open is kept to the exit handler, which releases it
+ *   locally (its collective close cannot run from the collector).
+ * All of it with the GIL held; nothing here needs a CUDA context except
+ * recording a collected window's events, done at the next call on its comm. */
+#include "vmp.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void vmp_window_collected(VmpWindow *w) {
+  VmpComm *c = w->comm;
+  vmp_pending *p = calloc(1, sizeof *p);
+  if (!w->work.handed || !p || !c) {
+    /* Nothing of it went out (or no memory to wait): released now. */
+    free(p);
+    vmmipc_win_release(w->h);
+    vmp_work_free(&w->work);
+    return;
+  }
+  p->h = w->h;
+  p->work = w->work;
+  p->device = w->device;
+  p->buf = w->buf;  /* the references move to the queue */
+  p->heap = (PyObject *)w->heap;
+  w->buf = NULL;
+  w->heap = NULL;
+  memset(&w->work, 0, sizeof w->work);
+  p->next = c->pending;
+  c->pending = p;
+}
+
+static void pending_release(vmp_pending *p) {
+  vmmipc_win_release(p->h);
+  vmp_work_free(&p->work);
+  free(p->events);
+  PyObject *buf = p->buf, *heap = p->heap;
+  free(p);
+  /* Last: these may run deallocators, which may queue more. */
+  Py_XDECREF(buf);
+  Py_XDECREF(heap);
+}
+
+/* One pass: 1 if p can be released now. */
+static int pending_done(vmp_pending *p) {
+  if (!p->begun) {
+    if (vmp_ensure_context(p->device) < 0) {
+      PyErr_Clear();
+      return 1;  /* no context to record in: nothing of ours can run there */
+    }
+    int rc = vmp_work_begin(&p->work, &p->events, &p->nevents);
+    if (rc < 0) {
+      PyErr_Clear();
+      return 0;  /* out of memory: tried again at the next call */
+    }
+    p->begun = 1;
+  }
+  /* A driver error (a lost context) leaves nothing running: released. */
+  return vmp_events_done(p->events, p->nevents) != 0;
+}
+
+int vmp_comm_settle(VmpComm *c, int wait_ms) {
+  if (!c->pending) return 0;
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    vmp_pending **pp = &c->pending, *done = NULL;
+    int left = 0;
+    while (*pp) {
+      vmp_pending *p = *pp;
+      if (pending_done(p)) {
+        *pp = p->next;
+        p->next = done;
+        done = p;
+      } else {
+        pp = &p->next;
+        left++;
+      }
+    }
+    while (done) {
+      vmp_pending *p = done;
+      done = p->next;
+      pending_release(p);
+    }
+    if (!left || wait_ms <= 0) return left;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long elapsed = (long)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+    if (elapsed >= wait_ms) return left;
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    Py_END_ALLOW_THREADS
+  }
+}
+
+void vmp_comm_forget(VmpComm *c) {
+  while (c->pending) {
+    vmp_pending *p = c->pending;
+    c->pending = p->next;
+    p->h = NULL;
+    vmp_work_free(&p->work);
+    free(p->events);
+    PyObject *buf = p->buf, *heap = p->heap;
+    free(p);
+    Py_XDECREF(buf);
+    Py_XDECREF(heap);
+  }
+}
+
+void vmp_comm_settle_all(VmpComm *c) {
+  while (c->pending) {
+    vmp_pending *p = c->pending;
+    c->pending = p->next;
+    pending_release(p);
+  }
+}
+
+/* ---- buffers still exposed when collected --------------------------------- */
+
+typedef struct vmp_deferred {
+  struct vmp_deferred *next;
+  vmmipc_buf_t h;
+  PyObject *keep;
+  void *dl_managed;
+  int dl_versioned;
+} vmp_deferred;
+
+static vmp_deferred *deferred;
+
+void vmp_defer_buffer(vmmipc_buf_t h, PyObject *keep, void *dl_managed, int dl_versioned) {
+  vmp_deferred *d = malloc(sizeof *d);
+  if (!d) {  /* leaked rather than freed under a peer's mapping */
+    Py_XDECREF(keep);
+    return;
+  }
+  d->h = h;
+  d->keep = keep;
+  d->dl_managed = dl_managed;
+  d->dl_versioned = dl_versioned;
+  d->next = deferred;
+  deferred = d;
+}
+
+void vmp_sweep_buffers(void) {
+  vmp_deferred **pp = &deferred, *done = NULL;
+  while (*pp) {
+    vmp_deferred *d = *pp;
+    if (vmmipc_buf_free(d->h) == VMMIPC_ERR_BUSY) { /* a released window still exposes it */
+      pp = &d->next;
+      continue;
+    }
+    *pp = d->next;
+    d->next = done;
+    done = d;
+  }
+  while (done) {
+    vmp_deferred *d = done;
+    done = d->next;
+    vmp_release_keep(d->keep, d->dl_managed, d->dl_versioned);
+    free(d);
+  }
+}
+
+/* ---- comms collected open ------------------------------------------------- */
+
+typedef struct vmp_orphan {
+  struct vmp_orphan *next;
+  vmmipc_comm_t h;
+  vmp_pending *pending;
+  int busy;
+} vmp_orphan;
+
+static vmp_orphan *orphans;
+
+void vmp_comm_orphan(VmpComm *c) {
+  vmp_orphan *o = malloc(sizeof *o);
+  if (o) {
+    o->h = c->h;
+    o->pending = c->pending;
+    o->busy = c->busy;
+    o->next = orphans;
+    orphans = o;
+  } else {
+    vmp_comm_settle_all(c);  /* leaked as it is: nothing collective or aborting here */
+  }
+  c->pending = NULL;
+  c->h = NULL;
+}
+
+void vmp_release_orphans(void) {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  while (orphans) {
+    vmp_orphan *o = orphans;
+    orphans = o->next;
+    while (o->pending) {
+      vmp_pending *p = o->pending;
+      o->pending = p->next;
+      pending_release(p);
+    }
+    /* At exit: peers still using it fail at once (ABORTED) instead of waiting. */
+    if (!fin && !o->busy && vmmipc_comm_abort(o->h) == VMMIPC_SUCCESS) vmmipc_comm_destroy(o->h);
+    free(o);
+  }
+}

@@ -1,0 +1,86 @@
+"""Helpers the tests share that need no pytest (churn.py runs without it):
+driver copies, data patterns, and ctypes mirrors of the DLPack ABI for
+decoding capsules as a consumer does."""
+import ctypes
+
+import vmmipc
+
+
+def write(ptr, data):
+    """Host bytes to device memory, through the driver vmmipc loaded."""
+    vmmipc.copy_to_device(ptr, bytes(data))
+
+
+def read(ptr, n):
+    """Device memory to host bytes, through the driver vmmipc loaded."""
+    return vmmipc.copy_from_device(ptr, n)
+
+
+def pattern(rank, n):
+    """n bytes that tell rank apart (rank + 1, then a ramp)."""
+    return bytes(((rank + 1) * 37 + i) % 251 for i in range(n))
+
+
+# ctypes mirrors of the DLPack ABI, for decoding capsules in the tests.
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                            ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor)))]
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+DLManagedTensorVersioned._fields_ = [
+    ("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))),
+    ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+
+_api = ctypes.pythonapi
+_api.PyCapsule_GetName.restype = ctypes.c_char_p
+_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_SetName.restype = ctypes.c_int
+_api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def capsule_name(cap):
+    return _api.PyCapsule_GetName(cap).decode()
+
+
+def capsule_tensor(cap):
+    """The managed tensor of an unused capsule (classic or versioned)."""
+    name = capsule_name(cap)
+    ptr = _api.PyCapsule_GetPointer(cap, name.encode())
+    kind = DLManagedTensorVersioned if name == "dltensor_versioned" else DLManagedTensor
+    return ctypes.cast(ptr, ctypes.POINTER(kind)).contents
+
+
+def consume(cap):
+    """What a consumer does: rename the capsule and own the tensor (its deleter is ours to call)."""
+    name = capsule_name(cap)
+    m = capsule_tensor(cap)
+    assert _api.PyCapsule_SetName(cap, ("used_" + name).encode()) == 0
+    return m

@@ -1,0 +1,192 @@
+"""Views keep their memory: while a Mapping, an unconsumed DLPack capsule, a
+consumed capsule's tensor (until its deleter), or a CUDA Array Interface
+consumer holding the Mapping lives on any rank, the window's close() is
+refused on every rank (BUSY), so no view ever reads unmapped memory, and a
+heap slice is never handed to another window while a view of it lives."""
+import ctypes
+import gc
+import threading
+
+import pytest
+
+import vmmipc
+from conftest import RANK, SIZE, STANDIN, all_true, capsule_tensor, consume, pattern, read, write
+
+HOLDER = SIZE - 1        # the one rank that holds a view in the one-rank tests
+
+
+def fill(win, seed):
+    p, n = win.query(RANK)
+    if n:
+        write(p, pattern(seed * 16 + RANK, min(n, 4096)))
+    win.barrier()
+
+
+def refused_everywhere(win, holder_views):
+    """close() on every rank: BUSY everywhere, the window still open; the holder's message counts its views."""
+    with pytest.raises(vmmipc.Error) as e:
+        win.close()
+    ok = e.value.code == vmmipc.Result.BUSY and not win.closed
+    if RANK == HOLDER:
+        ok &= f"{holder_views} view(s)" in str(e.value)
+    else:
+        ok &= e.value.rank == HOLDER        # the library names the rank whose pins refused it
+    return ok
+
+
+@pytest.mark.parametrize("kind", ["mapping", "classic", "versioned", "consumed", "cai"])
+def test_a_view_on_one_rank_refuses_close_everywhere(comm, kind):
+    buf = vmmipc.alloc(1 << 20)
+    win = comm.allgather_map(buf)
+    fill(win, 1)
+    held = None
+    if RANK == HOLDER:
+        m = win.mapping((RANK + 1) % SIZE)
+        if kind == "mapping":
+            held = m
+        elif kind in ("classic", "versioned"):
+            held = m.__dlpack__(max_version=(1, 0)) if kind == "versioned" else m.__dlpack__()
+        elif kind == "consumed":
+            cap = m.__dlpack__(max_version=(1, 0))
+            held = consume(cap)             # a consumer owns the tensor now; its deleter releases the view
+            del cap
+        else:
+            class Consumer:                 # what numba or CuPy keep: the object with the interface
+                def __init__(self, obj):
+                    self.cai = obj.__cuda_array_interface__
+                    self.owner = obj
+            held = Consumer(m)
+        del m
+    ok = refused_everywhere(win, 1)
+    ok &= win.query(RANK)[0] == buf.ptr     # still open and usable on every rank
+    if RANK == HOLDER:
+        ok &= win.views == 1
+        if kind == "consumed":
+            held.deleter(ctypes.pointer(held))
+        held = None
+        gc.collect()
+        ok &= win.views == 0
+    assert all_true(ok)
+    win.close()                             # no view anywhere now
+    buf.close()
+
+
+def test_views_on_every_rank_and_reading_through_them(comm):
+    buf = vmmipc.alloc(1 << 20)
+    win = comm.allgather_map(buf)
+    fill(win, 2)
+    views = [win.mapping(r) for r in range(SIZE)]
+    caps = [v.__dlpack__() for v in views]
+    assert win.views == SIZE
+    ok = refused_everywhere(win, SIZE) if RANK == HOLDER else True
+    if RANK != HOLDER:
+        with pytest.raises(vmmipc.Error) as e:
+            win.close()
+        ok &= e.value.code == vmmipc.Result.BUSY
+    for r, cap in enumerate(caps):          # still the peers' bytes
+        ok &= read(capsule_tensor(cap).dl_tensor.data, 256) == pattern(2 * 16 + r, 256)
+    del views, caps, cap
+    assert all_true(ok)
+    win.close()
+    buf.close()
+
+
+def test_a_heap_slice_is_not_reused_while_a_view_lives(comm):
+    with comm.heap(reserve=64 << 20, grow=4 << 20) as heap:
+        a = heap.alloc(8192)
+        fill(a, 3)
+        view = a.mapping((RANK + 1) % SIZE) if RANK == HOLDER else None
+        ok = refused_everywhere(a, 1)
+        b = heap.alloc(8192)                # a's slice is still taken: b gets another
+        ok &= b.query(RANK)[0] != a.query(RANK)[0]
+        fill(b, 4)
+        if view is not None:                # the old view still reads a's bytes, never b's
+            ok &= read(view.ptr, 256) == pattern(3 * 16 + (RANK + 1) % SIZE, 256)
+        del view
+        a.close()
+        b.close()
+        assert all_true(ok)
+
+
+def test_deleter_in_another_thread_unpins(comm):
+    # A consumer's deleter may run in any thread: the pin goes with it.
+    win = comm.allgather_map(None)
+    m = win.mapping(RANK)
+    mt = consume(m.__dlpack__(max_version=(1, 0)))
+    del m
+    t = threading.Thread(target=lambda: mt.deleter(ctypes.pointer(mt)))
+    t.start()
+    t.join(60)
+    assert all_true(not t.is_alive() and win.views == 0)
+    win.close()
+
+
+def test_dlpack_stream_argument(comm):
+    with comm.allgather_map(None) as win:
+        m = win.mapping(RANK)
+        for s in (None, -1, 0, 1, 2):           # DLPack's numbers: legacy, none, legacy, legacy, per-thread
+            m.__dlpack__(stream=s)
+        with pytest.raises(ValueError):
+            m.__dlpack__(stream=-2)
+        with pytest.raises(TypeError):
+            m.__dlpack__(stream=True)
+        del m
+
+
+@pytest.mark.skipif(not STANDIN, reason="device memory is host-visible only on the stand-in")
+def test_memoryview_and_numpy_on_standin(comm):
+    np = pytest.importorskip("numpy")
+    buf = vmmipc.alloc(1 << 20)
+    win = comm.allgather_map(buf, access="r")
+    fill(win, 5)
+    peer = (RANK + 1) % SIZE
+    mv = memoryview(win.mapping(peer, dtype="uint8", shape=(16, 16)))
+    ok = mv.shape == (16, 16) and mv.format == "B" and mv.readonly == (peer != RANK)
+    ok &= mv.tobytes() == pattern(5 * 16 + peer, 256)
+    arr = np.frombuffer(memoryview(win.mapping(peer, dtype="float32")), dtype=np.float32)
+    ok &= arr.tobytes()[:256] == pattern(5 * 16 + peer, 256)
+    own = np.asarray(memoryview(win.mapping(RANK, dtype="uint32")))
+    own[2048:2052] = 0xA5A5A5A5                  # our own memory is writable (past what the peers read)
+    ok &= read(buf.ptr + 8192, 16) == b"\xa5" * 16
+    with pytest.raises(vmmipc.Error) as e:
+        win.close()                              # the exports hold their views
+    ok &= e.value.code == vmmipc.Result.BUSY
+    del mv, arr, own
+    gc.collect()
+    assert all_true(ok)
+    win.close()
+    buf.close()
+
+
+@pytest.mark.skipif(STANDIN, reason="on the stand-in device memory is host-visible")
+def test_memoryview_refused_on_device_memory(comm):
+    with vmmipc.alloc(1 << 20) as buf:
+        with comm.allgather_map(buf) as win:
+            m = win.mapping(RANK)
+            with pytest.raises(BufferError) as e:
+                memoryview(m)
+            assert "copy_from_device" in str(e.value)
+            del m
+
+
+def test_torch_tensor_keeps_its_window(comm):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for torch")
+    buf = vmmipc.alloc(1 << 20)
+    win = comm.allgather_map(buf)
+    peer = (RANK + 1) % SIZE
+    t = torch.from_dlpack(win.mapping(peer, dtype=torch.float32))
+    t.fill_(float(RANK))                        # a kernel into the peer's memory
+    win.barrier(stream=torch.cuda.current_stream())
+    ok = refused_everywhere(win, 1) if RANK == HOLDER else True
+    if RANK != HOLDER:
+        with pytest.raises(vmmipc.Error):
+            win.close()
+    mine = torch.from_dlpack(buf.mapping(dtype=torch.float32))
+    ok &= bool(torch.all(mine == float((RANK - 1) % SIZE)).item())
+    del t, mine                                 # the deleters release the views
+    gc.collect()
+    assert all_true(ok)
+    win.close()                                 # waits for the torch stream's work, then frees
+    buf.close()
