@@ -274,6 +274,12 @@ CUresult sti_enqueue(struct CUstream_st *s, sti_op *op) {
   return CUDA_SUCCESS;
 }
 
+void sti_run_if_first(struct CUstream_st *s, sti_op *op) {
+  if (s->head != op || s->busy || !sti_may_start(s, op)) return;
+  sti_hurry(s, op->order);
+  (void)sti_run_head(s);
+}
+
 CUresult sti_wait_upto(struct CUstream_st *s, uint64_t order) {
   s->refs++;
   sti_hurry(s, order);

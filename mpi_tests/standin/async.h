@@ -61,6 +61,10 @@ void *sti_op_new(size_t size, CUresult (*run)(sti_op *));
  * the legacy stream's rule and after its delay. Takes op in every case; an
  * error is s's sticky one or a failure to start the worker. */
 CUresult sti_enqueue(struct CUstream_st *s, sti_op *op);
+/* op, just queued on s, runs now on the calling thread if nothing comes
+ * before it: an event recorded on an idle stream has no work to capture, so
+ * it is complete at once, as cuEventQuery defines. op may be gone after. */
+void sti_run_if_first(struct CUstream_st *s, sti_op *op);
 /* Whether every operation of s up to `order` is over. */
 int sti_done_upto(const struct CUstream_st *s, uint64_t order);
 /* The order of the last operation queued so far. */

@@ -221,6 +221,7 @@ static CUresult sti_record_queue(struct CUevent_st *e, struct CUstream_st *s) {
   e->order = r->op.order;
   e->timed = 0;
   e->recorded = 1;
+  sti_run_if_first(s, &r->op);
   return CUDA_SUCCESS;
 }
 

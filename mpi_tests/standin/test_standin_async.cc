@@ -170,6 +170,10 @@ TEST_F(StandinAsync, WorkCompletesInOrderWhenWaitedFor) {
     CHILD_OK(a.cuStreamSynchronize(s));
     CHILD_CHECK(out[9] == 0x44 && out[10] == 0x33 && out[1023] == 0x33);
     CHILD_OK(a.cuStreamQuery(s));
+    // An event recorded on an idle stream captures no work: complete at once
+    // (Python's close polls such events without waiting).
+    CHILD_OK(a.cuEventRecord(e0, s));
+    CHILD_OK(a.cuEventQuery(e0));
     // Events: complete when the work before the record is; timed when it ran.
     CHILD_OK(a.cuEventRecord(e0, s));
     CHILD_OK(a.cuMemsetD8Async(buf, 0x55, 10, s));
