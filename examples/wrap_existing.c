@@ -43,6 +43,7 @@ static struct {
   CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
   CUresult (*copy_in)(CUdeviceptr, const void *, size_t);
   CUresult (*copy_out)(void *, CUdeviceptr, size_t);
+  CUresult (*ctx_sync)(void);
 } cu;
 
 static int load(const char *name, void *slot) {
@@ -70,7 +71,8 @@ int main(int argc, char **argv) {
   if (!load("cuMemCreate", &cu.create) || !load("cuMemRelease", &cu.release) ||
       !load("cuMemAddressReserve", &cu.reserve) || !load("cuMemAddressFree", &cu.free_va) ||
       !load("cuMemMap", &cu.map) || !load("cuMemUnmap", &cu.unmap) || !load("cuMemSetAccess", &cu.set_access) ||
-      !load("cuMemcpyHtoD", &cu.copy_in) || !load("cuMemcpyDtoH", &cu.copy_out)) {
+      !load("cuMemcpyHtoD", &cu.copy_in) || !load("cuMemcpyDtoH", &cu.copy_out) ||
+      !load("cuCtxSynchronize", &cu.ctx_sync)) {
     fprintf(stderr, "rank %d: %s\n", rank, vmmipc_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -101,6 +103,7 @@ int main(int argc, char **argv) {
   unsigned char *host = malloc(total);
   memset(host, rank + 1, total);
   CHECK_CU(cu.copy_in(base, host, total));
+  CHECK_CU(cu.ctx_sync()); /* from pageable memory the copy may land after it returns */
 
   /* Share it. */
   vmmipc_buf_t buf;

@@ -7,7 +7,7 @@
 # the test's own) make none: VMMIPC_NODE_ID is no input of theirs, so a
 # layout would run them unchanged, and they have none.
 if(VMMIPC_TEST_DRIVER STREQUAL "standin")
-  vmmipc_mpi_test(test_standin NP 1 2 SOURCES standin/test_standin.cc)
+  vmmipc_mpi_test(test_standin NP 1 2 SOURCES standin/test_standin.cc standin/test_standin_async.cc)
 endif()
 # The harness's node per rank (harness/vnode.sh), every launcher's variable.
 add_test(NAME harness.vnode COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/harness/test_vnode.sh)

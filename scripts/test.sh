@@ -10,6 +10,9 @@
 #                       instead of the MPI on PATH
 #   VMMIPC_NO_INSTALL=1 never install packages
 #   CMAKE_ARGS          more arguments for the configure step
+#   VMMIPC_STANDIN_ASYNC  when the stand-in's stream work completes (docs/standin.md);
+#                       default random:SEED with a new seed each run, printed so that
+#                       a failure can be replayed with the same setting
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/deps.sh" test
@@ -32,6 +35,9 @@ ulimit -Sn "$(ulimit -Hn)" 2>/dev/null || true
 cd "$build"
 if [ "${VMMIPC_TEST_DRIVER:-standin}" = standin ]; then
   driver=$(vmmipc_describe_driver standin "$build/mpi_tests/standin/libvmmipc_standin.so")
+  # Stream work completes late, as on a GPU: a missing synchronisation shows.
+  export VMMIPC_STANDIN_ASYNC=${VMMIPC_STANDIN_ASYNC:-random:$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+  driver="$driver, stream work VMMIPC_STANDIN_ASYNC=$VMMIPC_STANDIN_ASYNC"
 else
   driver=$(vmmipc_describe_driver real)
 fi

@@ -5,8 +5,9 @@
  * memory operations and the library's kernel launches on s are recorded,
  * with copies of their values and arguments, instead of run.
  * vmmipc_standin_capture_end(s) stops recording; vmmipc_standin_replay(s)
- * runs the recording in order on the calling thread, as a graph launch
- * would, as often as asked. Anything else on a capturing stream (copies)
+ * runs the recording in order on s, as a graph launch would, as often as
+ * asked, and returns once it ran (with asynchronous stream work, async.h,
+ * it is queued on s and waited for). Anything else on a capturing stream (copies)
  * still runs at once. cuThreadExchangeStreamCaptureMode keeps the thread's
  * mode; nothing here refuses calls by mode. */
 #include <stdlib.h>
@@ -174,5 +175,6 @@ STI_EXPORT CUresult vmmipc_standin_replay(CUstream s) {
   for (sti_item *x = head; x && !rc; x = x->next)
     rc = x->launch ? cuLaunchKernel(x->f, 1, 1, 1, 1, 1, 1, 0, s, x->params, NULL)
                    : cuStreamBatchMemOp(s, x->count, x->ops, 0);
+  if (!rc && sti_async_on()) rc = cuStreamSynchronize(s);
   return rc;
 }

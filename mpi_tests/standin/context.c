@@ -1,6 +1,6 @@
 /* Primary contexts: one static struct per physical device; the current
  * context is thread-local. */
-#include "state.h"
+#include "async.h"
 
 static int sti_is_context(CUcontext ctx) {
   for (int i = 0; i < sti.nvis; i++)
@@ -76,13 +76,15 @@ CUresult cuCtxGetDevice(CUdevice *device) {
   return CUDA_SUCCESS;
 }
 
-/* Every operation completes before it returns, so there is nothing to wait
- * for; a current context is still required. */
+/* Waits for the work queued so far on every stream of the context (with
+ * VMMIPC_STANDIN_ASYNC=off it is all done already); a current context is
+ * required. */
 CUresult cuCtxSynchronize(void) {
   CUresult rc = sti_enter_ctx();
   if (rc) return rc;
+  if (sti_async_on()) rc = sti_wait_ctx(sti_current);
   sti_leave();
-  return CUDA_SUCCESS;
+  return rc;
 }
 
 /* The CUDA 13 variants, served for "cuCtxGetDevice" / "cuCtxSynchronize" at
@@ -110,6 +112,7 @@ CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
 CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   CUresult rc = sti_enter_ctx_arg(&ctx);
   if (rc) return rc;
+  if (sti_async_on()) rc = sti_wait_ctx(ctx);
   sti_leave();
-  return CUDA_SUCCESS;
+  return rc;
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "state.h"
+#include "async.h"
 
 /* Physical device i has the fixed UUID 564d4d2d-5354-4e0i-0000-00000000000i
  * ("VMM-STN", then i in bytes 7 and 15): distinct, recognisable, and with a
@@ -96,6 +96,7 @@ static CUresult sti_read_caps(void) {
 static CUresult sti_init_from_env(void) {
   CUresult rc = sti_read_device_count();
   if (rc == CUDA_SUCCESS) rc = sti_read_caps();
+  if (rc == CUDA_SUCCESS) rc = sti_async_configure(getenv("VMMIPC_STANDIN_ASYNC"));
   if (rc != CUDA_SUCCESS) return rc;
   for (int i = 0; i < STI_MAX_DEVICES; i++) {
     sti.ctx[i].phys = i;

@@ -58,9 +58,10 @@ static const sti_entry sti_entries[] = {
     E(cuDevicePrimaryCtxRelease, 7000), E(cuStreamCreate, 2000), E(cuStreamDestroy, 4000),
     E(cuStreamSynchronize, 2000), E(cuMemcpyAsync, 4000), E(cuMemcpyHtoDAsync, 3020), E(cuMemcpyDtoHAsync, 3020),
     E(cuMemcpyDtoDAsync, 3020), E(cuEventCreate, 2000), E(cuEventDestroy, 4000), E(cuEventRecord, 2000),
-    E(cuEventSynchronize, 2000), E(cuEventQuery, 2000), E(cuEventElapsedTime, 2000), E(cuMemAlloc, 3020), E(cuMemFree, 3020),
+    E(cuEventSynchronize, 2000), E(cuEventElapsedTime, 2000), E(cuMemAlloc, 3020), E(cuMemFree, 3020),
     E(cuIpcGetMemHandle, 4010), E(cuIpcOpenMemHandle, 4010), E(cuIpcCloseMemHandle, 4010),
     E(cuDeviceGetName, 2000), E(cuDeviceCanAccessPeer, 4000), E(cuGetProcAddress, 11030),
+    E(cuStreamQuery, 2000), E(cuStreamWaitEvent, 3020), E(cuEventQuery, 2000), E(cuMemsetD8Async, 3020),
     {"cuGetProcAddress", 12000, (sti_fn)cuGetProcAddress_v2},
     /* stream memory operations (the window synchronisation) */
     E(cuStreamWriteValue64, 12000), E(cuStreamWaitValue64, 12000), E(cuStreamBatchMemOp, 12000),

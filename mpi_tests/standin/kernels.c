@@ -1,13 +1,13 @@
 /* Modules and kernel launches, for the library's host-sync kernels only
  * (src/sync/kern/sync.cu): cuModuleLoadData accepts an image that names
  * them, cuModuleGetFunction knows their names, and cuLaunchKernel runs the
- * equivalent on the calling thread, as every stand-in stream operation is
- * synchronous (on a capturing stream it is recorded instead, capture.c). A
- * wait gives up at its deadline and records itself in the window's device
- * record, and a host-sync wait also in the comm's alarm, as the kernels do.
- * Mapped host memory (cuMemHostAlloc) is plain memory whose device address
- * is its own. VMMIPC_STANDIN_CAPS=nokernels makes cuModuleLoadData fail as
- * a device without a usable binary would.
+ * equivalent on the stream's worker (async.h), or on the calling thread
+ * before it returns with VMMIPC_STANDIN_ASYNC=off; on a capturing stream it
+ * is recorded instead (capture.c). The arguments are copied at the launch,
+ * as the driver does. A wait gives up at its deadline and records itself in
+ * the window's device record, and a host-sync wait also in the comm's
+ * alarm, as the kernels do. VMMIPC_STANDIN_CAPS=nokernels makes
+ * cuModuleLoadData fail as a device without a usable binary would.
  *
  * As the driver does, cuModuleLoadData waits while a kernel of its context
  * runs: the emulated ones, and the stand-in's user kernel
@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "capture.h"
+#include "hostmem.h"
 #include "vmmipc_win_device.h"
 
 typedef enum { STI_K_SIGNAL, STI_K_WAIT, STI_K_BARRIER } sti_kind;
@@ -36,8 +37,9 @@ static struct CUfunc_st sti_funcs[] = {
     {"vmmipc_k_signal", STI_K_SIGNAL}, {"vmmipc_k_wait", STI_K_WAIT}, {"vmmipc_k_barrier", STI_K_BARRIER}};
 
 static struct CUmod_st *sti_mods;
-static long sti_host_allocs, sti_launches;
-static int sti_running[STI_MAX_DEVICES]; /* kernels running, by physical device (lock held) */
+static long sti_launches;
+/* Kernels launched and not finished, by physical device (lock held). */
+static int sti_running[STI_MAX_DEVICES];
 
 /* A kernel of ctx starts or ends (takes the lock). */
 static void sti_kernel_runs(struct CUctx_st *ctx, int delta) {
@@ -58,7 +60,7 @@ STI_EXPORT void vmmipc_standin_kernel_counts(long *modules, long *host_allocs, l
   long m = 0;
   for (struct CUmod_st *x = sti_mods; x; x = x->next) m++;
   if (modules) *modules = m;
-  if (host_allocs) *host_allocs = sti_host_allocs;
+  if (host_allocs) *host_allocs = sti_host_alloc_count();
   if (launches) *launches = sti_launches;
   pthread_mutex_unlock(&sti.mu);
 }
@@ -76,7 +78,9 @@ CUresult cuModuleLoadData(CUmodule *module, const void *image) {
     rc = CUDA_ERROR_OUT_OF_MEMORY;
   /* A load waits for the context's running kernels (lock dropped between
    * looks); the driver would wait forever, the stand-in as long as a
-   * stream wait. */
+   * stream wait. A queued launch counts as running: its stream's work up to
+   * it is hurried (only launches: other work waits for no load). */
+  if (!rc && sti_async_on()) sti_hurry_launches(sti_current);
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   long budget = sti_budget_ms();
@@ -134,44 +138,6 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
     }
   sti_leave();
   return rc;
-}
-
-CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
-  if (!pp || !bytesize) return CUDA_ERROR_INVALID_VALUE;
-  const unsigned known = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
-  if (flags & ~known) return CUDA_ERROR_INVALID_VALUE;
-  CUresult rc = sti_enter_ctx();
-  if (rc) return rc;
-  *pp = calloc(1, bytesize);
-  if (*pp)
-    sti_host_allocs++;
-  else
-    rc = CUDA_ERROR_OUT_OF_MEMORY;
-  sti_leave();
-  return rc;
-}
-
-CUresult cuMemFreeHost(void *p) {
-  CUresult rc = sti_enter();
-  if (rc) return rc;
-  if (p) {
-    free(p);
-    sti_host_allocs--;
-  }
-  sti_leave();
-  return rc;
-}
-
-CUresult cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int flags) {
-  if (!pdptr || !p || flags) return CUDA_ERROR_INVALID_VALUE;
-  *pdptr = (CUdeviceptr)(uintptr_t)p;
-  return CUDA_SUCCESS;
-}
-
-static uint64_t sti_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
 /* As vmmipc__dev_record_to: the first to give up claims the record. */
@@ -264,6 +230,47 @@ static void sti_run(sti_kind kind, void **p) {
   }
 }
 
+/* A queued launch: copies of its arguments, as sti_arg_sizes lays them out. */
+typedef struct {
+  sti_op op;
+  sti_kind kind;
+  int phys;
+  void *params[STI_MAX_KERNEL_ARGS];
+  unsigned char args[];
+} sti_launch_op;
+
+static CUresult sti_launch_run(sti_op *o) {
+  sti_launch_op *l = (sti_launch_op *)o;
+  sti_run(l->kind, l->params);
+  return CUDA_SUCCESS;
+}
+
+static void sti_launch_fini(sti_op *o) {
+  sti_running[((sti_launch_op *)o)->phys]--;
+  o->stream->launches--;
+}
+
+/* Queues a launch on s (lock held): it counts as running until it ends. */
+static CUresult sti_launch_queue(CUstream s, CUfunction f, void **params) {
+  size_t sizes[STI_MAX_KERNEL_ARGS], total = 0;
+  int n = sti_arg_sizes(f->kind, sizes);
+  for (int i = 0; i < n; i++) total += (sizes[i] + 15) / 16 * 16;
+  struct CUstream_st *q = sti_stream_of(s);
+  sti_launch_op *l = q ? sti_op_new(sizeof *l + total, sti_launch_run) : NULL;
+  if (!l) return CUDA_ERROR_OUT_OF_MEMORY;
+  l->kind = f->kind;
+  l->phys = sti_current->phys;
+  for (size_t i = 0, at = 0; i < (size_t)n; at += (sizes[i] + 15) / 16 * 16, i++) {
+    memcpy(l->args + at, params[i], sizes[i]);
+    l->params[i] = l->args + at;
+  }
+  l->op.fini = sti_launch_fini;
+  sti_running[l->phys]++;
+  q->launches++;
+  l->op.stream = q; /* for the fini, should the enqueue fail */
+  return sti_enqueue(q, &l->op);
+}
+
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
                         unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **params,
                         void **extra) {
@@ -282,7 +289,15 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
     sti_launches++;
   struct CUctx_st *ctx = sti_current;
   sti_leave();
-  if (!rc && sti_capturing(s)) {
+  int capturing = !rc && sti_capturing(s);
+  if (!rc && !capturing && sti_async_on()) {
+    if (!(rc = sti_enter_ctx())) {
+      rc = sti_stream_valid(s) ? sti_launch_queue(s, f, params) : CUDA_ERROR_INVALID_HANDLE;
+      sti_leave();
+    }
+    return rc;
+  }
+  if (capturing) {
     size_t sizes[STI_MAX_KERNEL_ARGS];
     int n = sti_arg_sizes(f->kind, sizes);
     return sti_capture_launch(s, f, params, sizes, n);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "state.h"
+#include "async.h"
 
 sti_map *sti_map_containing(uintptr_t addr) {
   for (sti_map *m = sti.maps; m; m = m->next)
@@ -73,10 +73,13 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 }
 
 /* Must cover whole mappings exactly; the range returns to PROT_NONE
- * reserved memory and each mapping drops its allocation reference. */
+ * reserved memory and each mapping drops its allocation reference. Like the
+ * real driver's, synchronous: queued work that may use the range is over
+ * first. */
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   CUresult rc = sti_enter();
   if (rc) return rc;
+  if (sti_async_on()) (void)sti_wait_ctx(NULL);
   uintptr_t cur = (uintptr_t)ptr, end = cur + size;
   if (!sti_whole_mappings(cur, size)) rc = CUDA_ERROR_INVALID_VALUE;
   while (rc == CUDA_SUCCESS && cur < end) {

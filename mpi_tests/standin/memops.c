@@ -1,10 +1,12 @@
 /* Stream memory operations: 64-bit write and wait on device memory, and
- * batches of them. Streams here are synchronous, so a write is an atomic
- * store that is visible to every process mapping the page when it returns,
- * and a wait blocks the calling thread until the condition holds (polling
- * the shared page, outside the lock). A GPU would wait forever; the
- * stand-in gives up after VMMIPC_STANDIN_WAIT_MS (default 120000) with
- * CUDA_ERROR_LAUNCH_TIMEOUT, so that a test bug ends instead of hanging.
+ * batches of them. A write is an atomic store that is visible to every
+ * process mapping the page once it ran, and a wait polls the shared page
+ * until the condition holds. Both run on the stream's worker (async.h), or
+ * on the calling thread before the call returns with
+ * VMMIPC_STANDIN_ASYNC=off. A GPU would wait forever; the stand-in gives up
+ * after VMMIPC_STANDIN_WAIT_MS (default 120000) with
+ * CUDA_ERROR_LAUNCH_TIMEOUT (the call's result, or the stream's sticky
+ * error), so that a test bug ends instead of hanging.
  * CU_STREAM_MEM_OP_BARRIER in a batch is a full fence. A 32-bit write
  * (CU_STREAM_MEM_OP_WRITE_VALUE_32) stores the 4 bytes at its address. On
  * a capturing stream (capture.c) the operations are recorded instead. */
@@ -31,15 +33,28 @@ static CUresult sti_memop_check(CUstream s, CUdeviceptr addr, size_t size) {
   return rc;
 }
 
+/* What a write or wait's flags allow: checked when it runs, and also when it
+ * is queued, so that a bad flag fails the call. */
+static CUresult sti_write_flags(unsigned int flags) {
+  /* The v2 memory operations (what a loader of CUDA 12+ gets) take no write
+   * flag: NO_MEMORY_BARRIER is refused, as the real driver does. */
+  return flags != CU_STREAM_WRITE_VALUE_DEFAULT ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+static CUresult sti_wait_flags(unsigned int flags) {
+  if (flags & CU_STREAM_WAIT_VALUE_FLUSH) return CUDA_ERROR_NOT_SUPPORTED; /* as on H200 */
+  return flags > CU_STREAM_WAIT_VALUE_NOR ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
 static CUresult sti_write(CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
-  if (flags & ~(unsigned)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) return CUDA_ERROR_INVALID_VALUE;
+  if (sti_write_flags(flags)) return CUDA_ERROR_INVALID_VALUE;
   /* Sequentially consistent: also the default's fence before the write. */
   __atomic_store_n((uint64_t *)(uintptr_t)addr, (uint64_t)value, __ATOMIC_SEQ_CST);
   return CUDA_SUCCESS;
 }
 
 static CUresult sti_write32(CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
-  if (flags & ~(unsigned)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) return CUDA_ERROR_INVALID_VALUE;
+  if (sti_write_flags(flags)) return CUDA_ERROR_INVALID_VALUE;
   __atomic_store_n((uint32_t *)(uintptr_t)addr, (uint32_t)value, __ATOMIC_SEQ_CST);
   return CUDA_SUCCESS;
 }
@@ -61,9 +76,9 @@ static long sti_wait_budget_ms(void) {
 }
 
 static CUresult sti_wait(CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
-  if (flags & CU_STREAM_WAIT_VALUE_FLUSH) return CUDA_ERROR_NOT_SUPPORTED; /* as on H200 */
+  CUresult rc = sti_wait_flags(flags);
+  if (rc) return rc;
   unsigned op = flags;
-  if (op > CU_STREAM_WAIT_VALUE_NOR) return CUDA_ERROR_INVALID_VALUE;
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   long budget = sti_wait_budget_ms(), pause_ns = 1000;
@@ -79,32 +94,84 @@ static CUresult sti_wait(CUdeviceptr addr, cuuint64_t value, unsigned int flags)
   }
 }
 
+/* Runs checked operations in order; the first failure ends them. */
+static CUresult sti_memops_run(unsigned count, const CUstreamBatchMemOpParams *ops) {
+  for (unsigned i = 0; i < count; i++) {
+    CUresult rc = CUDA_SUCCESS;
+    switch (ops[i].operation) {
+      case CU_STREAM_MEM_OP_BARRIER: /* the stream's earlier writes are done: a full fence */
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+        rc = sti_write32(ops[i].writeValue.address, ops[i].writeValue.value, ops[i].writeValue.flags);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        rc = sti_write(ops[i].writeValue.address, ops[i].writeValue.value64, ops[i].writeValue.flags);
+        break;
+      default:
+        rc = sti_wait(ops[i].waitValue.address, ops[i].waitValue.value64, ops[i].waitValue.flags);
+    }
+    if (rc) return rc;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* Queued operations: their own copy. */
+typedef struct {
+  sti_op op;
+  unsigned count;
+  CUstreamBatchMemOpParams ops[];
+} sti_memop_op;
+
+static CUresult sti_memop_run(sti_op *o) {
+  sti_memop_op *m = (sti_memop_op *)o;
+  return sti_memops_run(m->count, m->ops);
+}
+
+/* Where checked operations go: recorded on a capturing stream, queued with
+ * asynchronous work, else run now. */
+static CUresult sti_memops_submit(CUstream s, unsigned count, const CUstreamBatchMemOpParams *ops) {
+  if (sti_capturing(s)) return sti_capture_batch(s, count, ops);
+  if (!sti_async_on()) return sti_memops_run(count, ops);
+  CUresult rc = sti_enter_ctx();
+  if (rc) return rc;
+  struct CUstream_st *q = sti_stream_valid(s) ? sti_stream_of(s) : NULL;
+  sti_memop_op *m = q ? sti_op_new(sizeof *m + count * sizeof *ops, sti_memop_run) : NULL;
+  if (!m) {
+    rc = sti_stream_valid(s) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_HANDLE;
+  } else {
+    m->count = count;
+    memcpy(m->ops, ops, count * sizeof *ops);
+    rc = sti_enqueue(q, &m->op);
+  }
+  sti_leave();
+  return rc;
+}
+
 CUresult cuStreamWriteValue64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   CUresult rc = sti_memop_check(s, addr, 8);
-  if (!rc && sti_capturing(s)) {
-    CUstreamBatchMemOpParams op;
-    memset(&op, 0, sizeof op);
-    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-    op.writeValue.address = addr;
-    op.writeValue.value64 = value;
-    op.writeValue.flags = flags;
-    return sti_capture_batch(s, 1, &op);
-  }
-  return rc ? rc : sti_write(addr, value, flags);
+  if (!rc && sti_async_on()) rc = sti_write_flags(flags);
+  if (rc) return rc;
+  CUstreamBatchMemOpParams op;
+  memset(&op, 0, sizeof op);
+  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  op.writeValue.address = addr;
+  op.writeValue.value64 = value;
+  op.writeValue.flags = flags;
+  return sti_memops_submit(s, 1, &op);
 }
 
 CUresult cuStreamWaitValue64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   CUresult rc = sti_memop_check(s, addr, 8);
-  if (!rc && sti_capturing(s)) {
-    CUstreamBatchMemOpParams op;
-    memset(&op, 0, sizeof op);
-    op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-    op.waitValue.address = addr;
-    op.waitValue.value64 = value;
-    op.waitValue.flags = flags;
-    return sti_capture_batch(s, 1, &op);
-  }
-  return rc ? rc : sti_wait(addr, value, flags);
+  if (!rc && sti_async_on()) rc = sti_wait_flags(flags);
+  if (rc) return rc;
+  CUstreamBatchMemOpParams op;
+  memset(&op, 0, sizeof op);
+  op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+  op.waitValue.address = addr;
+  op.waitValue.value64 = value;
+  op.waitValue.flags = flags;
+  return sti_memops_submit(s, 1, &op);
 }
 
 /* The operation types of this thread's last batch, for tests
@@ -141,25 +208,10 @@ CUresult cuStreamBatchMemOp(CUstream s, unsigned int count, CUstreamBatchMemOpPa
                                                                   : ops[i].writeValue.address, 8);
     else
       rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc)
+      rc = t == CU_STREAM_MEM_OP_WAIT_VALUE_64 ? sti_wait_flags(ops[i].waitValue.flags)
+                                               : sti_write_flags(ops[i].writeValue.flags);
     if (rc) return rc;
   }
-  if (sti_capturing(s)) return sti_capture_batch(s, count, ops);
-  for (unsigned i = 0; i < count; i++) {
-    CUresult rc = CUDA_SUCCESS;
-    switch (ops[i].operation) {
-      case CU_STREAM_MEM_OP_BARRIER: /* the stream's earlier writes are done: a full fence */
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        break;
-      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-        rc = sti_write32(ops[i].writeValue.address, ops[i].writeValue.value, ops[i].writeValue.flags);
-        break;
-      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-        rc = sti_write(ops[i].writeValue.address, ops[i].writeValue.value64, ops[i].writeValue.flags);
-        break;
-      default:
-        rc = sti_wait(ops[i].waitValue.address, ops[i].waitValue.value64, ops[i].waitValue.flags);
-    }
-    if (rc) return rc;
-  }
-  return CUDA_SUCCESS;
+  return sti_memops_submit(s, count, ops);
 }

@@ -1,5 +1,5 @@
 /* The global state, its lock, and the live-object counters for tests. */
-#include "state.h"
+#include "async.h"
 
 sti_state sti = {.mu = PTHREAD_MUTEX_INITIALIZER};
 _Thread_local struct CUctx_st *sti_current;
@@ -9,9 +9,15 @@ _Thread_local struct CUctx_st *sti_current;
  * locked by a thread that does not exist there. */
 static void sti_prefork(void) { pthread_mutex_lock(&sti.mu); }
 static void sti_postfork(void) { pthread_mutex_unlock(&sti.mu); }
+/* The child has no stream workers, and the parent's queued work is not its
+ * own: it is dropped (async.c). */
+static void sti_postfork_child(void) {
+  sti_async_after_fork_child();
+  pthread_mutex_unlock(&sti.mu);
+}
 
 __attribute__((constructor)) static void sti_register_atfork(void) {
-  pthread_atfork(sti_prefork, sti_postfork, sti_postfork);
+  pthread_atfork(sti_prefork, sti_postfork, sti_postfork_child);
 }
 
 CUresult sti_enter(void) {

@@ -1,8 +1,10 @@
 """Module-level names: version, Result, Error, set_device, device_count."""
+import ctypes
+
 import pytest
 
 import vmmipc
-from conftest import WORLD
+from conftest import STANDIN, WORLD
 
 
 def test_version():
@@ -62,6 +64,19 @@ def test_copy_helpers_bad_input():
         vmmipc.copy_from_device("x", 1)
     with pytest.raises(ValueError):
         vmmipc.copy_from_device(0, -1)
+    WORLD.Barrier()
+
+
+@pytest.mark.skipif(not STANDIN, reason="reads device memory through a host pointer: stand-in only")
+def test_copy_to_device_is_done_when_it_returns():
+    # cuMemcpyHtoD from pageable memory may return before the data lands;
+    # copy_to_device promises more. On the stand-in with late stream work
+    # (VMMIPC_STANDIN_ASYNC=late) the bytes would still be missing here.
+    buf = vmmipc.alloc(1 << 20)
+    data = bytes(range(256)) * 4
+    vmmipc.copy_to_device(buf.ptr, data)
+    assert ctypes.string_at(buf.ptr, len(data)) == data
+    buf.close()
     WORLD.Barrier()
 
 

@@ -20,6 +20,7 @@ def fill(win, seed):
     if n:
         write(p, pattern(seed * 16 + RANK, min(n, 4096)))
     win.barrier()
+    vmmipc.synchronize()  # the barrier is stream work: the host reads the peers' bytes only after it
 
 
 def refused_everywhere(win, holder_views):

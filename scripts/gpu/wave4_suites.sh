@@ -7,7 +7,8 @@
 # 3. under a private MPS daemon (scripts/mps.sh): the gpu-labelled entries, the
 #    sync and device suites, and the Python suites at 2 and 4 ranks REPEAT times each
 #    (ctest --repeat until-fail), then the same Python repeats without MPS;
-# 4. the node-layout matrix once, and a short chaos campaign on the real driver.
+# 4. with BENCH=1: scripts/gpu/wave4.sh bench (issue 30's rows under MPS) into OUTDIR;
+# 5. the node-layout matrix once, and a short chaos campaign on the real driver.
 # Each step is bounded; the whole stays within DEADLINE_S (560). OUTDIR gets
 # suites.txt (the summary) and suites.tgz (every log).
 set -uo pipefail
@@ -22,7 +23,7 @@ build=${BUILD_DIR:-$root/build-real}
 logs=$out/suites
 mkdir -p "$logs"
 sum=$out/suites.txt
-deadline=${DEADLINE_S:-560} repeat=${REPEAT:-5}
+deadline=${DEADLINE_S:-560} repeat=${REPEAT:-3}
 start=$(date +%s)
 log() { echo "[suites $(($(date +%s) - start)) s] $*" | tee -a "$sum" >&2; }
 left() { echo $((deadline - ($(date +%s) - start))); }
@@ -50,22 +51,27 @@ step configure 60 "$logs/configure.log" cmake -S "$root" -B "$build" -DCMAKE_BUI
   -DVMMIPC_TEST_DRIVER=real -DVMMIPC_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DPython3_EXECUTABLE="$(command -v python3)"
 step build 150 "$logs/build.log" cmake --build "$build" -j "$(nproc)"
-ct() { (cd "$build" && ctest --output-on-failure --timeout 120 "$@"); }
-step ctest-nomps 220 "$logs/ctest-nomps.log" ct -j 8 -LE 'layouts|chaos'
+# ctest in the build tree, as a command (timeout cannot run a shell function)
+ct=(ctest --test-dir "$build" --output-on-failure --timeout 120)
+step ctest-nomps ${NOMPS_S:-200} "$logs/ctest-nomps.log" "${ct[@]}" -j 8 -LE 'layouts|chaos'
 mps_dir=${TMPDIR:-/tmp}/vmmipc-suites-mps
 if env_lines=$(scripts/mps.sh start "$mps_dir" 2> "$logs/mps.log"); then
   eval "$env_lines"
   log "MPS on"
-  step ctest-mps 80 "$logs/ctest-mps.log" ct -j 4 -R 'gpu|test_device|test_sync|python'
-  step python-repeat-mps 60 "$logs/python-mps.log" ct -j 2 -R '^python\.np[24]$' --repeat "until-fail:$repeat"
+  # Python first: a kernel fault under MPS would end every client of the server.
+  step python-repeat-mps 50 "$logs/python-mps.log" "${ct[@]}" -j 2 -R '^python\.np[24]$' --repeat "until-fail:$repeat"
+  step ctest-mps 60 "$logs/ctest-mps.log" "${ct[@]}" -j 4 -R 'gpu|test_device|test_sync'
   scripts/mps.sh stop "$mps_dir" >> "$logs/mps.log" 2>&1
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   log "MPS stopped"
 else
   log "MPS not available: $(tail -1 "$logs/mps.log")"
 fi
-step python-repeat-nomps 60 "$logs/python-nomps.log" ct -j 2 -R '^python\.np[24]$' --repeat "until-fail:$repeat"
-step layouts 60 "$logs/layouts.log" ct -j 8 -L layouts
+step python-repeat-nomps 50 "$logs/python-nomps.log" "${ct[@]}" -j 2 -R '^python\.np[24]$' --repeat "until-fail:$repeat"
+if [ "${BENCH:-0}" = 1 ]; then
+  step bench 120 "$logs/bench.log" env DEADLINE_S=110 scripts/gpu/wave4.sh bench "$out"
+fi
+step layouts 50 "$logs/layouts.log" "${ct[@]}" -j 8 -L layouts
 step chaos 45 "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh --runs 8 --steps 60 \
   --np "2 3 4" --kill-share 0.1 --budget 35
 tar czf "$out/suites.tgz" -C "$out" suites

@@ -195,7 +195,9 @@ static vmmipc_result_t round_run(round_t *g, vmmipc_result_t local, int *seconda
   }
   free(freed);
   if (!local) local = r;
-  vmmipc__tp_xchg_t x = {VMMIPC__CTX_COLL, g->epoch, s, ns, m, nr, on_recv, g, local, -1};
+  /* Two slacks before the call's bound: this rank's outcome, blaming the
+   * peer it waited for, reaches the collector before it gives up. */
+  vmmipc__tp_xchg_t x = {VMMIPC__CTX_COLL, g->epoch, s, ns, m, nr, on_recv, g, local, -1, vmmipc__step_deadline(c)};
   /* Tests act here: one rank made late inside the exchange; another
    * thread tried on this comm while this call holds it. */
   if (!local && VMMIPC__INJECT("late")) VMMIPC__LATE(c->timeout_ms);

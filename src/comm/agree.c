@@ -477,9 +477,9 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
   struct vmmipc_comm *c = a->c;
   int n = c->size;
   /* The collector gives up a little before the others, so that its verdict
-   * (a timeout naming the silent ranks) reaches them within their bound. */
-  int slack = c->timeout_ms / 10 < 1000 ? c->timeout_ms / 10 : 1000;
-  int64_t deadline = vmmipc__now_ms() + c->timeout_ms - slack;
+   * (a timeout naming the silent ranks) reaches them within their bound;
+   * the call's steps gave up earlier still (deadline.c). */
+  int64_t deadline = vmmipc__deadline(c) - vmmipc__slack_ms(c);
   size_t omax = outcome_max(a->len), vmax = verdict_max(c, a->len);
   unsigned char *outcomes = calloc((size_t)n, omax);
   unsigned char *verdict = malloc(vmax); /* handed to MPI: may outlive this call */
@@ -667,7 +667,7 @@ static void tell_collector(const agree_call_t *a, int dead) { tell_collector_kin
 
 static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local, int secondary) {
   struct vmmipc_comm *c = a->c;
-  int64_t deadline = vmmipc__now_ms() + c->timeout_ms;
+  int64_t deadline = vmmipc__deadline(c); /* the call's (deadline.c) */
   size_t omax = outcome_max(a->len), vmax = verdict_max(c, a->len);
   unsigned char *bufs = malloc(omax + vmax);
   char *watch = calloc((size_t)c->node_size + 1, 1);
@@ -831,6 +831,7 @@ vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, i
   } else {
     r = c->rank == 0 ? agree_root(&a, local, secondary) : agree_member(&a, local, secondary);
   }
+  c->deadline_ms = 0; /* a step after this one starts a bound of its own */
   c->timing.agree_s += vmmipc__now() - t0;
   return r;
 }

@@ -44,6 +44,7 @@ struct vmmipc_comm {
   int *rank_of;            /* [node_size]: node rank -> comm rank */
   vmmipc__tp_t *tp;
   int timeout_ms;
+  int64_t deadline_ms;     /* the current call's bound (deadline.c), 0: none yet */
   int thread_level;        /* what MPI provides (MPI_Query_thread) */
   uint64_t epoch;          /* collective calls so far: every rank, success or not */
   uint64_t agreements;     /* agreements so far (tags their MPI messages) */
@@ -177,6 +178,15 @@ typedef struct vmmipc__agree_io {
 } vmmipc__agree_io_t;
 vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
                                  vmmipc__agree_io_t *io);
+
+/* ---- one deadline per call (deadline.c) ---- */
+/* The collector's slack: a tenth of the timeout, at most 1 s. */
+int vmmipc__slack_ms(const struct vmmipc_comm *c);
+/* The call's bound (vmmipc__now_ms clock): set at a collective's entry, or
+ * at its first use; the agreement ends it (the next step starts one). */
+int64_t vmmipc__deadline(struct vmmipc_comm *c);
+/* A step before the agreement: two slacks before the call's bound. */
+int64_t vmmipc__step_deadline(struct vmmipc_comm *c);
 
 /* ---- bounded MPI waits (mpiwait.c) ---- */
 /* Waits until every request completes or deadline_ms passes; 0 if all

@@ -78,6 +78,7 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
   }
   if (collective) {
     c->epoch++; /* on every rank, whatever the outcome: frames of this call carry it */
+    c->deadline_ms = vmmipc__now_ms() + c->timeout_ms; /* one for the call's steps and agreement */
     memset(&c->timing, 0, sizeof c->timing);
     c->timing.struct_size = sizeof c->timing;
   }
@@ -99,6 +100,7 @@ void vmmipc__leave(struct vmmipc_comm *c) {
     vmmipc__error_put(&st);
   }
   if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c);
+  c->deadline_ms = 0;
   vmmipc__leave_process();
   __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
   __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);

@@ -26,7 +26,7 @@ vmmipc_result_t vmmipc_send(vmmipc_comm_t c, vmmipc_desc_t d, int dest) {
   }
   vmmipc__desc_encode(d, bytes);
   vmmipc__tp_send_t s = {peer, bytes, nb, d->fds, d->num_chunks};
-  vmmipc__tp_xchg_t x = {VMMIPC__CTX_P2P, 0, &s, 1, NULL, 0, NULL, NULL, VMMIPC_SUCCESS, -1};
+  vmmipc__tp_xchg_t x = {VMMIPC__CTX_P2P, 0, &s, 1, NULL, 0, NULL, NULL, VMMIPC_SUCCESS, -1, 0};
   r = vmmipc__tp_exchange(c->tp, &x);
   free(bytes);
   if (r) vmmipc__error_prefix("%s to rank %d: ", op, dest);
@@ -45,7 +45,7 @@ vmmipc_result_t vmmipc_recv(vmmipc_comm_t c, int source, vmmipc_desc_t *out) {
   int peer;
   if ((r = vmmipc__peer_node_rank(c, source, op, &peer))) goto out;
   vmmipc__tp_recv_t m = {peer, NULL, 0, NULL, 0, 0};
-  vmmipc__tp_xchg_t x = {VMMIPC__CTX_P2P, 0, NULL, 0, &m, 1, NULL, NULL, VMMIPC_SUCCESS, -1};
+  vmmipc__tp_xchg_t x = {VMMIPC__CTX_P2P, 0, NULL, 0, &m, 1, NULL, NULL, VMMIPC_SUCCESS, -1, 0};
   r = vmmipc__tp_exchange(c->tp, &x);
   if (!r) r = vmmipc__desc_adopt(m.bytes, m.num_bytes, m.fds, m.num_fds, out);
   if (r) vmmipc__error_prefix("%s from rank %d: ", op, source);

@@ -245,7 +245,9 @@ vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const cha
    * frames of a later epoch, instead of dropping them as leftovers. */
   c->epoch++;
   if (n > 1 && sends && recvs) {
-    vmmipc__tp_xchg_t x = {VMMIPC__CTX_COLL, c->epoch, sends, ns, recvs, ns, import_step, &g, local, -1};
+    /* Its bound is shared with its agreement (comm/deadline.c). */
+    vmmipc__tp_xchg_t x = {VMMIPC__CTX_COLL, c->epoch, sends, ns, recvs, ns, import_step, &g, local, -1,
+                           vmmipc__step_deadline(c)};
     double tx = vmmipc__now();
     vmmipc_result_t xr = vmmipc__tp_exchange(c->tp, &x);
     c->timing.transfer_s += vmmipc__now() - tx;

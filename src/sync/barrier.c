@@ -9,9 +9,9 @@
  * this rank. The counters only grow, so it repeats without resets, and a
  * wait for "at least k" is also satisfied by a peer already at k + 1 (which
  * it reaches only after this barrier's arrivals). The writes carry
- * CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER: the explicit barrier before them
- * already orders the stream's earlier writes, and they go to distinct slots
- * (a per-write fence cost about 1.3 us each on one H200 under MPS). Shapes
+ * CU_STREAM_WRITE_VALUE_DEFAULT, the only value the driver's v2 memory
+ * operations take (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER is refused with
+ * CUDA_ERROR_INVALID_VALUE on an H200, driver 580). Shapes
  * (VMMIPC_SYNC_BARRIER, the same on every node rank; slot n + q of a rank's
  * pad is written only by node rank q in all of them):
  *   flat    (default) write k into my slot at every peer, then wait until
@@ -75,7 +75,7 @@ static void write64(CUstreamBatchMemOpParams *ops, int *m, CUdeviceptr at, uint6
   o->writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
   o->writeValue.address = at;
   o->writeValue.value64 = v;
-  o->writeValue.flags = CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER; /* after the explicit barrier */
+  o->writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT; /* v2: no other value is taken */
 }
 
 static void write32(CUstreamBatchMemOpParams *ops, int *m, CUdeviceptr at, uint32_t v) {

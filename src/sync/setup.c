@@ -94,7 +94,9 @@ static vmmipc_result_t gather(struct vmmipc_comm *c, struct path_info *mine, str
   *send = *mine;
   MPI_Request req = MPI_REQUEST_NULL;
   int mrc = MPI_Iallgather(send, (int)sizeof *send, MPI_BYTE, *all, (int)sizeof *send, MPI_BYTE, c->node, &req);
-  int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(&req, 1, vmmipc__now_ms() + c->timeout_ms, &mrc) : -1;
+  int64_t started = vmmipc__now_ms();
+  /* A step of the call: its bound is the call's, two slacks early (comm/deadline.c). */
+  int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(&req, 1, vmmipc__step_deadline(c), &mrc) : -1;
   if (w > 0) { /* pending on the node comm: MPI keeps the buffers and the comms */
     vmmipc__mpi_abandon(&req, 1, 0, *all);
     vmmipc__mpi_keep(send);
@@ -103,7 +105,7 @@ static vmmipc_result_t gather(struct vmmipc_comm *c, struct path_info *mine, str
     return vmmipc__error(VMMIPC_ERR_TIMEOUT,
                          "%s: telling the node's ranks the host-sync path timed out after %d ms: a rank of this "
                          "node is not in the call",
-                         op, c->timeout_ms);
+                         op, (int)(vmmipc__now_ms() - started));
   }
   free(send);
   if (w < 0) {

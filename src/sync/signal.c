@@ -8,10 +8,11 @@
  *
  * Ordering: the signal is one cuStreamBatchMemOp of an explicit system-scope
  * barrier (CU_STREAM_MEM_OP_BARRIER, CU_STREAM_MEMORY_BARRIER_TYPE_SYS) then
- * the 64-bit write, without a fence of its own
- * (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER): the stream's earlier writes,
- * the previous signal's among them, are visible system-wide before the flag
- * lands, and one fence is enough. cuStreamWaitValue64
+ * the 64-bit write: the stream's earlier writes, the previous signal's among
+ * them, are visible system-wide before the flag lands. The write's flags are
+ * CU_STREAM_WRITE_VALUE_DEFAULT: the driver's v2 memory operations (what the
+ * loader takes) refuse CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER with
+ * CUDA_ERROR_INVALID_VALUE (seen on an H200, driver 580). cuStreamWaitValue64
  * holds later work on the stream until the flag is set.
  * CU_STREAM_WAIT_VALUE_FLUSH is used where the device reports
  * CAN_FLUSH_REMOTE_WRITES (it concerns writes from NICs; H200 reports 0). */
@@ -116,7 +117,7 @@ vmmipc_result_t vmmipc_win_signal(vmmipc_win_t w, int rank, uint64_t value, void
   ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
   ops[1].writeValue.address = vmmipc__slot_addr(w, p, w->comm->node_rank);
   ops[1].writeValue.value64 = value;
-  ops[1].writeValue.flags = CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
+  ops[1].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT; /* v2: no other value is taken */
   CUresult rc = cu->cuStreamBatchMemOp((CUstream)stream, 2, ops, 0);
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuStreamBatchMemOp (barrier, write) to rank %d", op, rank);
   return VMMIPC_SUCCESS;

@@ -536,7 +536,8 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
     rc = x->local;
     goto fail;
   }
-  const int64_t deadline = vmmipc__now_ms() + tp->timeout_ms;
+  const int64_t started = vmmipc__now_ms();
+  const int64_t deadline = x->deadline_ms ? x->deadline_ms : started + tp->timeout_ms;
   int64_t next_liveness = 0;
   for (;;) {
     int pending = 0;
@@ -569,10 +570,12 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
     if (now >= deadline) {
       char what[700] = "";
       describe_pending(&s, what, sizeof what);
+      /* With the call's deadline, what this step waited of it. */
+      int waited = x->deadline_ms ? (int)(now - started) : tp->timeout_ms;
       rc = vmmipc__error(VMMIPC_ERR_TIMEOUT,
                          "rank %d timed out after %d ms waiting for %s; hint: is that rank alive and in the matching "
                          "call? raise vmmipc_config_t.timeout_ms or VMMIPC_TIMEOUT_MS if it is just slow",
-                         tp_rank(tp, tp->conn->node_rank), tp->timeout_ms, what);
+                         tp_rank(tp, tp->conn->node_rank), waited, what);
       vmmipc__error_rank(first_pending_rank(&s));
       goto fail;
     }

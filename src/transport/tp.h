@@ -81,6 +81,7 @@ typedef struct vmmipc__tp_xchg {
                                     peers (ABORT with the current message)
                                     instead of sending data */
   int aborted_by;                /* out: node rank whose ABORT ended the exchange, or -1 */
+  int64_t deadline_ms;           /* in: when to give up (vmmipc__now_ms clock); 0: the timeout from now */
 } vmmipc__tp_xchg_t;
 
 /* Sends every message and receives one from each peer in recvs, making
