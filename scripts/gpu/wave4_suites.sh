@@ -7,7 +7,8 @@
 # 3. under a private MPS daemon (scripts/mps.sh): the gpu-labelled entries, the
 #    sync and device suites, and the Python suites at 2 and 4 ranks REPEAT times each
 #    (ctest --repeat until-fail), then the same Python repeats without MPS;
-# 4. with BENCH=1: scripts/gpu/wave4.sh bench (issue 30's rows under MPS) into OUTDIR;
+# 4. with BENCH=1 (before the Python repeats without MPS): scripts/gpu/wave4.sh bench
+#    (issue 30's rows under MPS) into OUTDIR;
 # 5. the node-layout matrix once, and a short chaos campaign on the real driver.
 # Each step is bounded; the whole stays within DEADLINE_S (560). OUTDIR gets
 # suites.txt (the summary) and suites.tgz (every log).
@@ -67,10 +68,10 @@ if env_lines=$(scripts/mps.sh start "$mps_dir" 2> "$logs/mps.log"); then
 else
   log "MPS not available: $(tail -1 "$logs/mps.log")"
 fi
-step python-repeat-nomps 50 "$logs/python-nomps.log" "${ct[@]}" -j 2 -R '^python\.np[24]$' --repeat "until-fail:$repeat"
 if [ "${BENCH:-0}" = 1 ]; then
   step bench 120 "$logs/bench.log" env DEADLINE_S=110 scripts/gpu/wave4.sh bench "$out"
 fi
+step python-repeat-nomps 50 "$logs/python-nomps.log" "${ct[@]}" -j 2 -R '^python\.np[24]$' --repeat "until-fail:$repeat"
 step layouts 50 "$logs/layouts.log" "${ct[@]}" -j 8 -L layouts
 step chaos 45 "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh --runs 8 --steps 60 \
   --np "2 3 4" --kill-share 0.1 --budget 35
