@@ -106,8 +106,12 @@ int main(int argc, char **argv) {
   double t0 = MPI_Wtime();
   vmmipc_win_device_t again;
   VMM(vmmipc_win_device(win, &again));
-  VMM(vmmipc_win_signal(win, rank, 1, hs));  // the kernel's own process's signal
-  VMM(vmmipc_win_signal(win, right, 2, hs)); // the right neighbour's kernel waits for it
+  // The right neighbour's kernel waits for 2; this rank's kernel later writes
+  // 3 to the same slot. Stream order puts the 2 before the own signal 1
+  // that the kernel waits for first, so the 3 always lands after the 2
+  // (the other order let a late 2 overwrite the 3: seen on an H200).
+  VMM(vmmipc_win_signal(win, right, 2, hs));
+  VMM(vmmipc_win_signal(win, rank, 1, hs)); // the kernel's own process's signal
   VMM(vmmipc_win_barrier(win, hs));
   VMM(vmmipc_win_wait_host(win, left, 3, 30000)); // the left kernel's own signal
   CUDA(cudaStreamSynchronize(hs));
