@@ -99,6 +99,12 @@ HEADLINE = ("bw.ce_read_vs_raw", "bw.line_rate", "bw.vs_nccl_uni", "setup.1g_vs_
             "i30.signal.2", "i30.barrier.2", "i30.host_barrier.2", "i30.heap.2", "i30.allreduce.2", "i30.graph.2")
 
 
+def short_goal(text):
+    """A goal's words for the users' page (its details stay on the full page)."""
+    text = text.replace(" (an unordered volatile store)", "")
+    return text.replace("issue 30, 2 ranks on one GPU: ", "2 ranks, one GPU (MPS): ")
+
+
 def newest_i30(runs):
     return next((r for r in runs if D.issue30(r.files)), None)
 
@@ -131,11 +137,12 @@ def users_page(runs, out, tables):
     p.para(f"Each ratio from the newest run that measured it, next to its goal; of all {len(verdicts)} goals with "
            f"a verdict, {verdicts.count('PASS')} pass and {verdicts.count('FAIL')} fail (every goal: "
            f"[{os.path.basename(tables)}]({full}#goals)).")
-    one = len({r.name for r, _ in rows}) == 1  # the run column only when the rows come from several
-    p.table(["Ratio", "Measured", "Goal", "Verdict"] + ([] if one else ["Run"]),
-            [[g["goal"], g["measured"], g["target"], g["verdict"]] + ([] if one else [f"`{r.name}`"]) for r, g in rows])
-    if one and rows:
-        p.para(f"All from run {rows[0][0].label()}.")
+    # No run column (the users' pages have a byte budget): the runs once, below; the full page names each row's.
+    p.table(["Ratio", "Measured", "Goal", "Verdict"], [[short_goal(g["goal"]), g["measured"].split("; ")[0] if g["id"].startswith("i30.") else g["measured"],
+                                                       g["target"], g["verdict"]] for r, g in rows])
+    names = list(dict.fromkeys(r.label() for r, _ in rows))
+    if names:
+        p.para(("All from run " if len(names) == 1 else "From runs ") + ", ".join(names) + ".")
 
     run = newest(runs, "bw")
     if run:
@@ -184,16 +191,9 @@ def users_page(runs, out, tables):
         p.plots(runs, "sync", ["sync_latency.png"], "Plot")
     run = newest_i30(runs)
     if run:
-        tbls = [t for t in issue30.tables(run.files) if t[0].startswith("vmmipc against NVSHMEM")]
         p.add("## Device sync on one shared GPU", "")
-        p.para(f"Ranks sharing one GPU (under MPS where the run says so), each vmmipc figure next to NVSHMEM's from "
-               f"run {run.label()}; the floors, the all-reduce and the other rank counts: the full page.")
-        if tbls:
-            title, head, body, note = tbls[0]
-            p.para(f"{title}:")
-            p.table(head, body, False)
-        else:
-            p.para("No vmmipc or NVSHMEM rows in this run (floors only).")
+        p.para(f"Under MPS, against NVSHMEM and the floors of run `{run.name}`: rows above; at 2, 4 and 8 ranks: "
+               f"[{os.path.basename(tables)}]({full}).")
     return p.text()
 
 
