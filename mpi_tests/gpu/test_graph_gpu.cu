@@ -19,27 +19,9 @@
 #include <cstring>
 #include <string>
 
+#include "gpu_test.h"
 #include "vmmipc.h"
 #include "vmmipc_device.cuh"
-
-static int rank_ = 0, failures_ = 0;
-
-#define CHECK(cond, ...)                                                               \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      std::fprintf(stderr, "rank %d: %s:%d: %s: ", rank_, __FILE__, __LINE__, #cond);  \
-      std::fprintf(stderr, __VA_ARGS__);                                               \
-      std::fprintf(stderr, "\n");                                                      \
-      failures_++;                                                                     \
-    }                                                                                  \
-  } while (0)
-#define VMM(call) CHECK((call) == VMMIPC_SUCCESS, "%s", vmmipc_last_error())
-#define CUDA(call)                                                  \
-  do {                                                              \
-    cudaError_t e_ = (call);                                        \
-    CHECK(e_ == cudaSuccess, "%s", cudaGetErrorString(e_));         \
-    if (e_ != cudaSuccess) MPI_Abort(MPI_COMM_WORLD, 1);            \
-  } while (0)
 
 static const int kWords = 1024; // per buffer
 
@@ -105,23 +87,9 @@ static int replay_all(Run &run, int replays, volatile int *bad, volatile int *co
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
   int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (!GpuTestStart(&argc, &argv, "test_graph_gpu", &size)) return 77;
   const int rank = rank_;
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-  int lsize = 0, ndev = 0;
-  MPI_Comm_size(local, &lsize);
-  if (lsize != size || size < 2) {
-    if (rank == 0) std::fprintf(stderr, "test_graph_gpu: needs two or more ranks, all on one node\n");
-    MPI_Finalize();
-    return 77;
-  }
-  CUDA(cudaGetDeviceCount(&ndev));
-  CUDA(cudaSetDevice(rank % ndev));
-  CUDA(cudaFree(nullptr));
   const char *env = std::getenv("VMMIPC_GPU_REPLAYS");
   const int replays = env && *env ? std::atoi(env) : 1000;
   const char *path = std::getenv("VMMIPC_SYNC");
@@ -208,10 +176,5 @@ int main(int argc, char **argv) {
   VMM(vmmipc_win_free(win));
   VMM(vmmipc_buf_free(buf));
   VMM(vmmipc_comm_destroy(comm));
-  int all = 0;
-  MPI_Allreduce(&failures_, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) std::printf("test_graph_gpu: %s (host sync path: %s)\n", all ? "FAILED" : "ok",
-                             st.kernel_calls ? "kernels" : "memops");
-  MPI_Finalize();
-  return all ? 1 : 0;
+  return GpuTestEnd("test_graph_gpu", st.kernel_calls ? " (host sync path: kernels)" : " (host sync path: memops)");
 }
