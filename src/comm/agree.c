@@ -220,7 +220,8 @@ static int intersect_released(const struct vmmipc_comm *c, const unsigned char *
  * up, aborted, broke the comm or died (its error is the current message),
  * or -1. */
 static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned char *outcomes, size_t omax,
-                        const char *arrived, const char *withdrew, int gone, vmmipc_result_t gone_code) {
+                        const char *arrived, const char *withdrew, int gone, vmmipc_result_t gone_code,
+                        int fresh_withdrawals) {
   struct vmmipc_comm *c = a->c;
   int size = c->size;
   int pick = -1, pick_secondary = 1, mismatch = -1, missing = 0, withdrawn = 0, told_broken = 0, other = -1;
@@ -244,6 +245,10 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
       pick_secondary = sec;
     }
   }
+  /* Withdrawals the collector saw come, with ranks missing, while it kept
+   * up (fresh): those ranks still wait for this verdict, and gave up
+   * because of the missing ones, which are named (not rank 0). */
+  if (withdrawn && missing && fresh_withdrawals) withdrawn = 0;
   char *text = NULL;
   size_t len = 0;
   uint32_t code = 0, drv = 0, os = 0;
@@ -407,6 +412,24 @@ static int take_withdrawals(const agree_call_t *a, char *withdrew, int *dead, in
   return any;
 }
 
+/* Whether the withdrawals are fresh: the collector kept up with them (it
+ * found none in two probes in a row, the second at *quiet, then the first
+ * within its wait), so that a withdrawn rank, which waits two graces, still
+ * waits for a verdict sent within a grace of *quiet. Call after each probe
+ * with what it found; `now` < 0 only asks. */
+static int withdrawals_fresh(const struct vmmipc_comm *c, int any, int64_t *quiet, int *empties, int *seen,
+                             int64_t now) {
+  if (now >= 0 && !*seen) {
+    if (any) {
+      *seen = 1;
+    } else if (++*empties >= 2) {
+      *quiet = now; /* a probe that finds nothing lets MPI take in what came; the next would see it */
+    }
+  }
+  int64_t t = now >= 0 ? now : vmmipc__now_ms();
+  return *seen && *quiet >= 0 && t - *quiet < grace_ms(c);
+}
+
 /* The verdict after rank r told that it was aborted during the call: every
  * rank fails naming it (the error pack_verdict takes). Returns r. */
 static int blame_abort(int r, vmmipc_result_t *code) {
@@ -506,12 +529,15 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
   int gone = -1;
   vmmipc_result_t gone_code = VMMIPC_ERR_PEER;
   int w = VMMIPC__WAIT_MPI, dead = -1, seen_by = -1, aborter = -1;
+  int64_t quiet = -1; /* withdrawals_fresh's record */
+  int empties = 0, seen_w = 0;
   /* In slices, so that a death another node's rank saw (a notice) ends the wait too. */
   while (mrc == MPI_SUCCESS) {
     int64_t now = vmmipc__now_ms(), until = deadline < now + 50 ? deadline : now + 50;
     w = vmmipc__mpi_wait_watch(c, recvs + 1, n - 1, until, &mrc, watch, &gone, &gone_code);
     if (w != VMMIPC__WAIT_TIMEOUT) break;
-    take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+    int any_w = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+    withdrawals_fresh(c, any_w, &quiet, &empties, &seen_w, vmmipc__now_ms());
     if (aborter >= 0) { /* decided at once: nothing it waits for can change that */
       w = VMMIPC__WAIT_GONE;
       break;
@@ -562,9 +588,13 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
       }
     }
     int gone_rank = gone >= 0 ? c->rank_of[gone] : dead;
-    if (w != VMMIPC__WAIT_DONE) take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+    if (w != VMMIPC__WAIT_DONE) {
+      int any_w = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+      withdrawals_fresh(c, any_w, &quiet, &empties, &seen_w, vmmipc__now_ms());
+    }
     if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, &gone_code);
-    len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
+    int fresh = withdrawals_fresh(c, 0, &quiet, &empties, &seen_w, -1);
+    len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, fresh);
     /* Tests act here: a collector that stalls between deciding and announcing. */
     if (VMMIPC__INJECT("verdict")) VMMIPC__LATE(c->timeout_ms);
     /* Withdrawals, once decided, just before announcing: a late collector
@@ -576,7 +606,11 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
       int any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
       if (!any) any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
       if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, &gone_code);
-      if (any) len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
+      if (any) len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, 0);
+    } else if (fresh && !withdrawals_fresh(c, 0, &quiet, &empties, &seen_w, -1)) {
+      /* It stalled since deciding: the withdrawn ranks may have given up on
+       * it, naming rank 0; so does the verdict. */
+      len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, 0);
     }
     /* Tests act here: the connection to a node peer breaks after deciding. */
     if (VMMIPC__INJECT("verdict_drop"))
