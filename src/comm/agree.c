@@ -621,7 +621,8 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
       }
       if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, &gone_code);
       int still = withdrawals_fresh(c, 0, &quiet, &prev, &seen_w, -1);
-      if (any || still != fresh) len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, still);
+      if (any || still != fresh)
+        len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, still);
     }
     /* Tests act here: the connection to a node peer breaks after deciding. */
     if (VMMIPC__INJECT("verdict_drop"))
