@@ -220,7 +220,8 @@ static int intersect_released(const struct vmmipc_comm *c, const unsigned char *
  * up, aborted, broke the comm or died (its error is the current message),
  * or -1. */
 static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned char *outcomes, size_t omax,
-                        const char *arrived, const char *withdrew, int gone, vmmipc_result_t gone_code) {
+                        const char *arrived, const char *withdrew, int gone, vmmipc_result_t gone_code,
+                        int fresh_withdrawals) {
   struct vmmipc_comm *c = a->c;
   int size = c->size;
   int pick = -1, pick_secondary = 1, mismatch = -1, missing = 0, withdrawn = 0, told_broken = 0, other = -1;
@@ -244,6 +245,10 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
       pick_secondary = sec;
     }
   }
+  /* Withdrawals the collector saw come, with ranks missing, while it kept
+   * up (fresh): those ranks still wait for this verdict, and gave up
+   * because of the missing ones, which are named (not rank 0). */
+  if (withdrawn && missing && fresh_withdrawals) withdrawn = 0;
   char *text = NULL;
   size_t len = 0;
   uint32_t code = 0, drv = 0, os = 0;
@@ -407,6 +412,27 @@ static int take_withdrawals(const agree_call_t *a, char *withdrew, int *dead, in
   return any;
 }
 
+/* Whether the withdrawals are fresh: the collector kept up with them, so
+ * that a withdrawn rank, which waits two graces after it sent, still waits
+ * for a verdict sent now. A probe that finds nothing lets MPI take in what
+ * came before the previous probe: after two empty probes in a row, at t1
+ * then t2, a withdrawal found later was sent after t1 (*quiet); a stall
+ * between them moves t1 back with it. Fresh: found, and now < t1 + a grace.
+ * Call after each probe with its time and what it found; now < 0 only asks. */
+static int withdrawals_fresh(const struct vmmipc_comm *c, int any, int64_t *quiet, int64_t *prev, int *seen,
+                             int64_t now) {
+  if (now >= 0 && !*seen) {
+    if (any) {
+      *seen = 1;
+    } else {
+      if (*prev >= 0) *quiet = *prev;
+      *prev = now;
+    }
+  }
+  int64_t t = now >= 0 ? now : vmmipc__now_ms();
+  return *seen && *quiet >= 0 && t - *quiet < grace_ms(c);
+}
+
 /* The verdict after rank r told that it was aborted during the call: every
  * rank fails naming it (the error pack_verdict takes). Returns r. */
 static int blame_abort(int r, vmmipc_result_t *code) {
@@ -506,12 +532,16 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
   int gone = -1;
   vmmipc_result_t gone_code = VMMIPC_ERR_PEER;
   int w = VMMIPC__WAIT_MPI, dead = -1, seen_by = -1, aborter = -1;
+  int64_t quiet = -1, prev = -1; /* withdrawals_fresh's record */
+  int seen_w = 0;
   /* In slices, so that a death another node's rank saw (a notice) ends the wait too. */
   while (mrc == MPI_SUCCESS) {
     int64_t now = vmmipc__now_ms(), until = deadline < now + 50 ? deadline : now + 50;
     w = vmmipc__mpi_wait_watch(c, recvs + 1, n - 1, until, &mrc, watch, &gone, &gone_code);
     if (w != VMMIPC__WAIT_TIMEOUT) break;
-    take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+    int64_t t = vmmipc__now_ms();
+    int any_w = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+    withdrawals_fresh(c, any_w, &quiet, &prev, &seen_w, t);
     if (aborter >= 0) { /* decided at once: nothing it waits for can change that */
       w = VMMIPC__WAIT_GONE;
       break;
@@ -562,9 +592,14 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
       }
     }
     int gone_rank = gone >= 0 ? c->rank_of[gone] : dead;
-    if (w != VMMIPC__WAIT_DONE) take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+    if (w != VMMIPC__WAIT_DONE) {
+      int64_t t = vmmipc__now_ms();
+      int any_w = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+      withdrawals_fresh(c, any_w, &quiet, &prev, &seen_w, t);
+    }
     if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, &gone_code);
-    len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
+    int fresh = withdrawals_fresh(c, 0, &quiet, &prev, &seen_w, -1);
+    len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, fresh);
     /* Tests act here: a collector that stalls between deciding and announcing. */
     if (VMMIPC__INJECT("verdict")) VMMIPC__LATE(c->timeout_ms);
     /* Withdrawals, once decided, just before announcing: a late collector
@@ -572,11 +607,22 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
      * nothing lets MPI take in what came while this rank did not progress
      * (a stall before the call, or since deciding); a second one sees it.
      * Always twice: a collector cannot tell that it came late. */
-    if (vmmipc__get32(verdict) == 0) {
+    /* A failure too (chaos seed 515): a collector that comes after the
+     * withdrawn ranks gave up (they name rank 0) must not name another
+     * rank; unless the withdrawals are fresh (pack_verdict). */
+    {
+      int64_t t = vmmipc__now_ms();
       int any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
-      if (!any) any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+      withdrawals_fresh(c, any, &quiet, &prev, &seen_w, t);
+      if (!any) {
+        t = vmmipc__now_ms();
+        any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+        withdrawals_fresh(c, any, &quiet, &prev, &seen_w, t);
+      }
       if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, &gone_code);
-      if (any) len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code);
+      int still = withdrawals_fresh(c, 0, &quiet, &prev, &seen_w, -1);
+      if (any || still != fresh)
+        len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, still);
     }
     /* Tests act here: the connection to a node peer breaks after deciding. */
     if (VMMIPC__INJECT("verdict_drop"))
