@@ -433,7 +433,10 @@ TEST_F(Agree, AnAbortDuringACollectiveFailsEveryRankNamingIt) {
     vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
     ASSERT_VMM_OK(vmmipc_last_error_info(&info));
     EXPECT_EQ(info.rank, 1) << info.message;
-    EXPECT_TRUE(Has(vmmipc_last_error(), "rank 1 aborted")) << vmmipc_last_error();
+    // Named either way: told of the abort, or (MPICH, whose progress may hold
+    // rank 1's notice past the collector's decision) missing.
+    EXPECT_TRUE(Has(vmmipc_last_error(), "rank 1 aborted") || Has(vmmipc_last_error(), "rank 1 did not answer"))
+        << vmmipc_last_error();
   }
   EXPECT_LT(Since(t0), 2 * timeout_ms / 1000.0 + 1.0) << "the call outlasted its bound";
   vt::DestroyInStep(c, before);
