@@ -148,30 +148,34 @@ static CUresult sti_memops_submit(CUstream s, unsigned count, const CUstreamBatc
   return rc;
 }
 
-CUresult cuStreamWriteValue64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+/* A single write or wait: checked when it is queued, as a batch's
+ * operations are, then queued as a batch of one. */
+static CUresult sti_memop_one(CUstream s, CUstreamBatchMemOpType t, CUdeviceptr addr, cuuint64_t value,
+                              unsigned int flags) {
   CUresult rc = sti_memop_check(s, addr, 8);
-  if (!rc && sti_async_on()) rc = sti_write_flags(flags);
+  if (!rc) rc = t == CU_STREAM_MEM_OP_WAIT_VALUE_64 ? sti_wait_flags(flags) : sti_write_flags(flags);
   if (rc) return rc;
   CUstreamBatchMemOpParams op;
   memset(&op, 0, sizeof op);
-  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-  op.writeValue.address = addr;
-  op.writeValue.value64 = value;
-  op.writeValue.flags = flags;
+  op.operation = t; /* the first member of every kind */
+  if (t == CU_STREAM_MEM_OP_WAIT_VALUE_64) {
+    op.waitValue.address = addr;
+    op.waitValue.value64 = value;
+    op.waitValue.flags = flags;
+  } else {
+    op.writeValue.address = addr;
+    op.writeValue.value64 = value;
+    op.writeValue.flags = flags;
+  }
   return sti_memops_submit(s, 1, &op);
 }
 
+CUresult cuStreamWriteValue64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+  return sti_memop_one(s, CU_STREAM_MEM_OP_WRITE_VALUE_64, addr, value, flags);
+}
+
 CUresult cuStreamWaitValue64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
-  CUresult rc = sti_memop_check(s, addr, 8);
-  if (!rc && sti_async_on()) rc = sti_wait_flags(flags);
-  if (rc) return rc;
-  CUstreamBatchMemOpParams op;
-  memset(&op, 0, sizeof op);
-  op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-  op.waitValue.address = addr;
-  op.waitValue.value64 = value;
-  op.waitValue.flags = flags;
-  return sti_memops_submit(s, 1, &op);
+  return sti_memop_one(s, CU_STREAM_MEM_OP_WAIT_VALUE_64, addr, value, flags);
 }
 
 /* The operation types of this thread's last batch, for tests
