@@ -29,12 +29,26 @@ std::string Env(const char *k) {
 }
 // The path the host sync calls of this run take: kernels where they load
 // (the stand-in emulates them unless VMMIPC_STANDIN_CAPS has nokernels),
-// except that auto takes memory operations where node ranks share a GPU.
-bool KernelPath(bool gpu_shared) {
+// except that auto takes memory operations where node ranks share a GPU;
+// and there, auto's barrier takes kernels when 3 or more node ranks share
+// it under MPS (sync/setup.c; the stand-in answers as MPS with
+// VMMIPC_STANDIN_MPS=1).
+bool KernelPath(bool gpu_shared, bool barrier = false, bool mps = false, int node_size = 0) {
   std::string mode = Env("VMMIPC_SYNC");
   if (mode == "memops") return false;
   if (Env("VMMIPC_STANDIN_CAPS").find("nokernels") != std::string::npos) return false;
-  return mode == "kernel" || !gpu_shared;
+  return mode == "kernel" || !gpu_shared || (barrier && mps && node_size >= 3);
+}
+
+// Whether every rank of `node` reports its device as an MPS client's.
+bool AllMps(CUdevice dev, MPI_Comm node) {
+  CUresult (*attr)(int *, CUdevice_attribute, CUdevice) = nullptr;
+  Get("cuDeviceGetAttribute", &attr);
+  int v = 0;
+  if (!attr || attr(&v, static_cast<CUdevice_attribute>(133), dev) != CUDA_SUCCESS) v = 0;
+  int all = 0;
+  MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_MIN, node);
+  return all != 0;
 }
 
 // The stand-in's live modules and mapped host allocations; false on a GPU.
@@ -80,6 +94,8 @@ class Device : public ::testing::Test {
     one_gpu_ = true;
     for (int a = 1; a < n_; a++) one_gpu_ = one_gpu_ && std::memcmp(&all[a], &all[0], sizeof u) == 0;
     kernel_ = KernelPath(shared_);
+    mps_ = AllMps(dev, node);
+    barrier_kernel_ = KernelPath(shared_, true, mps_, n_);
     ASSERT_EQ(streamCreate(&s_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   }
   void SetUp() override { Make(30000); }
@@ -105,7 +121,7 @@ class Device : public ::testing::Test {
   vmmipc_comm_t c_ = nullptr;
   CUstream s_ = nullptr;
   int n_ = 0, me_ = 0;
-  bool shared_ = false, kernel_ = false, one_gpu_ = false;
+  bool shared_ = false, kernel_ = false, one_gpu_ = false, mps_ = false, barrier_kernel_ = false;
   std::vector<int> ranks_;
 };
 
@@ -199,6 +215,7 @@ TEST_F(Device, HostSyncTakesThePathAndCountsIt) {
   if (Env("VMMIPC_SYNC") == "kernel" && !kernel_) GTEST_SKIP() << "no path to take";
   if (vt::UsingStandin() && Env("VMMIPC_SYNC").empty() && Env("VMMIPC_STANDIN_CAPS").empty() && n_ >= 2) {
     EXPECT_EQ(kernel_, !shared_) << "auto: kernels unless node ranks share a GPU";
+    EXPECT_EQ(mps_, Env("VMMIPC_STANDIN_MPS") == "1");
   }
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
@@ -222,9 +239,11 @@ TEST_F(Device, HostSyncTakesThePathAndCountsIt) {
   }
   vmmipc_win_device_status_t st = Status(w);
   EXPECT_EQ(st.state, VMMIPC_DEV_OK);
-  const uint64_t calls = 3 * iters;
-  EXPECT_EQ(st.kernel_calls, kernel_ ? calls : 0);
-  EXPECT_EQ(st.memops_calls, kernel_ ? 0 : calls);
+  // Signal and wait on the comm's path; the barrier on its own (auto under
+  // MPS, 3 or more ranks on a GPU: kernels).
+  const uint64_t pair = 2 * iters, bars = iters;
+  EXPECT_EQ(st.kernel_calls, (kernel_ ? pair : 0) + (barrier_kernel_ ? bars : 0));
+  EXPECT_EQ(st.memops_calls, (kernel_ ? 0 : pair) + (barrier_kernel_ ? 0 : bars));
   MPI_Barrier(MPI_COMM_WORLD);
   ASSERT_VMM_OK(vmmipc_win_free(w));
 }

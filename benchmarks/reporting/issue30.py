@@ -171,6 +171,14 @@ def rows(run):
             out.append(ratio_goal(f"i30.{key}.{n}", pre + f"{text}, faster path, vs nvshmemx_barrier_all_on_stream",
                                   best, a, *TARGETS[key], dev.why("vmmipc", name) if best is None else
                                   nv.why("NVSHMEM", "nvshmem.barrier_all_on_stream"), note))
+            # What auto picked (its launch's path is "auto/<path>"), against the faster path forced.
+            picked = {p: v for p, v in paths.items() if p and p.startswith("auto/")}
+            forced = {p: v for p, v in paths.items() if p and not p.startswith("auto/")}
+            if picked and forced:
+                (ap, av), (fp, fv) = next(iter(picked.items())), min(forced.items(), key=lambda kv: kv[1])
+                out.append(goal(f"i30.auto_{key}.{n}", pre + f"{text}: the path auto picks vs the faster one forced",
+                                f"{ap} {us(av)} / {fp} {us(fv)} us = {av / fv:.2f}x", "(auto's pick)",
+                                "info"))
 
         h, a, fl_mpi = heap_row(hp, "heap_alloc + win_free 2 MiB"), med(nv.row("nvshmem.malloc_free_2m")), \
             heap_row(hp, "mpi_floor (allgather 8B+allreduce 4B)")

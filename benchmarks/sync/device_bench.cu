@@ -239,13 +239,24 @@ static void issue_signal_wait(Bench &b, int n) {
   }
 }
 
-static const char *host_path(Bench &b) {
+static vmmipc_win_device_status_t host_calls(Bench &b) {
   vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
   VMM(vmmipc_win_device_status(b.win, &st));
-  return st.kernel_calls ? (st.memops_calls ? "mixed" : "kernel") : "memops";
+  return st;
+}
+
+// The path of the calls made between two counts of the window's stats;
+// "auto/" first where VMMIPC_SYNC left the choice to the library, so that
+// its pick is a row of its own next to the paths forced.
+static std::string host_path(const vmmipc_win_device_status_t &from, const vmmipc_win_device_status_t &to) {
+  const uint64_t k = to.kernel_calls - from.kernel_calls, m = to.memops_calls - from.memops_calls;
+  const char *env = std::getenv("VMMIPC_SYNC");
+  const bool picked = !env || !*env || std::strcmp(env, "auto") == 0;
+  return std::string(picked ? "auto/" : "") + (k ? (m ? "mixed" : "kernel") : "memops");
 }
 
 static void host_rows(Bench &b, devbench::Report &rep) {
+  const vmmipc_win_device_status_t before = host_calls(b);
   issue_barriers(b, 10); // warm-up: the path's first-call costs
   DB_CUDA(cudaStreamSynchronize(b.s));
   Row bar;
@@ -254,6 +265,7 @@ static void host_rows(Bench &b, devbench::Report &rep) {
   bar.iters = b.host_iters;
   bar.note = "vmmipc_win_barrier back to back on one stream per rank, every rank";
   for (int r = 0; r < b.reps; r++) bar.samples.push_back(event_batch(b, true, issue_barriers, b.host_iters) / b.host_iters);
+  const vmmipc_win_device_status_t barriers = host_calls(b);
   Row sw;
   sw.name = "host_signal_wait";
   sw.what = "one way (round trip / 2)";
@@ -269,9 +281,9 @@ static void host_rows(Bench &b, devbench::Report &rep) {
     sw.samples.push_back(event_batch(b, b.pair(), issue_signal_wait, b.host_iters) / b.host_iters / 2);
     b.sig_base += 2 * (uint64_t)b.host_iters;
   }
-  // The path of rank 0's calls (ranks 2.. made no signal calls).
-  std::string path = host_path(b);
-  bar.path = sw.path = path;
+  // The paths of rank 0's calls (ranks 2.. made no signal calls).
+  bar.path = host_path(before, barriers);
+  sw.path = host_path(barriers, host_calls(b));
   rep.add(bar);
   rep.add(sw);
 }

@@ -93,8 +93,22 @@ static CUresult sti_read_caps(void) {
   return CUDA_SUCCESS;
 }
 
+/* VMMIPC_STANDIN_MPS: 1 makes the devices answer as MPS clients' do (only
+ * the attribute: kernels run as they always do here). */
+static CUresult sti_read_mps(void) {
+  const char *env = getenv("VMMIPC_STANDIN_MPS");
+  sti.mps = 0;
+  if (!env || !*env || strcmp(env, "0") == 0) return CUDA_SUCCESS;
+  if (strcmp(env, "1") == 0) {
+    sti.mps = 1;
+    return CUDA_SUCCESS;
+  }
+  return sti_bad_env("VMMIPC_STANDIN_MPS", env, "expected 0 or 1");
+}
+
 static CUresult sti_init_from_env(void) {
   CUresult rc = sti_read_device_count();
+  if (rc == CUDA_SUCCESS) rc = sti_read_mps();
   if (rc == CUDA_SUCCESS) rc = sti_read_caps();
   if (rc == CUDA_SUCCESS) rc = sti_async_configure(getenv("VMMIPC_STANDIN_ASYNC"));
   if (rc != CUDA_SUCCESS) return rc;
@@ -211,6 +225,7 @@ static int sti_attribute(CUdevice_attribute a, int phys) {
     case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: return sti.cap_memops;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR: return sti.cap_memops;
     case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES: return 0;
+    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: return sti.mps;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: return 9;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: return 0;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: return 132;

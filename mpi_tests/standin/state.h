@@ -79,6 +79,7 @@ typedef struct sti_state {
   int nvis;                    /* visible devices, after CUDA_VISIBLE_DEVICES */
   int vis[STI_MAX_DEVICES];    /* vis[ordinal] = physical index */
   int cap_vmm, cap_fd, cap_rdma; /* VMMIPC_STANDIN_CAPS */
+  int mps;         /* VMMIPC_STANDIN_MPS=1: devices answer as under MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED) */
   int cap_memops;              /* 64-bit stream memory operations (VMMIPC_STANDIN_CAPS nomemops) */
   int cap_kernels;             /* cuModuleLoadData of the library's kernels (VMMIPC_STANDIN_CAPS nokernels) */
   struct CUctx_st ctx[STI_MAX_DEVICES]; /* primary contexts by physical index */

@@ -186,8 +186,7 @@ for n in $nps; do
     step "device_bench np$n memops (every row)" 60 "$f.log" "${L[@]}" "$b/vmmipc_device_bench" --iters "$iters" \
       --reps "$reps" --rows dev,put,host,allreduce,graph --timeout-s 10 --json "$f.json"
     ensure_json "$f" vmmipc_device_bench "$n" $?
-    for path in kernel auto; do # the host rows on the other paths (auto: at 2 ranks, what it picks)
-      [ "$path" = auto ] && [ "$n" != 2 ] && continue
+    for path in kernel auto; do # the host rows on the other paths (auto: what it picks, a path per row)
       f=$tree/device_np${n}_$path$sfx
       launch "$n" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct VMMIPC_SYNC=$path
       step "device_bench np$n $path (host rows)" 30 "$f.log" "${L[@]}" "$b/vmmipc_device_bench" --reps "$reps" \

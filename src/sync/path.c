@@ -3,7 +3,9 @@
  *   kernel  the library's kernels, else the calls fail saying why;
  *   memops  the driver's stream memory operations only;
  *   auto    (default) memory operations where node ranks share a GPU,
- *           else kernels where every node rank loaded them.
+ *           else kernels where every node rank loaded them; the barrier
+ *           on a GPU shared under MPS by 3 or more node ranks: kernels
+ *           (setup.c says why).
  * Every call first checks the window's device record and the comm's
  * alarm. Nothing here loads code: a call in a context where no window was
  * made fails instead. */
@@ -31,13 +33,13 @@ int vmmipc__sync_mode(const char **raw) {
   return m;
 }
 
-vmmipc_result_t vmmipc__sync_path(struct vmmipc_win *w, const char *op, int *kernel) {
+vmmipc_result_t vmmipc__sync_path(struct vmmipc_win *w, const char *op, int barrier, int *kernel) {
   *kernel = 0;
   vmmipc_result_t r = vmmipc__windev_check(w, op);
   if (!r) r = vmmipc__sync_alarm(w->comm, op);
   if (r) return r;
   const struct vmmipc__sync *s = w->comm->pool ? w->comm->pool->sync : NULL;
-  *kernel = s && s->path == VMMIPC__PATH_KERNELS;
+  *kernel = s && (barrier ? s->barrier_path : s->path) == VMMIPC__PATH_KERNELS;
   if (w->slice >= 0) __atomic_add_fetch(*kernel ? &w->sync_kernel : &w->sync_memops, 1, __ATOMIC_RELAXED);
   return VMMIPC_SUCCESS;
 }

@@ -10,7 +10,16 @@
  *   auto    stream memory operations where two node ranks share a GPU and
  *           every node rank has them (measured on one H200 both with and
  *           without MPS, docs/sync.md); else kernels where every node rank
- *           loaded them; else memory operations.
+ *           loaded them; else memory operations. One exception, by
+ *           measurement: the barrier of 3 or more node ranks sharing a GPU
+ *           under MPS (every node rank's device reports
+ *           CU_DEVICE_ATTRIBUTE_MPS_ENABLED) takes the kernels. The
+ *           memory-operation barrier costs a wait per peer in the GPU's
+ *           front end, the kernel one a launch: on one H200 under MPS,
+ *           3.8 against 4.2 us at 2 ranks, 13.7 against 6.4 at 4 and 48.8
+ *           against 10.7 at 8 (benchmarks/results/2026-12-02-h200x1-mps).
+ *           Without MPS kernels of two processes time-slice (2.2 ms a hop),
+ *           so memory operations always.
  * Node ranks with different VMMIPC_SYNC settings fail the window. From the
  * same records, also the same on every node rank:
  *   the scope of the device API (vmmipc_win_device_t.scope): GPU where
@@ -27,6 +36,13 @@
 #include "sync/release.h"
 #include "sync/sync.h"
 
+/* From this many node ranks on a GPU shared under MPS, auto's barrier
+ * takes the kernels (the top of this file says why). */
+#define VMMIPC__KERNEL_BARRIER_RANKS 3
+/* CU_DEVICE_ATTRIBUTE_MPS_ENABLED by its number: cuda.h of early CUDA 12
+ * releases lacks the name. */
+#define ATTR_MPS_ENABLED ((CUdevice_attribute)133)
+
 /* What each node rank tells the others (MPI_BYTE). */
 struct path_info {
   int32_t mode;      /* VMMIPC__MODE_* */
@@ -34,7 +50,8 @@ struct path_info {
   int32_t memops;    /* 1: its device has 64-bit stream memory operations */
   uint8_t shape;     /* VMMIPC__BAR_* (VMMIPC_SYNC_BARRIER) */
   uint8_t scope;     /* VMMIPC__SCOPE_* (VMMIPC_DEV_SCOPE) */
-  uint8_t pad[2];
+  uint8_t mps;       /* 1: its device's contexts are MPS clients */
+  uint8_t pad;
   unsigned char gpu[16]; /* its device's UUID (0: unknown) */
 };
 
@@ -75,6 +92,8 @@ static void describe(const vmmipc__cu_t *cu, int mode, const char *op, struct pa
   if (cu->cuDeviceGetUuid(&u, dev) == CUDA_SUCCESS) memcpy(me->gpu, u.bytes, sizeof me->gpu);
   if (cu->cuDeviceGetAttribute(&ok, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev) == CUDA_SUCCESS)
     me->memops = ok != 0;
+  /* A driver older than the attribute refuses it: not MPS, as far as we know. */
+  if (cu->cuDeviceGetAttribute(&ok, ATTR_MPS_ENABLED, dev) == CUDA_SUCCESS) me->mps = ok != 0;
   vmmipc__kernels_t k;
   if (mode != VMMIPC__MODE_MEMOPS) me->kernels = vmmipc__kernels_load(cu, op, &k) == VMMIPC_SUCCESS;
 }
@@ -119,7 +138,7 @@ static vmmipc_result_t gather(struct vmmipc_comm *c, struct path_info *mine, str
 /* The same decision on every node rank, from the same records. */
 static vmmipc_result_t decide(struct vmmipc_comm *c, const struct path_info *all, const char *raw,
                               struct vmmipc__sync *s, const char *op) {
-  int n = c->node_size, shared = 0, kernels = 1, memops = 1, one_gpu = 1, sys = 0;
+  int n = c->node_size, shared = 0, kernels = 1, memops = 1, one_gpu = 1, sys = 0, mps = 1;
   static const unsigned char unknown[16];
   for (int q = 1; q < n; q++)
     if (all[q].mode != all[0].mode)
@@ -146,6 +165,7 @@ static vmmipc_result_t decide(struct vmmipc_comm *c, const struct path_info *all
   for (int a = 0; a < n; a++) {
     kernels &= all[a].kernels;
     memops &= all[a].memops;
+    mps &= all[a].mps;
     sys |= all[a].scope == VMMIPC__SCOPE_SYS;
     one_gpu &= memcmp(all[a].gpu, all[0].gpu, sizeof all[a].gpu) == 0 &&
                memcmp(all[a].gpu, unknown, sizeof unknown) != 0;
@@ -157,6 +177,10 @@ static vmmipc_result_t decide(struct vmmipc_comm *c, const struct path_info *all
     s->path = VMMIPC__PATH_MEMOPS;
   else
     s->path = VMMIPC__PATH_KERNELS;
+  s->barrier_path = s->path;
+  if (all[0].mode == VMMIPC__MODE_AUTO && s->path == VMMIPC__PATH_MEMOPS && shared && kernels && mps &&
+      n >= VMMIPC__KERNEL_BARRIER_RANKS)
+    s->barrier_path = VMMIPC__PATH_KERNELS;
   s->shape = all[0].shape;
   s->scope = one_gpu && !sys ? VMMIPC_DEV_SCOPE_GPU : VMMIPC_DEV_SCOPE_SYS;
   return VMMIPC_SUCCESS;
@@ -224,7 +248,7 @@ vmmipc_result_t vmmipc__sync_win_ready(struct vmmipc_comm *c, int slice, const c
   const vmmipc__cu_t *cu = NULL;
   vmmipc_result_t r = vmmipc__cu_load(&cu);
   if (r) return r;
-  if (s->path == VMMIPC__PATH_KERNELS) {
+  if (s->path == VMMIPC__PATH_KERNELS || s->barrier_path == VMMIPC__PATH_KERNELS) {
     vmmipc__kernels_t k;
     (void)vmmipc__kernels_load(cu, op, &k); /* a context without them: its calls say why */
   }

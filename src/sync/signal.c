@@ -94,7 +94,7 @@ static vmmipc_result_t sync_begin(vmmipc_win_t w, int rank, const char *op, int 
                                   unsigned *wait_flags, int *kernel) {
   vmmipc_result_t r = sync_args(w, op);
   if (!r) r = sync_peer(w, rank, op, p);
-  if (!r) r = vmmipc__sync_path(w, op, kernel);
+  if (!r) r = vmmipc__sync_path(w, op, 0, kernel);
   if (!r && !*kernel) r = sync_ready(w, op, cu, wait_flags);
   return r;
 }
@@ -144,7 +144,7 @@ vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t w, void *stream) {
   const vmmipc__cu_t *cu;
   unsigned wf = 0;
   int kernel = 0;
-  if ((r = vmmipc__sync_path(w, op, &kernel))) return r;
+  if ((r = vmmipc__sync_path(w, op, 1, &kernel))) return r;
   if (!kernel && (r = sync_ready(w, op, &cu, &wf))) return r;
   if (w->slice < 0 || w->comm->node_size <= 1) return VMMIPC_SUCCESS;
   return kernel ? vmmipc__kern_barrier(w, stream, op) : vmmipc__memops_barrier(w, stream, wf, op);

@@ -31,7 +31,8 @@ enum { VMMIPC__SCOPE_AUTO = 1, VMMIPC__SCOPE_SYS, VMMIPC__SCOPE_BAD };
 
 /* One per comm, made with its signal pool (coll/pool.c). */
 struct vmmipc__sync {
-  int path;                        /* VMMIPC__PATH_*: the same on every node rank */
+  int path;                        /* VMMIPC__PATH_* of signal and wait: the same on every node rank */
+  int barrier_path;                /* VMMIPC__PATH_* of the host-API barrier: likewise */
   int shape;                       /* VMMIPC__BAR_*: the same on every node rank */
   uint32_t scope;                  /* VMMIPC_DEV_SCOPE_GPU or _SYS: the windows' vmmipc_win_device_t.scope */
   size_t words;                    /* 8-byte words of one window's device arrays */
@@ -103,9 +104,10 @@ enum { VMMIPC__MODE_AUTO = 1, VMMIPC__MODE_KERNEL, VMMIPC__MODE_MEMOPS, VMMIPC__
 /* VMMIPC_SYNC, read once; *raw: its text. */
 int vmmipc__sync_mode(const char **raw);
 /* Which path a host sync call on w takes (*kernel: 1 kernels, 0 memory
- * operations), counted in the window's stats. Checks the window's device
- * record and the comm's alarm first. */
-vmmipc_result_t vmmipc__sync_path(struct vmmipc_win *w, const char *op, int *kernel);
+ * operations; `barrier`: 1 for vmmipc_win_barrier, whose path may differ
+ * from signal's and wait's under auto), counted in the window's stats.
+ * Checks the window's device record and the comm's alarm first. */
+vmmipc_result_t vmmipc__sync_path(struct vmmipc_win *w, const char *op, int barrier, int *kernel);
 
 /* ---- barrier.c ---- */
 /* The memory-operation barrier: a counted one in the comm's shape, or, on a
