@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Wave 4's long GPU runs, in parallel lanes so that they fit one device call
+# each (docs/dev/gpu-validation.md records what ran):
+#   scripts/gpu/wave4_lanes.sh mps|nomps OUTDIR
+# mps   under a private MPS daemon (scripts/mps.sh), three lanes at once:
+#         1. the Python suites at 2 and 4 ranks, REPEAT (10) runs in a row each;
+#         2. the node-layout matrix once, then the chaos campaign on the real
+#            driver (CHAOS_RUNS x CHAOS_STEPS steps, within CHAOS_S);
+#         3. the Python examples (torch, numba), the other Python entries, the
+#            GPU programs and the device, sync and graph suites;
+# nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
+#       campaign and the Python suites; the Python suites REPEAT runs in a row.
+# Builds build-real/ first (kept on a warm machine). Every lane is bounded by
+# DEADLINE_S (540); OUTDIR gets lanes-PART.txt (summary) and lanes-PART.tgz.
+set -uo pipefail
+part=${1:?mps|nomps} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 2
+# shellcheck source=scripts/env.sh
+. scripts/env.sh
+unset VMMIPC_CUDA_DRIVER
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONDONTWRITEBYTECODE=1
+build=${BUILD_DIR:-$root/build-real} logs=$out/lanes-$part sum=$out/lanes-$part.txt
+mkdir -p "$logs"
+deadline=${DEADLINE_S:-540} repeat=${REPEAT:-10} start=$(date +%s)
+log() { echo "[lanes $(($(date +%s) - start)) s] $*" | tee -a "$sum" >&2; }
+left() { echo $((deadline - ($(date +%s) - start))); }
+# step NAME CAP LOGFILE CMD...: bounded by CAP and by what is left of the deadline.
+step() {
+  local name=$1 cap=$2 logf=$3 rc lim t0
+  shift 3
+  lim=$(left)
+  [ "$cap" -lt "$lim" ] && lim=$cap
+  if [ "$lim" -lt 10 ]; then log "$name: skipped (deadline reached)"; return 124; fi
+  t0=$(date +%s)
+  timeout --signal=TERM --kill-after=10 "$lim" "$@" > "$logf" 2>&1
+  rc=$?
+  log "$name: exit $rc after $(($(date +%s) - t0)) s (limit $lim s; $(basename "$logf"))"
+  { echo "--- $name"; grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Timeout|^chaos|violations=|Test #.*(Passed|Failed)" "$logf" |
+      grep -vE "Test #.*Passed" | tail -40; } >> "$sum"
+  return "$rc"
+}
+{
+  date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | grep -q . && echo '(with local changes)')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv,noheader
+} >> "$sum" 2>&1
+ulimit -Sn "$(ulimit -Hn)"
+if [ ! -x "$build/mpi_tests/test_chaos" ]; then
+  step configure 90 "$logs/configure.log" cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DVMMIPC_TEST_DRIVER=real -DVMMIPC_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DPython3_EXECUTABLE="$(command -v python3)"
+fi
+step build 200 "$logs/build.log" cmake --build "$build" -j "$(nproc)"
+ct=(ctest --test-dir "$build" --output-on-failure --timeout 150)
+py='^python\.np[24]$'
+if [ "$part" = mps ]; then
+  mps_dir=${TMPDIR:-/tmp}/vmmipc-lanes-mps
+  if env_lines=$(scripts/mps.sh start "$mps_dir" 2> "$logs/mps.log"); then eval "$env_lines"; log "MPS on"; else
+    log "MPS not available: $(tail -1 "$logs/mps.log")"; exit 1; fi
+  step python-x$repeat "$deadline" "$logs/python.log" "${ct[@]}" -j 2 -R "$py" --repeat "until-fail:$repeat" &
+  (step layouts 260 "$logs/layouts.log" "${ct[@]}" -j 4 -L layouts
+   step chaos "${CHAOS_S:-240}" "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh \
+     --env "$build/mpi_tests/chaos.env" --runs "${CHAOS_RUNS:-14}" --steps "${CHAOS_STEPS:-100}" --seed0 7000 \
+     --np "2 3 4" --kill-share 0.1 --budget "$((${CHAOS_S:-240} - 20))" --logs "$logs/chaos-runs") &
+  step examples-gpu-sync 300 "$logs/gpu.log" "${ct[@]}" -j 3 -LE layouts \
+    -R 'example\.python|python_heap|python_churn|gpu|test_device|test_sync|persistent' -E "$py"
+  wait
+  scripts/mps.sh stop "$mps_dir" >> "$logs/mps.log" 2>&1
+  log "MPS stopped"
+else
+  step ctest-nomps "$deadline" "$logs/ctest-nomps.log" "${ct[@]}" -j 8 -LE 'layouts|chaos' -E "$py" &
+  step python-nomps-x$repeat "$deadline" "$logs/python-nomps.log" "${ct[@]}" -j 2 -R "$py" \
+    --repeat "until-fail:$repeat"
+  wait
+fi
+tar czf "$out/lanes-$part.tgz" -C "$out" "lanes-$part"
+rm -rf "$logs"
+log "done"
