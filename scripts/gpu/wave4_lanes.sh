@@ -2,12 +2,13 @@
 # Wave 4's long GPU runs, in parallel lanes so that they fit one device call
 # each (docs/dev/gpu-validation.md records what ran):
 #   scripts/gpu/wave4_lanes.sh mps|nomps OUTDIR
-# mps   under a private MPS daemon (scripts/mps.sh), three lanes at once:
-#         1. the Python suites at 2 and 4 ranks, REPEAT (10) runs in a row each;
-#         2. the node-layout matrix once, then the chaos campaign on the real
-#            driver (CHAOS_RUNS x CHAOS_STEPS steps, within CHAOS_S);
-#         3. the Python examples (torch, numba), the other Python entries, the
-#            GPU programs and the device, sync and graph suites;
+# mps   under a private MPS daemon (scripts/mps.sh), two lanes at once:
+#         1. the Python suites (python, python_heap) at 2 and 4 ranks, REPEAT (10)
+#            runs in a row each;
+#         2. the node-layout matrix once (LAYOUTS_S), the Python examples
+#            (torch, numba), the GPU programs and the device, sync and graph
+#            suites (GPU_S), then the chaos campaign on the real driver in
+#            what is left (CHAOS_RUNS x CHAOS_STEPS steps at most);
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
 # Builds build-real/ first (kept on a warm machine). Every lane is bounded by
@@ -53,23 +54,25 @@ if [ ! -x "$build/mpi_tests/test_chaos" ]; then
 fi
 step build 200 "$logs/build.log" cmake --build "$build" -j "$(nproc)"
 ct=(ctest --test-dir "$build" --output-on-failure --timeout 150)
-py='^python\.np[24]$'
+py='^python(_heap)?\.np[24]$'
 if [ "$part" = mps ]; then
   mps_dir=${TMPDIR:-/tmp}/vmmipc-lanes-mps
   if env_lines=$(scripts/mps.sh start "$mps_dir" 2> "$logs/mps.log"); then eval "$env_lines"; log "MPS on"; else
     log "MPS not available: $(tail -1 "$logs/mps.log")"; exit 1; fi
-  step python-x$repeat "$deadline" "$logs/python.log" "${ct[@]}" -j 2 -R "$py" --repeat "until-fail:$repeat" &
-  (step layouts 260 "$logs/layouts.log" "${ct[@]}" -j 4 -L layouts
-   step chaos "${CHAOS_S:-240}" "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh \
-     --env "$build/mpi_tests/chaos.env" --runs "${CHAOS_RUNS:-14}" --steps "${CHAOS_STEPS:-100}" --seed0 7000 \
-     --np "2 3 4" --kill-share 0.1 --budget "$((${CHAOS_S:-240} - 20))" --logs "$logs/chaos-runs") &
-  step examples-gpu-sync 300 "$logs/gpu.log" "${ct[@]}" -j 3 -LE layouts \
-    -R 'example\.python|python_heap|python_churn|gpu|test_device|test_sync|persistent' -E "$py"
+  step python-x"$repeat" "$deadline" "$logs/python.log" "${ct[@]}" -j 2 -R "$py" --repeat "until-fail:$repeat" &
+  # Two lanes of ranks at a time beside the Python ones: busy-polling ranks must not outnumber the cores.
+  step layouts "${LAYOUTS_S:-200}" "$logs/layouts.log" "${ct[@]}" -j 2 -L layouts
+  step examples-gpu-sync "${GPU_S:-120}" "$logs/gpu.log" "${ct[@]}" -j 2 -LE layouts \
+    -R 'example\.python|python_heap|gpu|persistent|test_device|test_sync' -E "$py"
+  chaos_s=$(($(left) - 15))
+  step chaos "$chaos_s" "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh \
+    --env "$build/mpi_tests/chaos.env" --runs "${CHAOS_RUNS:-40}" --steps "${CHAOS_STEPS:-100}" --seed0 7000 \
+    --np "2 3 4" --kill-share 0.1 --budget "$((chaos_s - 20))" --logs "$logs/chaos-runs"
   wait
   scripts/mps.sh stop "$mps_dir" >> "$logs/mps.log" 2>&1
   log "MPS stopped"
 else
-  step ctest-nomps "$deadline" "$logs/ctest-nomps.log" "${ct[@]}" -j 8 -LE 'layouts|chaos' -E "$py" &
+  step ctest-nomps "$deadline" "$logs/ctest-nomps.log" "${ct[@]}" -j 6 -LE 'layouts|chaos' -E "$py" &
   step python-nomps-x$repeat "$deadline" "$logs/python-nomps.log" "${ct[@]}" -j 2 -R "$py" \
     --repeat "until-fail:$repeat"
   wait
