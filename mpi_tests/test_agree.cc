@@ -196,6 +196,49 @@ TEST_F(Agree, ARankThatGivesUpWhileTheVerdictIsInFlightStillAgrees) {
   vt::DestroyInStep(c, before);
 }
 
+// The last rank gives up (withdraws) in vmmipc_comm_destroy's agreement
+// while the verdict is already on its way: the destroy succeeds, so the
+// collector frees its MPI communicators; it must have received the
+// withdrawal first. Otherwise MPI keeps the message for the next
+// communicator that reuses the freed context, one without the withdrawn
+// rank, whose rank the message names (chaos seed 910: Open MPI's
+// mca_pml_ob1_add_comm then looks the sender up past the end of the new
+// communicator's peers, and rank 0 dies of SIGSEGV in MPI_Comm_split).
+// Several communicators without that rank are made, so that contexts that
+// earlier tests left free on some ranks are taken first.
+TEST_F(Agree, AWithdrawalInTheDestroysAgreementIsTakenBeforeTheCommIsFreed) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int me = vt::Rank(), last = vt::Size() - 1;
+  int before = vt::FdCount();
+  vmmipc_comm_t c = Create(5000);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(MapAndCheck(c, 30), VMMIPC_SUCCESS) << vmmipc_last_error();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == last) vmmipc__test_fail_at("withdraw", 1);
+  vmmipc_result_t r = vmmipc_comm_destroy(c);
+  vmmipc__test_fail_at(nullptr, 0);
+  EXPECT_EQ(r, VMMIPC_SUCCESS) << vmmipc_last_error();
+  EXPECT_TRUE(vt::SameEverywhere(r)) << "split verdict: " << vmmipc_last_error();
+  EXPECT_EQ(vt::FdCount(), before);
+  // The withdrawal was sent before this message (same pair of ranks): once
+  // rank 0 has this one, MPI has taken the withdrawal in too.
+  int token = 0;
+  if (me == last) MPI_Send(&token, 1, MPI_INT, 0, 910, MPI_COMM_WORLD);
+  if (me == 0) MPI_Recv(&token, 1, MPI_INT, last, 910, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  std::vector<MPI_Comm> without(16, MPI_COMM_NULL);
+  for (MPI_Comm &w : without) {
+    MPI_Comm_split(MPI_COMM_WORLD, me == last ? MPI_UNDEFINED : 0, me, &w);
+    if (w == MPI_COMM_NULL) continue;
+    MPI_Barrier(w);
+    int flag = 1;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w, &flag, MPI_STATUS_IGNORE);
+    EXPECT_FALSE(flag) << "a message of the destroyed comm matched in a new communicator";
+  }
+  for (MPI_Comm &w : without)
+    if (w != MPI_COMM_NULL) MPI_Comm_free(&w);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // Rank 0 frees windows A then B, the others B then A: the first win_free
 // fails on every rank naming rank 1, instead of matching A with B; it
 // agrees before it frees, so nothing is freed anywhere and the comm stays

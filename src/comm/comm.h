@@ -178,6 +178,14 @@ typedef struct vmmipc__agree_io {
 } vmmipc__agree_io_t;
 vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
                                  vmmipc__agree_io_t *io);
+/* Before a comm whose last verdict every rank shares (not broken) frees its
+ * MPI communicators: every message a peer sent this rank on comm->dup is
+ * received, so that none is left for a communicator that reuses the freed
+ * context. Each member sends the collector a last message and waits for its
+ * answer; the collector receives everything up to each member's last
+ * message (withdrawals that came after its verdict). Bounded by two graces:
+ * a rank that does not finish keeps its communicators (mpi_dirty). */
+void vmmipc__agree_flush(struct vmmipc_comm *c);
 
 /* ---- one deadline per call (deadline.c) ---- */
 /* The collector's slack: a tenth of the timeout, at most 1 s. */

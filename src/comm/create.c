@@ -431,6 +431,7 @@ static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
   vmmipc_result_t r = vmmipc__agree(c, local, secondary, op);
   if (r || c->broken) {
     if (!r) r = VMMIPC_ERR_TIMEOUT;
+    if (!c->broken) vmmipc__agree_flush(c); /* every rank shares the verdict: a late withdrawal is taken */
     comm_free(c);
     return r;
   }
@@ -534,6 +535,10 @@ again:
    * their agreement. */
   __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
   if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c);
+  /* Every rank shares the verdict: what a peer sent after it (a withdrawal
+   * of a rank that gave up as the verdict came) is received before the MPI
+   * communicators are freed. */
+  if (!c->broken) vmmipc__agree_flush(c);
   comm_free(c);
   vmmipc__leave_process();
   return r;
