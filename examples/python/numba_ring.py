@@ -50,7 +50,8 @@ with vmmipc.Comm(node) as comm, comm.heap() as heap:
     rank, size = comm.rank, comm.size
     nxt, prev = (rank + 1) % size, (rank - 1) % size
     stream = cuda.default_stream()                 # the legacy default stream
-    handle = int(stream.handle.value or 0)
+    h = stream.handle                              # ctypes c_void_p, or cuda.bindings' CUstream
+    handle = int(h.value or 0) if hasattr(h, "value") else int(h)
     ramp = np.arange(a.elems, dtype=np.float32)
     with heap.alloc(a.elems * 4) as win:
         peer_view, mine_view = win.mapping(nxt, dtype="float32"), win.mapping(rank, dtype="float32")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wave 4's long GPU runs, in parallel lanes so that they fit one device call
 # each (docs/dev/gpu-validation.md records what ran):
-#   scripts/gpu/wave4_lanes.sh mps|nomps OUTDIR
+#   scripts/gpu/wave4_lanes.sh mps|nomps|final OUTDIR
 # mps   under a private MPS daemon (scripts/mps.sh), two lanes at once:
 #         1. the Python suites (python, python_heap) at 2 and 4 ranks, REPEAT (10)
 #            runs in a row each;
@@ -9,12 +9,15 @@
 #            (torch, numba), the GPU programs and the device, sync and graph
 #            suites (GPU_S), then the chaos campaign on the real driver in
 #            what is left (CHAOS_RUNS x CHAOS_STEPS steps at most);
+# final under MPS, one after another: the chaos campaign alone (CHAOS_S), the
+#       entries that changed since (CHANGED_S), node layouts in what is left
+#       (LAYOUTS_SKIP: a ctest -E regex of those already run);
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
 # Builds build-real/ first (kept on a warm machine). Every lane is bounded by
 # DEADLINE_S (540); OUTDIR gets lanes-PART.txt (summary) and lanes-PART.tgz.
 set -uo pipefail
-part=${1:?mps|nomps} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
+part=${1:?mps|nomps|final} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 2
 # shellcheck source=scripts/env.sh
@@ -69,6 +72,21 @@ if [ "$part" = mps ]; then
     --env "$build/mpi_tests/chaos.env" --runs "${CHAOS_RUNS:-40}" --steps "${CHAOS_STEPS:-100}" --seed0 7000 \
     --np "2 3 4" --kill-share 0.1 --budget "$((chaos_s - 20))" --logs "$logs/chaos-runs"
   wait
+  scripts/mps.sh stop "$mps_dir" >> "$logs/mps.log" 2>&1
+  log "MPS stopped"
+elif [ "$part" = final ]; then
+  # Under MPS: the campaign alone (its leak check reads the whole GPU's memory), then the entries that
+  # changed after the mps part, then node layouts in what is left.
+  mps_dir=${TMPDIR:-/tmp}/vmmipc-lanes-mps
+  if env_lines=$(scripts/mps.sh start "$mps_dir" 2> "$logs/mps.log"); then eval "$env_lines"; log "MPS on"; else
+    log "MPS not available: $(tail -1 "$logs/mps.log")"; exit 1; fi
+  chaos_s=${CHAOS_S:-130}
+  step chaos "$chaos_s" "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh \
+    --env "$build/mpi_tests/chaos.env" --runs "${CHAOS_RUNS:-60}" --steps "${CHAOS_STEPS:-100}" --seed0 8000 \
+    --np "2 3 4" --kill-share 0.1 --budget "$((chaos_s - 15))" --logs "$logs/chaos-runs"
+  step changed "${CHANGED_S:-70}" "$logs/changed.log" "${ct[@]}" -j 3 -LE layouts \
+    -R 'numba_ring|^test_agree\.np[23]$|^test_device\.np3$|^test_sync\.np3$'
+  step layouts "$(($(left) - 10))" "$logs/layouts.log" "${ct[@]}" -j 4 -L layouts -E "${LAYOUTS_SKIP:-^$}"
   scripts/mps.sh stop "$mps_dir" >> "$logs/mps.log" 2>&1
   log "MPS stopped"
 else
