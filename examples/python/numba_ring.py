@@ -15,6 +15,8 @@ from mpi4py import MPI
 
 try:
     import numpy as np
+    if not hasattr(np, "row_stack"):  # numba-cuda's typing still looks it up; newer NumPy removed it
+        np.row_stack = np.vstack
     from numba import cuda
     why = None if cuda.is_available() else "numba sees no CUDA device"
 except ImportError as e:
