@@ -110,6 +110,16 @@ typedef enum {
  * stops at an END frame, a hang-up, or a frame of a later collective (left
  * queued for it). */
 vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch);
+/* After a failed collective, whose last frames carried `epoch`: drops what
+ * the peers sent this rank for it (or an earlier call) that is still queued
+ * on the collective connections, and any half-assembled message of those,
+ * closing their fds. Each fd holds the sender's device memory alive for as
+ * long as it is queued, even after the sender freed the buffer, so a failed
+ * call must not leave them to the comm's next collective. Stops, per peer,
+ * at anything else (a frame of a later call, END, a hang-up, a malformed
+ * record), which stays queued for the next call to judge. Never waits;
+ * leaves the thread's error as it was. */
+void vmmipc__tp_drop_stale(vmmipc__tp_t *tp, uint64_t epoch);
 /* Every wait of the transport ends (VMMIPC_ERR_ABORTED) once *flag is set. */
 void vmmipc__tp_watch_abort(vmmipc__tp_t *tp, const int *flag);
 /* The node rank whose END frame (comm aborted) arrived, or -1. */

@@ -110,6 +110,52 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
   }
 }
 
+void vmmipc__tp_drop_stale(vmmipc__tp_t *tp, uint64_t epoch) {
+  if (!tp || !tp->conn) return;
+  vmmipc__error_state_t st;
+  char keep[VMMIPC__ERRMSG_MAX];
+  vmmipc__error_get(&st);
+  snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+  for (int p = 0; p < tp->conn->node_size; p++) {
+    int fd = coll_fd(tp, p);
+    if (fd < 0) continue;
+    vmmipc__asm_t *a = &tp->rx[VMMIPC__CTX_COLL - 1][p];
+    for (;;) {
+      /* Only DATA and ABORT frames of this call or an earlier one. */
+      unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
+      if (recv(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof head) break;
+      uint16_t kind = (uint16_t)(head[6] | head[7] << 8);
+      if ((kind != VMMIPC__KIND_DATA && kind != VMMIPC__KIND_ABORT) || vmmipc__get64(head + 32) > epoch) break;
+      vmmipc__rec_t rec;
+      if (vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec) || rec.len == 0) {
+        vmmipc__close_fds(rec.fds, rec.nfds);
+        break;
+      }
+      vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id,
+                                     (uint16_t)VMMIPC__CTX_COLL};
+      vmmipc__frame_t f;
+      char why[400];
+      if (rec.truncated || rec.odd_cmsg || rec.ctrunc ||
+          vmmipc__frame_decode(tp->rbuf, rec.len, rec.nfds, &want, &f, why, sizeof why) != 0) {
+        /* Dropped all the same: the next call would drop it as stale. */
+        tp->stale_fds += (uint64_t)rec.nfds;
+        vmmipc__close_fds(rec.fds, rec.nfds);
+        tp->stale_frames++;
+        continue;
+      }
+      /* Below lo: stale, its fds closed and counted (the assembler's own
+       * half message of an earlier call goes too). */
+      vmmipc__asm_rc_t rc = vmmipc__asm_feed(a, epoch + 1, epoch + 1, &f, tp->rbuf + VMMIPC__FRAME_HEADER_BYTES,
+                                             rec.fds, rec.nfds, &tp->stale_fds, why, sizeof why);
+      if (rc == VMMIPC__ASM_STALE) tp->stale_frames++;
+    }
+    /* A message of this call cut short (the rank failed while it arrived). */
+    if (a->active && a->seq <= epoch) vmmipc__asm_drop(a, 0, &tp->stale_fds);
+  }
+  vmmipc__error_set_raw(keep);
+  vmmipc__error_put(&st);
+}
+
 vmmipc_result_t vmmipc__tp_end_error(vmmipc__tp_t *tp, int p, const vmmipc__frame_t *f, const unsigned char *text) {
   int R = vmmipc__conn_rank(tp->conn, p);
   char why[VMMIPC__ABORT_MAX_BYTES + 160];
