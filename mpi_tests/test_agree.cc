@@ -239,6 +239,57 @@ TEST_F(Agree, AWithdrawalInTheDestroysAgreementIsTakenBeforeTheCommIsFreed) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// Rank 0 aborts the comm (vmmipc_comm_abort) and destroys it: locally, with
+// no agreement. Its peers, each alone on its node (VMMIPC_NODE_ID), get no
+// END frame: their vmmipc_comm_destroy runs its agreement over MPI and
+// sends rank 0 an outcome, a withdrawal and the broken outcome, none of
+// which rank 0 will ever receive. So rank 0 must keep its MPI communicators
+// (as a broken comm does): freed, their context was reused by the next
+// communicator the peers are not in, and Open MPI, which had parked the
+// messages for it, looked their sender up past its peers (chaos seed
+// 20040: rank 0 died of SIGSEGV in mca_pml_ob1_add_comm inside an
+// MPI_Comm_split of rank 0 alone). Several communicators of rank 0 alone
+// are made, so that contexts earlier tests left free are taken first.
+TEST_F(Agree, AnAbortedCommFreedLocallyKeepsItsCommunicatorsForLateMessages) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int me = vt::Rank(), n = vt::Size();
+  int before = vt::FdCount();
+  const char *had = getenv("VMMIPC_NODE_ID");
+  std::string keep = had ? had : "";
+  setenv("VMMIPC_NODE_ID", ("agree-aborted-free-" + std::to_string(me)).c_str(), 1);
+  vmmipc_comm_t c = Create(500);
+  if (had) setenv("VMMIPC_NODE_ID", keep.c_str(), 1);
+  else unsetenv("VMMIPC_NODE_ID");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(MapAndCheck(c, 32), VMMIPC_SUCCESS) << vmmipc_last_error();
+  if (me == 0) {
+    EXPECT_VMM_OK(vmmipc_comm_abort(c));
+    EXPECT_VMM_OK(vmmipc_comm_destroy(c));  // locally
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 0 freed its comm before the peers send
+  if (me != 0) {
+    vmmipc_result_t r = vmmipc_comm_destroy(c);
+    EXPECT_NE(r, VMMIPC_SUCCESS) << "rank 0 aborted and left, yet the destroy's agreement succeeded";
+  }
+  EXPECT_EQ(vt::FdCount(), before);
+  // Each peer sent its agreement's messages before this one (same pair of
+  // ranks): once rank 0 has it, MPI has taken those in too.
+  int token = 0;
+  if (me != 0) MPI_Send(&token, 1, MPI_INT, 0, 20040, MPI_COMM_WORLD);
+  for (int q = 1; me == 0 && q < n; q++) MPI_Recv(&token, 1, MPI_INT, q, 20040, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  std::vector<MPI_Comm> alone(16, MPI_COMM_NULL);
+  for (MPI_Comm &w : alone) {
+    MPI_Comm_split(MPI_COMM_WORLD, me == 0 ? 0 : MPI_UNDEFINED, me, &w);
+    if (w == MPI_COMM_NULL) continue;
+    int flag = 1;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w, &flag, MPI_STATUS_IGNORE);
+    EXPECT_FALSE(flag) << "a message of the destroyed comm matched in a new communicator";
+  }
+  for (MPI_Comm &w : alone)
+    if (w != MPI_COMM_NULL) MPI_Comm_free(&w);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // Rank 0 frees windows A then B, the others B then A: the first win_free
 // fails on every rank naming rank 1, instead of matching A with B; it
 // agrees before it frees, so nothing is freed anywhere and the comm stays

@@ -130,7 +130,8 @@ static void comm_free(struct vmmipc_comm *c) {
    * freeing its MPI communicators would let MPI reuse their context for a
    * new comm, where those messages would match. They are left to MPI, as
    * are those of a comm where this rank sent a withdrawal the collector may
-   * never receive (agree.c). */
+   * never receive (agree.c), and those of a comm freed locally after an
+   * abort (vmmipc_comm_destroy), whose peers may still send to it. */
   if (!c->broken && !c->mpi_dirty && c->node != MPI_COMM_NULL) MPI_Comm_free(&c->node);
   if (!c->broken && !c->mpi_dirty && c->dup != MPI_COMM_NULL) MPI_Comm_free(&c->dup);
   free(c->node_of);
@@ -480,6 +481,16 @@ again:
                            op, c->open_windows);
     }
     if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c); /* once: see below */
+    /* No agreement, so no flush: the peers may still send on the MPI
+     * communicators. An abort is told over the node's sockets only, so a
+     * peer off this node (or one that had sent before the END frame came)
+     * makes its next call's agreement and sends this rank its outcome, a
+     * withdrawal, its broken outcome. Freed, the communicators' context
+     * would be reused by the next communicator the peers are not in, where
+     * Open MPI matched those messages, or died looking their sender up
+     * (chaos seed 20040: SIGSEGV in mca_pml_ob1_add_comm). They are kept,
+     * as a broken comm's are. */
+    c->mpi_dirty = 1;
     comm_free(c);
     return VMMIPC_SUCCESS;
   }
