@@ -33,10 +33,13 @@ volatile int g_step = -1;
 
 void Usage() {
   std::fprintf(stderr,
-               "usage: test_chaos --seed S --steps K [--timeout-ms T] [--fault-rate P] [--kill] [--verbose]\n"
+               "usage: test_chaos --seed S --steps K [--timeout-ms T] [--fault-rate P] [--kill [--kill-step I]]\n"
+               "                  [--verbose]\n"
                "                  [--skip NAME,...] [--known NAME,...] [--max-violations N]\n"
                "  --kill   the launcher lets the job go on after a death (Open MPI: --mca orte_enable_recovery 1,\n"
                "           MPICH: -disable-auto-cleanup): one rank is SIGKILLed at a random step\n"
+               "  --kill-step  that step (the first from I that makes no comm; default: drawn from the seed\n"
+               "           in the second half of --steps); the replay command names it\n"
                "  --skip   operations or fault kinds left out (names as in the last line)\n"
                "  --known  combinations of known defects left out (docs/dev/chaos.md lists them)\n");
 }
@@ -66,6 +69,7 @@ bool Parse(int argc, char **argv, Options *o) {
     else if (a == "--timeout-ms") o->timeout_ms = std::atoi(val());
     else if (a == "--fault-rate") o->fault_rate = std::atof(val());
     else if (a == "--kill") o->kill = true;
+    else if (a == "--kill-step") o->kill_step = std::atoi(val());
     else if (a == "--verbose") o->verbose = true;
     else if (a == "--max-violations") o->max_violations = std::atoi(val());
     else if (a == "--known") {
@@ -147,7 +151,11 @@ std::string Replay(const Options &o, const Layout &l, int steps) {
   char rate[32];
   std::snprintf(rate, sizeof rate, "%g", o.fault_rate);
   cmd += std::string(" --fault-rate ") + rate;
+  // The kill's step is drawn from --steps: named, so that a replay of
+  // fewer steps kills at the same one (chaos seed 30014).
   if (o.kill) cmd += " --kill";
+  int kill_step = Planner::KillStep(o);
+  if (kill_step >= 0) cmd += " --kill-step " + std::to_string(kill_step);
   std::string skip;
   for (int i = 0; i < kOps; i++)
     if (o.skip_op[static_cast<size_t>(i)]) skip += (skip.empty() ? "" : ",") + std::string(OpName(i));

@@ -60,6 +60,7 @@ struct Options {
   int timeout_ms = 500;     // every comm's timeout (VMMIPC_TIMEOUT_MS sets the default)
   double fault_rate = 0.4;  // share of steps that carry a fault
   bool kill = false;        // the launcher lets the job go on after a death: one rank may be SIGKILLed
+  int kill_step = -1;       // --kill-step: the step of the kill (else drawn from the seed and --steps)
   bool verbose = false;
   int max_violations = 20;  // stop after this many
   std::vector<char> skip_op, skip_fault;  // switched off with --skip
@@ -129,6 +130,10 @@ struct Step {
 // same step.
 class Planner {
  public:
+  // The step the kill is planned at (the first one after it that makes no
+  // comm), or -1: --kill-step, else drawn from the seed in the second half
+  // of --steps. The replay names it, so that fewer steps replay the same.
+  static int KillStep(const Options &o);
   Planner(const Options &o, const Layout &l);
   Step Next(const State &s, int index) const;
   int kill_step() const { return kill_step_; }

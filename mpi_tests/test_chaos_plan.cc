@@ -120,12 +120,15 @@ int CommInfo::Rank(int w) const {
 
 int Layout::Nodes() const { return node.empty() ? 0 : *std::max_element(node.begin(), node.end()) + 1; }
 
-Planner::Planner(const Options &o, const Layout &l) : o_(o), l_(l) {
-  if (o.kill && !o.skip_fault[kKill] && o.steps >= 2) {
-    Rng r(o.seed ^ 0x6b696c6cull);
-    kill_step_ = o.steps / 2 + r.Below(o.steps - o.steps / 2);
-  }
+int Planner::KillStep(const Options &o) {
+  if (!o.kill || o.skip_fault[kKill]) return -1;
+  if (o.kill_step >= 0) return o.kill_step;
+  if (o.steps < 2) return -1;
+  Rng r(o.seed ^ 0x6b696c6cull);
+  return o.steps / 2 + r.Below(o.steps - o.steps / 2);
 }
+
+Planner::Planner(const Options &o, const Layout &l) : o_(o), l_(l), kill_step_(KillStep(o)) {}
 
 Step Planner::Next(const State &s, int index) const {
   uint64_t mix = o_.seed * 0x100000001b3ull + static_cast<uint64_t>(index);
