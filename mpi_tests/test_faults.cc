@@ -252,6 +252,7 @@ TEST_F(Faults, AFailedCollectiveLeavesNoPeersFdsQueued) {
       ASSERT_VMM_OK(vmmipc_buf_free(b));
       MPI_Barrier(MPI_COMM_WORLD);  // every rank's call is over: all it sent is queued
       int queued = QueuedRecords(c);
+      MPI_Barrier(MPI_COMM_WORLD);  // nobody starts the next collective (its frames) before every rank looked
       EXPECT_EQ(queued, 0) << step << " on rank " << f << ": rank " << me << " still has messages of " << queued
                            << " peer(s) of the failed call queued (their fds keep the peers' memory)";
       base.Expect(step);
