@@ -196,6 +196,24 @@ TEST_F(Agree, ARankThatGivesUpWhileTheVerdictIsInFlightStillAgrees) {
   vt::DestroyInStep(c, before);
 }
 
+// Makes 16 communicators of the ranks where `in` holds (so that contexts a
+// destroyed comm freed are reused) and checks that none finds a message
+// waiting: a late message of that comm, parked by MPI, would match there.
+static void ExpectNoStrayMessageInNewComms(bool in) {
+  std::vector<MPI_Comm> made(16, MPI_COMM_NULL);
+  for (MPI_Comm &w : made) {
+    MPI_Comm_split(MPI_COMM_WORLD, in ? 0 : MPI_UNDEFINED, vt::Rank(), &w);
+    if (w == MPI_COMM_NULL) continue;
+    MPI_Barrier(w);
+    int flag = 1;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w, &flag, MPI_STATUS_IGNORE);
+    EXPECT_FALSE(flag) << "a message of the destroyed comm matched in a new communicator";
+  }
+  for (MPI_Comm &w : made)
+    if (w != MPI_COMM_NULL) MPI_Comm_free(&w);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // The last rank gives up (withdraws) in vmmipc_comm_destroy's agreement
 // while the verdict is already on its way: the destroy succeeds, so the
 // collector frees its MPI communicators; it must have received the
@@ -225,18 +243,7 @@ TEST_F(Agree, AWithdrawalInTheDestroysAgreementIsTakenBeforeTheCommIsFreed) {
   int token = 0;
   if (me == last) MPI_Send(&token, 1, MPI_INT, 0, 910, MPI_COMM_WORLD);
   if (me == 0) MPI_Recv(&token, 1, MPI_INT, last, 910, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-  std::vector<MPI_Comm> without(16, MPI_COMM_NULL);
-  for (MPI_Comm &w : without) {
-    MPI_Comm_split(MPI_COMM_WORLD, me == last ? MPI_UNDEFINED : 0, me, &w);
-    if (w == MPI_COMM_NULL) continue;
-    MPI_Barrier(w);
-    int flag = 1;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w, &flag, MPI_STATUS_IGNORE);
-    EXPECT_FALSE(flag) << "a message of the destroyed comm matched in a new communicator";
-  }
-  for (MPI_Comm &w : without)
-    if (w != MPI_COMM_NULL) MPI_Comm_free(&w);
-  MPI_Barrier(MPI_COMM_WORLD);
+  ExpectNoStrayMessageInNewComms(me != last);
 }
 
 // Rank 0 aborts the comm (vmmipc_comm_abort) and destroys it: locally, with
@@ -277,17 +284,7 @@ TEST_F(Agree, AnAbortedCommFreedLocallyKeepsItsCommunicatorsForLateMessages) {
   int token = 0;
   if (me != 0) MPI_Send(&token, 1, MPI_INT, 0, 20040, MPI_COMM_WORLD);
   for (int q = 1; me == 0 && q < n; q++) MPI_Recv(&token, 1, MPI_INT, q, 20040, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-  std::vector<MPI_Comm> alone(16, MPI_COMM_NULL);
-  for (MPI_Comm &w : alone) {
-    MPI_Comm_split(MPI_COMM_WORLD, me == 0 ? 0 : MPI_UNDEFINED, me, &w);
-    if (w == MPI_COMM_NULL) continue;
-    int flag = 1;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w, &flag, MPI_STATUS_IGNORE);
-    EXPECT_FALSE(flag) << "a message of the destroyed comm matched in a new communicator";
-  }
-  for (MPI_Comm &w : alone)
-    if (w != MPI_COMM_NULL) MPI_Comm_free(&w);
-  MPI_Barrier(MPI_COMM_WORLD);
+  ExpectNoStrayMessageInNewComms(me == 0);
 }
 
 // Rank 0 frees windows A then B, the others B then A: the first win_free
