@@ -1,13 +1,16 @@
 #!/bin/sh
 # Runs a job in which one rank is killed, and passes when exactly $1
 # survivors printed "KILLTEST OK" and none "KILLTEST FAIL" (the launcher's
-# own exit status reports the killed rank, so it is not used). When the
-# launcher itself killed survivors before they could print, or crashed (MPICH's Hydra
-# may, even with -disable-auto-cleanup), the run is skipped (77), not
-# passed: a survivor that printed nothing cannot be judged.
+# own exit status reports the killed rank, so it is not used for passing).
+# When the launcher itself killed survivors before they could print, or
+# crashed (MPICH's Hydra may, even with -disable-auto-cleanup: it prints a
+# process manager error, or dies of SIGPIPE writing to the killed rank's PMI
+# socket and prints nothing), the run is skipped (77), not passed: a survivor
+# that printed nothing cannot be judged.
 want=$1
 shift
 out=$("$@" 2>&1)
+rc=$?
 printf '%s\n' "$out"
 ok=$(printf '%s\n' "$out" | grep -c '^KILLTEST OK')
 bad=$(printf '%s\n' "$out" | grep -c '^KILLTEST FAIL')
@@ -17,4 +20,11 @@ if printf '%s\n' "$out" | grep -Eq 'TERMINATED WITH THE EXIT STRING: Killed \(si
   echo "killrun.sh: the launcher killed survivors before they printed ($ok of $want did): skipped"
   exit 77
 fi
+# 141 = 128 + SIGPIPE: the victim dies of SIGKILL, so this is the launcher's
+# own death; with nothing printed at all, no survivor spoke either way.
+if [ "$rc" -eq 141 ] && ! printf '%s\n' "$out" | grep -q 'KILLTEST'; then
+  echo "killrun.sh: the launcher died of SIGPIPE (exit 141) before any survivor printed: skipped"
+  exit 77
+fi
+echo "killrun.sh: $ok of $want survivors printed KILLTEST OK (launcher exit status $rc)"
 exit 1
