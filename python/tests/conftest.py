@@ -37,6 +37,20 @@ def _local_rank():
 vmmipc.set_device(_local_rank() % vmmipc.device_count())
 
 
+def _node_ranks():
+    # The library's node: one host and one VMMIPC_NODE_ID (mpi_tests/harness/vnode.sh
+    # puts ranks on virtual nodes of uneven and interleaved layouts).
+    keys = WORLD.allgather((MPI.Get_processor_name(), os.environ.get("VMMIPC_NODE_ID", "")))
+    return [r for r in range(SIZE) if keys[r] == keys[RANK]]
+
+
+NODE = _node_ranks()        # the world ranks of this rank's node, in rank order
+# This rank's neighbours in a ring of its node's ranks (itself on a node of
+# one): windows map and synchronise node peers only.
+NXT = NODE[(NODE.index(RANK) + 1) % len(NODE)]
+PREV = NODE[(NODE.index(RANK) - 1) % len(NODE)]
+
+
 def all_true(ok):
     """True on every rank only if ok is true on every rank (a collective)."""
     return WORLD.allreduce(bool(ok), op=MPI.LAND)

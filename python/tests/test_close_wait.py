@@ -9,7 +9,7 @@ import time
 import pytest
 
 import vmmipc
-from conftest import RANK, SIZE, TIMEOUT_MS, all_true
+from conftest import NXT, PREV, RANK, SIZE, TIMEOUT_MS, all_true
 from vmmipc import _vmmipc
 
 
@@ -43,7 +43,7 @@ def test_a_failed_wait_on_one_rank_refuses_the_close_everywhere(comm, how, code)
 def test_close_after_work_on_several_streams(comm):
     buf = vmmipc.alloc(1 << 20)
     win = comm.allgather_map(buf)
-    nxt, prev = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+    nxt, prev = NXT, PREV
     for stream in (0, TorchStream(), 2):
         win.signal(nxt, 1, stream=stream)
     win.wait(prev, 1, stream=TorchStream())

@@ -14,7 +14,7 @@ import pytest
 from mpi4py import MPI
 
 import vmmipc
-from conftest import RANK, SIZE, TIMEOUT_MS, WORLD, all_true, consume, pattern, read, write
+from conftest import NODE, RANK, SIZE, TIMEOUT_MS, WORLD, all_true, consume, pattern, read, write
 
 
 def drop(held):
@@ -51,7 +51,7 @@ def test_collected_at_different_times_on_different_ranks(comm, order):
             ok &= any("Window" in str(x.message) for x in warned)
             ok &= comm.stats()["released_freed"] == 0
         elif held:
-            for r in range(SIZE):
+            for r in NODE:
                 ok &= read(held["win"].query(r)[0], 256) == pattern(r, 256)
         ok &= timed_collective(comm)
     # Every rank released it before the last collective above: freed in step.
@@ -72,8 +72,8 @@ def test_collected_on_one_rank_only(comm):
     ok = True
     for _ in range(3):                # the peers' next collectives: at once, the comm sound
         ok &= timed_collective(comm)
-    if RANK != 0:                     # they still read every rank's bytes, rank 0's included
-        for r in range(SIZE):
+    if RANK != 0:                     # they still read every node rank's bytes, rank 0's included
+        for r in NODE:
             ok &= read(held["win"].query(r)[0], 256) == pattern(r, 256)
     ok &= comm.stats()["released_freed"] == 0     # not freed anywhere: not every rank let it go
     assert all_true(ok)

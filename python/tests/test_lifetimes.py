@@ -9,13 +9,13 @@ import warnings
 import pytest
 
 import vmmipc
-from conftest import RANK, SIZE, TIMEOUT_MS, WORLD, all_true
+from conftest import NXT, RANK, SIZE, TIMEOUT_MS, WORLD, all_true
 
 
 def test_close_refused_while_a_view_lives(comm):
     buf = vmmipc.alloc(1 << 20)
     win = comm.allgather_map(buf)
-    m = win.mapping((RANK + 1) % SIZE, dtype="float32")
+    m = win.mapping(NXT, dtype="float32")
     assert win.views == 1
     with pytest.raises(vmmipc.Error) as e:
         win.close()                      # refused on every rank: the view keeps its memory

@@ -4,7 +4,7 @@ import threading
 import pytest
 
 import vmmipc
-from conftest import RANK, SIZE, WORLD, all_true, pattern, read, write
+from conftest import NXT, PREV, RANK, SIZE, WORLD, all_true, pattern, read, write
 
 
 class TorchStream:
@@ -27,7 +27,7 @@ def win(comm):
 
 def test_signal_then_wait_host_carries_data(win):
     # Each rank writes into the next one's buffer, then signals it.
-    nxt, prev = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+    nxt, prev = NXT, PREV
     write(win.query(nxt)[0], pattern(RANK, 256))
     win.signal(nxt, 7, stream=0)
     vmmipc.synchronize()
@@ -37,7 +37,7 @@ def test_signal_then_wait_host_carries_data(win):
 
 
 def test_stream_wait_and_barrier_forms(win):
-    nxt, prev = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+    nxt, prev = NXT, PREV
     win.signal(nxt, 3, stream=TorchStream())
     win.wait(prev, 3, stream=ProtocolStream())
     win.barrier(TorchStream())
@@ -60,7 +60,7 @@ def test_sync_bad_input(win):
 
 
 def test_wait_host_timeout_names_the_rank(win):
-    prev = (RANK - 1) % SIZE
+    prev = PREV
     with pytest.raises(vmmipc.Error) as e:
         win.wait_host(prev, 1 << 40, timeout_ms=50)   # nobody signals that value
     win.barrier()
@@ -70,7 +70,7 @@ def test_wait_host_timeout_names_the_rank(win):
 def test_wait_host_in_a_thread_releases_the_gil(win):
     # A thread blocks in wait_host while the main thread keeps running Python
     # code; the peer signals only after the main thread's work is done.
-    nxt, prev = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+    nxt, prev = NXT, PREV
     result = {}
     started = threading.Event()
 
@@ -96,7 +96,7 @@ def test_wait_host_in_a_thread_releases_the_gil(win):
 
 
 def test_close_refused_while_waiting(win):
-    prev, nxt = (RANK - 1) % SIZE, (RANK + 1) % SIZE
+    prev, nxt = PREV, NXT
     started = threading.Event()
     done = {}
 

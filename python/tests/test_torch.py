@@ -4,7 +4,7 @@ the CUDA Array Interface as torch consumes them."""
 import pytest
 
 import vmmipc
-from conftest import RANK, SIZE, all_true, pattern, write
+from conftest import NXT, PREV, RANK, SIZE, all_true, pattern, write
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -16,7 +16,7 @@ def test_torch_kernel_writes_a_peer_buffer(comm):
     torch.cuda.set_device(vmmipc.current_device())
     with vmmipc.alloc(n * 4) as buf, comm.allgather_map(buf) as win:
         stream = torch.cuda.current_stream()
-        nxt, prev = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+        nxt, prev = NXT, PREV
         peer = torch.from_dlpack(win.mapping(nxt, dtype=torch.float32))
         assert peer.device == torch.device("cuda", vmmipc.current_device()) and peer.numel() == n
         peer.copy_(torch.arange(n, device="cuda", dtype=torch.float32) + RANK)   # kernels, into the peer

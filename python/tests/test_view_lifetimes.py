@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import vmmipc
-from conftest import RANK, SIZE, STANDIN, all_true, capsule_tensor, consume, pattern, read, write
+from conftest import NODE, NXT, PREV, RANK, SIZE, STANDIN, all_true, capsule_tensor, consume, pattern, read, write
 
 HOLDER = SIZE - 1        # the one rank that holds a view in the one-rank tests
 
@@ -42,7 +42,7 @@ def test_a_view_on_one_rank_refuses_close_everywhere(comm, kind):
     fill(win, 1)
     held = None
     if RANK == HOLDER:
-        m = win.mapping((RANK + 1) % SIZE)
+        m = win.mapping(NXT)
         if kind == "mapping":
             held = m
         elif kind in ("classic", "versioned"):
@@ -84,8 +84,9 @@ def test_views_on_every_rank_and_reading_through_them(comm):
         with pytest.raises(vmmipc.Error) as e:
             win.close()
         ok &= e.value.code == vmmipc.Result.BUSY
-    for r, cap in enumerate(caps):          # still the peers' bytes
-        ok &= read(capsule_tensor(cap).dl_tensor.data, 256) == pattern(2 * 16 + r, 256)
+    for r, cap in enumerate(caps):          # still the node peers' bytes; nothing off the node
+        data = capsule_tensor(cap).dl_tensor.data
+        ok &= read(data, 256) == pattern(2 * 16 + r, 256) if r in NODE else not data
     del views, caps, cap
     assert all_true(ok)
     win.close()
@@ -96,13 +97,13 @@ def test_a_heap_slice_is_not_reused_while_a_view_lives(comm):
     with comm.heap(reserve=64 << 20, grow=4 << 20) as heap:
         a = heap.alloc(8192)
         fill(a, 3)
-        view = a.mapping((RANK + 1) % SIZE) if RANK == HOLDER else None
+        view = a.mapping(NXT) if RANK == HOLDER else None
         ok = refused_everywhere(a, 1)
         b = heap.alloc(8192)                # a's slice is still taken: b gets another
         ok &= b.query(RANK)[0] != a.query(RANK)[0]
         fill(b, 4)
         if view is not None:                # the old view still reads a's bytes, never b's
-            ok &= read(view.ptr, 256) == pattern(3 * 16 + (RANK + 1) % SIZE, 256)
+            ok &= read(view.ptr, 256) == pattern(3 * 16 + NXT, 256)
         del view
         a.close()
         b.close()
@@ -140,7 +141,7 @@ def test_memoryview_and_numpy_on_standin(comm):
     buf = vmmipc.alloc(1 << 20)
     win = comm.allgather_map(buf, access="r")
     fill(win, 5)
-    peer = (RANK + 1) % SIZE
+    peer = NXT
     mv = memoryview(win.mapping(peer, dtype="uint8", shape=(16, 16)))
     ok = mv.shape == (16, 16) and mv.format == "B" and mv.readonly == (peer != RANK)
     ok &= mv.tobytes() == pattern(5 * 16 + peer, 256)
@@ -176,7 +177,7 @@ def test_torch_tensor_keeps_its_window(comm):
         pytest.skip("no CUDA device for torch")
     buf = vmmipc.alloc(1 << 20)
     win = comm.allgather_map(buf)
-    peer = (RANK + 1) % SIZE
+    peer = NXT
     t = torch.from_dlpack(win.mapping(peer, dtype=torch.float32))
     t.fill_(float(RANK))                        # a kernel into the peer's memory
     win.barrier(stream=torch.cuda.current_stream())
@@ -185,7 +186,7 @@ def test_torch_tensor_keeps_its_window(comm):
         with pytest.raises(vmmipc.Error):
             win.close()
     mine = torch.from_dlpack(buf.mapping(dtype=torch.float32))
-    ok &= bool(torch.all(mine == float((RANK - 1) % SIZE)).item())
+    ok &= bool(torch.all(mine == float(PREV)).item())
     del t, mine                                 # the deleters release the views
     gc.collect()
     assert all_true(ok)

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import vmmipc
-from conftest import (RANK, SIZE, STANDIN, all_true, capsule_name, capsule_tensor, consume, pattern, read,
+from conftest import (NXT, RANK, SIZE, STANDIN, all_true, capsule_name, capsule_tensor, consume, pattern, read,
                       write)
 
 
@@ -31,7 +31,7 @@ def strides_of(t):
 
 
 def test_classic_capsule(win):
-    peer = (RANK + 1) % SIZE
+    peer = NXT
     m = win.mapping(peer)
     assert m.__dlpack_device__() == (vmmipc.kDLCUDA, vmmipc.current_device())
     cap = m.__dlpack__()
@@ -46,7 +46,7 @@ def test_classic_capsule(win):
 
 
 def test_versioned_capsule_and_typed_shape(win):
-    peer = (RANK + 1) % SIZE
+    peer = NXT
     m = win.mapping(peer, dtype="float32", shape=(4, 16))
     assert m.shape == (4, 16) and m.dtype == "float32"
     cap = m.__dlpack__(max_version=(1, 2), stream=None, dl_device=m.__dlpack_device__(), copy=False)
@@ -78,7 +78,7 @@ def test_capsule_keeps_view_until_deleter(win):
 
 
 def test_cuda_array_interface(win):
-    peer = (RANK + 1) % SIZE
+    peer = NXT
     m = win.mapping(peer, dtype="int64", shape=8)
     cai = m.__cuda_array_interface__
     assert cai == {"shape": (8,), "typestr": "<i8", "data": (win.query(peer)[0], False), "version": 3,
@@ -147,7 +147,7 @@ def test_buffer_mapping():
 def test_host_access_on_standin(win):
     # On the stand-in a mapping is host memory: ctypes reads the peer's bytes
     # at the capsule's data pointer and writes into our own memory.
-    peer = (RANK + 1) % SIZE
+    peer = NXT
     cap = win.mapping(peer).__dlpack__()     # the tensor lives as long as the capsule
     t = capsule_tensor(cap).dl_tensor
     assert all_true(ctypes.string_at(t.data, 64) == pattern(peer, 64))
