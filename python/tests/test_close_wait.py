@@ -43,10 +43,9 @@ def test_a_failed_wait_on_one_rank_refuses_the_close_everywhere(comm, how, code)
 def test_close_after_work_on_several_streams(comm):
     buf = vmmipc.alloc(1 << 20)
     win = comm.allgather_map(buf)
-    nxt, prev = NXT, PREV
     for stream in (0, TorchStream(), 2):
-        win.signal(nxt, 1, stream=stream)
-    win.wait(prev, 1, stream=TorchStream())
+        win.signal(NXT, 1, stream=stream)
+    win.wait(PREV, 1, stream=TorchStream())
     win.barrier(stream=2)
     m = win.mapping(RANK)
     m.__dlpack__(stream=2)                   # a consumer on the per-thread default stream

@@ -24,15 +24,14 @@ def test_heap_windows_data_and_sizes(comm):
                 ok &= size == want and (want == 0 or read(p, want) == pattern(r, want))
             assert all_true(ok)
             # Write into the next rank's slice through a typed view; it reads it.
-            nxt, prev = NXT, PREV
-            if win.query(nxt)[1]:
-                m = win.mapping(nxt, dtype="uint32", shape=4)
+            if win.query(NXT)[1]:
+                m = win.mapping(NXT, dtype="uint32", shape=4)
                 write(m.ptr, bytes([RANK + 1]) * 16)
                 del m                   # a live view would refuse the close
             win.barrier()
             WORLD.Barrier()
             if n:  # our slice was written by the previous rank
-                assert read(win.query(RANK)[0], 16) == bytes([prev + 1]) * 16
+                assert read(win.query(RANK)[0], 16) == bytes([PREV + 1]) * 16
         st = heap.stats()
         assert st["live_windows"] == 0 and st["in_use"] == 0 and st["high_water"] >= n
         assert set(st) >= {"reserved", "mapped", "in_use", "high_water", "live_windows", "growth_steps", "grow_s"}
@@ -118,11 +117,10 @@ def test_heap_torch_kernel_writes_peer_slice(comm):
     n = 4096
     with comm.heap() as heap, heap.alloc(n * 4) as win:
         stream = torch.cuda.current_stream()
-        nxt, prev = NXT, PREV
-        torch.from_dlpack(win.mapping(nxt, dtype=torch.float32)).fill_(float(RANK))  # a kernel, into the peer
+        torch.from_dlpack(win.mapping(NXT, dtype=torch.float32)).fill_(float(RANK))  # a kernel, into the peer
         win.barrier(stream=stream)
         mine = torch.from_dlpack(win.mapping(RANK, dtype=torch.float32))
-        ok = bool(torch.all(mine == float(prev)).item())
+        ok = bool(torch.all(mine == float(PREV)).item())
         win.barrier(stream=stream)
         torch.cuda.synchronize()
         del mine

@@ -27,23 +27,21 @@ def win(comm):
 
 def test_signal_then_wait_host_carries_data(win):
     # Each rank writes into the next one's buffer, then signals it.
-    nxt, prev = NXT, PREV
-    write(win.query(nxt)[0], pattern(RANK, 256))
-    win.signal(nxt, 7, stream=0)
+    write(win.query(NXT)[0], pattern(RANK, 256))
+    win.signal(NXT, 7, stream=0)
     vmmipc.synchronize()
-    win.wait_host(prev, 7, timeout_ms=20000)
-    assert all_true(read(win.query(RANK)[0], 256) == pattern(prev, 256))
+    win.wait_host(PREV, 7, timeout_ms=20000)
+    assert all_true(read(win.query(RANK)[0], 256) == pattern(PREV, 256))
     win.barrier()
 
 
 def test_stream_wait_and_barrier_forms(win):
-    nxt, prev = NXT, PREV
-    win.signal(nxt, 3, stream=TorchStream())
-    win.wait(prev, 3, stream=ProtocolStream())
+    win.signal(NXT, 3, stream=TorchStream())
+    win.wait(PREV, 3, stream=ProtocolStream())
     win.barrier(TorchStream())
     win.barrier(stream=None)
     vmmipc.synchronize()
-    win.wait_host(prev, 3)               # already there: returns at once
+    win.wait_host(PREV, 3)               # already there: returns at once
 
 
 def test_sync_bad_input(win):
@@ -60,24 +58,22 @@ def test_sync_bad_input(win):
 
 
 def test_wait_host_timeout_names_the_rank(win):
-    prev = PREV
     with pytest.raises(vmmipc.Error) as e:
-        win.wait_host(prev, 1 << 40, timeout_ms=50)   # nobody signals that value
+        win.wait_host(PREV, 1 << 40, timeout_ms=50)   # nobody signals that value
     win.barrier()
-    assert all_true((e.value.code, e.value.rank) == (vmmipc.Result.TIMEOUT, prev)), (e.value.code, e.value.rank)
+    assert all_true((e.value.code, e.value.rank) == (vmmipc.Result.TIMEOUT, PREV)), (e.value.code, e.value.rank)
 
 
 def test_wait_host_in_a_thread_releases_the_gil(win):
     # A thread blocks in wait_host while the main thread keeps running Python
     # code; the peer signals only after the main thread's work is done.
-    nxt, prev = NXT, PREV
     result = {}
     started = threading.Event()
 
     def waiter():
         started.set()
         try:
-            win.wait_host(prev, 11, timeout_ms=60000)
+            win.wait_host(PREV, 11, timeout_ms=60000)
             result["ok"] = True
         except vmmipc.Error as e:  # pragma: no cover - reported below
             result["error"] = e
@@ -88,7 +84,7 @@ def test_wait_host_in_a_thread_releases_the_gil(win):
     work = sum(i * i for i in range(200000))    # needs the GIL
     still_waiting = t.is_alive() and not result
     WORLD.Barrier()          # every rank's waiter is in place; now signal
-    win.signal(nxt, 11)
+    win.signal(NXT, 11)
     vmmipc.synchronize()
     t.join(60)
     assert all_true(work > 0 and result.get("ok") and not t.is_alive())
@@ -96,13 +92,12 @@ def test_wait_host_in_a_thread_releases_the_gil(win):
 
 
 def test_close_refused_while_waiting(win):
-    prev, nxt = PREV, NXT
     started = threading.Event()
     done = {}
 
     def waiter():
         started.set()
-        win.wait_host(prev, 21, timeout_ms=60000)
+        win.wait_host(PREV, 21, timeout_ms=60000)
         done["ok"] = True
 
     t = threading.Thread(target=waiter)
@@ -114,7 +109,7 @@ def test_close_refused_while_waiting(win):
         win.close()                       # a call on it is in progress
     assert e.value.code == vmmipc.Result.BUSY
     WORLD.Barrier()
-    win.signal(nxt, 21)
+    win.signal(NXT, 21)
     vmmipc.synchronize()
     t.join(60)
     assert all_true(done.get("ok"))

@@ -4,7 +4,7 @@ the CUDA Array Interface as torch consumes them."""
 import pytest
 
 import vmmipc
-from conftest import NXT, PREV, RANK, SIZE, all_true, pattern, write
+from conftest import NXT, PREV, RANK, all_true, pattern, write
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -16,13 +16,12 @@ def test_torch_kernel_writes_a_peer_buffer(comm):
     torch.cuda.set_device(vmmipc.current_device())
     with vmmipc.alloc(n * 4) as buf, comm.allgather_map(buf) as win:
         stream = torch.cuda.current_stream()
-        nxt, prev = NXT, PREV
-        peer = torch.from_dlpack(win.mapping(nxt, dtype=torch.float32))
+        peer = torch.from_dlpack(win.mapping(NXT, dtype=torch.float32))
         assert peer.device == torch.device("cuda", vmmipc.current_device()) and peer.numel() == n
         peer.copy_(torch.arange(n, device="cuda", dtype=torch.float32) + RANK)   # kernels, into the peer
         win.barrier(stream=stream)
         mine = torch.from_dlpack(buf.mapping(dtype=torch.float32))
-        ok = bool(torch.equal(mine, torch.arange(n, device="cuda", dtype=torch.float32) + prev))
+        ok = bool(torch.equal(mine, torch.arange(n, device="cuda", dtype=torch.float32) + PREV))
         win.barrier(stream=stream)
         torch.cuda.synchronize()
         del peer, mine

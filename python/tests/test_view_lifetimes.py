@@ -141,12 +141,11 @@ def test_memoryview_and_numpy_on_standin(comm):
     buf = vmmipc.alloc(1 << 20)
     win = comm.allgather_map(buf, access="r")
     fill(win, 5)
-    peer = NXT
-    mv = memoryview(win.mapping(peer, dtype="uint8", shape=(16, 16)))
-    ok = mv.shape == (16, 16) and mv.format == "B" and mv.readonly == (peer != RANK)
-    ok &= mv.tobytes() == pattern(5 * 16 + peer, 256)
-    arr = np.frombuffer(memoryview(win.mapping(peer, dtype="float32")), dtype=np.float32)
-    ok &= arr.tobytes()[:256] == pattern(5 * 16 + peer, 256)
+    mv = memoryview(win.mapping(NXT, dtype="uint8", shape=(16, 16)))
+    ok = mv.shape == (16, 16) and mv.format == "B" and mv.readonly == (NXT != RANK)
+    ok &= mv.tobytes() == pattern(5 * 16 + NXT, 256)
+    arr = np.frombuffer(memoryview(win.mapping(NXT, dtype="float32")), dtype=np.float32)
+    ok &= arr.tobytes()[:256] == pattern(5 * 16 + NXT, 256)
     own = np.asarray(memoryview(win.mapping(RANK, dtype="uint32")))
     own[2048:2052] = 0xA5A5A5A5                  # our own memory is writable (past what the peers read)
     ok &= read(buf.ptr + 8192, 16) == b"\xa5" * 16
@@ -177,9 +176,8 @@ def test_torch_tensor_keeps_its_window(comm):
         pytest.skip("no CUDA device for torch")
     buf = vmmipc.alloc(1 << 20)
     win = comm.allgather_map(buf)
-    peer = NXT
-    t = torch.from_dlpack(win.mapping(peer, dtype=torch.float32))
-    t.fill_(float(RANK))                        # a kernel into the peer's memory
+    t = torch.from_dlpack(win.mapping(NXT, dtype=torch.float32))
+    t.fill_(float(RANK))                        # a kernel into the NXT's memory
     win.barrier(stream=torch.cuda.current_stream())
     ok = refused_everywhere(win, 1) if RANK == HOLDER else True
     if RANK != HOLDER:

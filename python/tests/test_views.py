@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import vmmipc
-from conftest import (NXT, RANK, SIZE, STANDIN, all_true, capsule_name, capsule_tensor, consume, pattern, read,
+from conftest import (NXT, RANK, STANDIN, all_true, capsule_name, capsule_tensor, consume, pattern, read,
                       write)
 
 
@@ -31,23 +31,21 @@ def strides_of(t):
 
 
 def test_classic_capsule(win):
-    peer = NXT
-    m = win.mapping(peer)
+    m = win.mapping(NXT)
     assert m.__dlpack_device__() == (vmmipc.kDLCUDA, vmmipc.current_device())
     cap = m.__dlpack__()
     assert capsule_name(cap) == "dltensor"
     t = capsule_tensor(cap).dl_tensor
-    p, n = win.query(peer)
+    p, n = win.query(NXT)
     ok = t.data == p and t.byte_offset == 0 and (t.device.device_type, t.device.device_id) == m.__dlpack_device__()
     ok &= (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (1, 8, 1)   # kDLUInt, 8 bits
     ok &= shape_of(t) == (n,) and strides_of(t) == (1,)
-    ok &= read(t.data, 4096) == pattern(peer, 4096)
+    ok &= read(t.data, 4096) == pattern(NXT, 4096)
     assert all_true(ok)
 
 
 def test_versioned_capsule_and_typed_shape(win):
-    peer = NXT
-    m = win.mapping(peer, dtype="float32", shape=(4, 16))
+    m = win.mapping(NXT, dtype="float32", shape=(4, 16))
     assert m.shape == (4, 16) and m.dtype == "float32"
     cap = m.__dlpack__(max_version=(1, 2), stream=None, dl_device=m.__dlpack_device__(), copy=False)
     assert capsule_name(cap) == "dltensor_versioned"
@@ -55,7 +53,7 @@ def test_versioned_capsule_and_typed_shape(win):
     t = mt.dl_tensor
     ok = (mt.version.major, mt.flags) == (1, 0)
     ok &= (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (2, 32, 1)  # kDLFloat
-    ok &= shape_of(t) == (4, 16) and strides_of(t) == (16, 1) and t.data == win.query(peer)[0]
+    ok &= shape_of(t) == (4, 16) and strides_of(t) == (16, 1) and t.data == win.query(NXT)[0]
     assert all_true(ok)
     # An old consumer's max_version (0, x) gets the classic capsule.
     assert capsule_name(m.__dlpack__(max_version=(0, 8))) == "dltensor"
@@ -78,12 +76,11 @@ def test_capsule_keeps_view_until_deleter(win):
 
 
 def test_cuda_array_interface(win):
-    peer = NXT
-    m = win.mapping(peer, dtype="int64", shape=8)
+    m = win.mapping(NXT, dtype="int64", shape=8)
     cai = m.__cuda_array_interface__
-    assert cai == {"shape": (8,), "typestr": "<i8", "data": (win.query(peer)[0], False), "version": 3,
+    assert cai == {"shape": (8,), "typestr": "<i8", "data": (win.query(NXT)[0], False), "version": 3,
                    "strides": None, "stream": None}
-    b = win.mapping(peer, dtype="bfloat16")
+    b = win.mapping(NXT, dtype="bfloat16")
     with pytest.raises(TypeError):
         b.__cuda_array_interface__           # no typestr for bfloat16; DLPack has it
     cap = b.__dlpack__()
@@ -145,12 +142,11 @@ def test_buffer_mapping():
 
 @pytest.mark.skipif(not STANDIN, reason="device memory is host-addressable only on the stand-in")
 def test_host_access_on_standin(win):
-    # On the stand-in a mapping is host memory: ctypes reads the peer's bytes
+    # On the stand-in a mapping is host memory: ctypes reads the NXT's bytes
     # at the capsule's data pointer and writes into our own memory.
-    peer = NXT
-    cap = win.mapping(peer).__dlpack__()     # the tensor lives as long as the capsule
+    cap = win.mapping(NXT).__dlpack__()     # the tensor lives as long as the capsule
     t = capsule_tensor(cap).dl_tensor
-    assert all_true(ctypes.string_at(t.data, 64) == pattern(peer, 64))
+    assert all_true(ctypes.string_at(t.data, 64) == pattern(NXT, 64))
     own = win.mapping(RANK).__cuda_array_interface__["data"][0]
     ctypes.memmove(own, b"\x5a" * 8, 8)
     assert read(own, 8) == b"\x5a" * 8

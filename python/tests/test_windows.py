@@ -21,13 +21,11 @@ def test_allgather_data_both_ways(comm):
                     ok &= (p, size) == (0, 0)        # windows map the node's ranks only
             assert all_true(ok)
             # Write into the next rank's buffer through its mapping; it reads it.
-            nxt = NXT
-            p, _ = win.query(nxt)
+            p, _ = win.query(NXT)
             write(p + 100, bytes([0xA0 + RANK]) * 10)
             win.barrier()
             WORLD.Barrier()
-            prev = PREV
-            assert all_true(read(buf.ptr + 100, 10) == bytes([0xA0 + prev]) * 10)
+            assert all_true(read(buf.ptr + 100, 10) == bytes([0xA0 + PREV]) * 10)
             assert win.query(RANK)[0] == buf.ptr
             assert (win.rank, win.size, win.comm) == (RANK, SIZE, comm)
 
@@ -84,14 +82,13 @@ def test_read_only_access(comm):
     with vmmipc.alloc(1 << 20) as buf:
         write(buf.ptr, pattern(RANK, 64))
         with comm.allgather_map(buf, access="r") as win:
-            peer = NXT
-            m = win.mapping(peer)
+            m = win.mapping(NXT)
             own = win.mapping(RANK)
-            ok = m.readonly == (peer != RANK) and not own.readonly
-            ok &= m.__cuda_array_interface__["data"][1] == (peer != RANK)
-            ok &= read(m.ptr, 64) == pattern(peer, 64)
+            ok = m.readonly == (NXT != RANK) and not own.readonly
+            ok &= m.__cuda_array_interface__["data"][1] == (NXT != RANK)
+            ok &= read(m.ptr, 64) == pattern(NXT, 64)
             assert all_true(ok)
-            if peer != RANK:
+            if NXT != RANK:
                 with pytest.raises(BufferError):
                     m.__dlpack__()                  # the classic capsule cannot say read-only
                 cap = m.__dlpack__(max_version=(1, 0))
