@@ -14,6 +14,10 @@
 #       (LAYOUTS_SKIP: a ctest -E regex of those already run);
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
+# Layout entries that passed are listed in build-real/layouts-passed.txt, and
+# a later call on the same warm machine runs only the others (LAYOUTS_SKIP adds
+# a ctest -E regex; LAYOUTS_FRESH=1 forgets the list). CHAOS_RUNS=0 leaves the
+# mps part's campaign out.
 # Builds build-real/ first (kept on a warm machine). Every lane is bounded by
 # DEADLINE_S (540); OUTDIR gets lanes-PART.txt (summary) and lanes-PART.tgz.
 set -uo pipefail
@@ -57,6 +61,22 @@ if [ ! -x "$build/mpi_tests/test_chaos" ]; then
 fi
 step build 200 "$logs/build.log" cmake --build "$build" -j "$(nproc)"
 ct=(ctest --test-dir "$build" --output-on-failure --timeout 150)
+passed=$build/layouts-passed.txt
+[ "${LAYOUTS_FRESH:-0}" = 1 ] && rm -f "$passed"
+# The -E regex of the layout entries not to run again: LAYOUTS_SKIP and those passed before.
+layouts_skip() {
+  { [ -n "${LAYOUTS_SKIP:-}" ] && echo "$LAYOUTS_SKIP"; [ -s "$passed" ] && sed 's/[.]/[.]/g; s/^/^/; s/$/$/' "$passed"; } |
+    paste -sd'|' | sed 's/^$/^$/'
+}
+# layouts CAP JOBS: the node-layout entries not yet passed here; records those that pass.
+layouts() {
+  local n
+  n=$("${ct[@]}" -N -L layouts -E "$(layouts_skip)" | grep -c 'Test *#')
+  log "layouts: $n entries to run ($(grep -c . "$passed" 2> /dev/null || echo 0) passed before here)"
+  step layouts "$1" "$logs/layouts.log" "${ct[@]}" -j "$2" -L layouts -E "$(layouts_skip)"
+  sed -n 's/.*Test *#[0-9]*: \([^ ]*\) [.]*.*Passed.*/\1/p' "$logs/layouts.log" >> "$passed"
+  log "layouts: $(grep -c . "$passed") passed here in all; still to run: $("${ct[@]}" -N -L layouts -E "$(layouts_skip)" | grep -c 'Test *#')"
+}
 py='^python(_heap)?\.np[24]$'
 if [ "$part" = mps ]; then
   mps_dir=${TMPDIR:-/tmp}/vmmipc-lanes-mps
@@ -64,11 +84,11 @@ if [ "$part" = mps ]; then
     log "MPS not available: $(tail -1 "$logs/mps.log")"; exit 1; fi
   step python-x"$repeat" "$deadline" "$logs/python.log" "${ct[@]}" -j 2 -R "$py" --repeat "until-fail:$repeat" &
   # Two lanes of ranks at a time beside the Python ones: busy-polling ranks must not outnumber the cores.
-  step layouts "${LAYOUTS_S:-200}" "$logs/layouts.log" "${ct[@]}" -j 2 -L layouts
+  layouts "${LAYOUTS_S:-200}" 2
   step examples-gpu-sync "${GPU_S:-120}" "$logs/gpu.log" "${ct[@]}" -j 2 -LE layouts \
     -R 'example\.python|python_heap|gpu|persistent|test_device|test_sync' -E "$py"
   chaos_s=$(($(left) - 15))
-  step chaos "$chaos_s" "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh \
+  [ "${CHAOS_RUNS:-40}" -gt 0 ] && step chaos "$chaos_s" "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh \
     --env "$build/mpi_tests/chaos.env" --runs "${CHAOS_RUNS:-40}" --steps "${CHAOS_STEPS:-100}" --seed0 7000 \
     --np "2 3 4" --kill-share 0.1 --budget "$((chaos_s - 20))" --logs "$logs/chaos-runs"
   wait
@@ -86,7 +106,7 @@ elif [ "$part" = final ]; then
     --np "2 3 4" --kill-share 0.1 --budget "$((chaos_s - 15))" --logs "$logs/chaos-runs"
   step changed "${CHANGED_S:-70}" "$logs/changed.log" "${ct[@]}" -j 3 -LE layouts \
     -R 'numba_ring|^test_agree\.np[23]$|^test_device\.np3$|^test_sync\.np3$'
-  step layouts "$(($(left) - 10))" "$logs/layouts.log" "${ct[@]}" -j 4 -L layouts -E "${LAYOUTS_SKIP:-^$}"
+  layouts "$(($(left) - 10))" 4
   scripts/mps.sh stop "$mps_dir" >> "$logs/mps.log" 2>&1
   log "MPS stopped"
 else
