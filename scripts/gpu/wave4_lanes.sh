@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wave 4's long GPU runs, in parallel lanes so that they fit one device call
 # each (docs/dev/gpu-validation.md records what ran):
-#   scripts/gpu/wave4_lanes.sh mps|nomps|final OUTDIR
+#   scripts/gpu/wave4_lanes.sh mps|nomps|final|closing OUTDIR
 # mps   under a private MPS daemon (scripts/mps.sh), two lanes at once:
 #         1. the Python suites (python, python_heap) at 2 and 4 ranks, REPEAT (10)
 #            runs in a row each;
@@ -12,6 +12,8 @@
 # final under MPS, one after another: the chaos campaign alone (CHAOS_S), the
 #       entries that changed since (CHANGED_S), node layouts in what is left
 #       (LAYOUTS_SKIP: a ctest -E regex of those already run);
+# closing  the chaos campaign alone under MPS (CHAOS_S), then the nomps part
+#       in what is left;
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
 # Layout entries that passed are listed in build-real/layouts-passed.txt, and
@@ -21,7 +23,7 @@
 # Builds build-real/ first (kept on a warm machine). Every lane is bounded by
 # DEADLINE_S (540); OUTDIR gets lanes-PART.txt (summary) and lanes-PART.tgz.
 set -uo pipefail
-part=${1:?mps|nomps|final} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
+part=${1:?mps|nomps|final|closing} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 2
 # shellcheck source=scripts/env.sh
@@ -109,7 +111,19 @@ elif [ "$part" = final ]; then
   layouts "$(($(left) - 10))" 4
   scripts/mps.sh stop "$mps_dir" >> "$logs/mps.log" 2>&1
   log "MPS stopped"
-else
+elif [ "$part" = closing ]; then
+  mps_dir=${TMPDIR:-/tmp}/vmmipc-lanes-mps
+  if env_lines=$(scripts/mps.sh start "$mps_dir" 2> "$logs/mps.log"); then eval "$env_lines"; log "MPS on"; else
+    log "MPS not available: $(tail -1 "$logs/mps.log")"; exit 1; fi
+  chaos_s=${CHAOS_S:-150}
+  step chaos "$chaos_s" "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh \
+    --env "$build/mpi_tests/chaos.env" --runs "${CHAOS_RUNS:-60}" --steps "${CHAOS_STEPS:-100}" --seed0 "${CHAOS_SEED0:-9000}" \
+    --np "2 3 4" --kill-share 0.1 --budget "$((chaos_s - 15))" --logs "$logs/chaos-runs"
+  scripts/mps.sh stop "$mps_dir" >> "$logs/mps.log" 2>&1
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  log "MPS stopped; the nomps part in what is left"
+fi
+if [ "$part" = nomps ] || [ "$part" = closing ]; then
   step ctest-nomps "$deadline" "$logs/ctest-nomps.log" "${ct[@]}" -j 6 -LE 'layouts|chaos' -E "$py" &
   step python-nomps-x$repeat "$deadline" "$logs/python-nomps.log" "${ct[@]}" -j 2 -R "$py" \
     --repeat "until-fail:$repeat"
