@@ -12,7 +12,7 @@
 # final under MPS, one after another: the chaos campaign alone (CHAOS_S), the
 #       entries that changed since (CHANGED_S), node layouts in what is left
 #       (LAYOUTS_SKIP: a ctest -E regex of those already run);
-# closing  the chaos campaign alone under MPS (CHAOS_S), then the nomps part
+# closing  the chaos campaign alone under MPS (CHAOS_S, from seed CHAOS_SEED0), then the nomps part
 #       in what is left;
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
@@ -80,52 +80,50 @@ layouts() {
   log "layouts: $(grep -c . "$passed") passed here in all; still to run: $("${ct[@]}" -N -L layouts -E "$(layouts_skip)" | grep -c 'Test *#')"
 }
 py='^python(_heap)?\.np[24]$'
-if [ "$part" = mps ]; then
-  mps_dir=${TMPDIR:-/tmp}/vmmipc-lanes-mps
+mps_dir=${TMPDIR:-/tmp}/vmmipc-lanes-mps
+mps_on() {
+  local env_lines
   if env_lines=$(scripts/mps.sh start "$mps_dir" 2> "$logs/mps.log"); then eval "$env_lines"; log "MPS on"; else
     log "MPS not available: $(tail -1 "$logs/mps.log")"; exit 1; fi
+}
+mps_off() {
+  scripts/mps.sh stop "$mps_dir" >> "$logs/mps.log" 2>&1
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  log "MPS stopped"
+}
+# chaos CAP RUNS SEED0: the campaign, bounded by CAP seconds.
+chaos() {
+  step chaos "$1" "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh \
+    --env "$build/mpi_tests/chaos.env" --runs "$2" --steps "${CHAOS_STEPS:-100}" --seed0 "$3" \
+    --np "2 3 4" --kill-share 0.1 --budget "$(($1 - 15))" --logs "$logs/chaos-runs"
+}
+if [ "$part" = mps ]; then
+  mps_on
   step python-x"$repeat" "$deadline" "$logs/python.log" "${ct[@]}" -j 2 -R "$py" --repeat "until-fail:$repeat" &
   # Two lanes of ranks at a time beside the Python ones: busy-polling ranks must not outnumber the cores.
   layouts "${LAYOUTS_S:-200}" 2
   step examples-gpu-sync "${GPU_S:-120}" "$logs/gpu.log" "${ct[@]}" -j 2 -LE layouts \
     -R 'example\.python|python_heap|gpu|persistent|test_device|test_sync' -E "$py"
-  chaos_s=$(($(left) - 15))
-  [ "${CHAOS_RUNS:-40}" -gt 0 ] && step chaos "$chaos_s" "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh \
-    --env "$build/mpi_tests/chaos.env" --runs "${CHAOS_RUNS:-40}" --steps "${CHAOS_STEPS:-100}" --seed0 7000 \
-    --np "2 3 4" --kill-share 0.1 --budget "$((chaos_s - 20))" --logs "$logs/chaos-runs"
+  [ "${CHAOS_RUNS:-40}" -gt 0 ] && chaos "$(($(left) - 20))" "${CHAOS_RUNS:-40}" 7000
   wait
-  scripts/mps.sh stop "$mps_dir" >> "$logs/mps.log" 2>&1
-  log "MPS stopped"
+  mps_off
 elif [ "$part" = final ]; then
   # Under MPS: the campaign alone (its leak check reads the whole GPU's memory), then the entries that
   # changed after the mps part, then node layouts in what is left.
-  mps_dir=${TMPDIR:-/tmp}/vmmipc-lanes-mps
-  if env_lines=$(scripts/mps.sh start "$mps_dir" 2> "$logs/mps.log"); then eval "$env_lines"; log "MPS on"; else
-    log "MPS not available: $(tail -1 "$logs/mps.log")"; exit 1; fi
-  chaos_s=${CHAOS_S:-130}
-  step chaos "$chaos_s" "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh \
-    --env "$build/mpi_tests/chaos.env" --runs "${CHAOS_RUNS:-60}" --steps "${CHAOS_STEPS:-100}" --seed0 8000 \
-    --np "2 3 4" --kill-share 0.1 --budget "$((chaos_s - 15))" --logs "$logs/chaos-runs"
+  mps_on
+  chaos "${CHAOS_S:-130}" "${CHAOS_RUNS:-60}" "${CHAOS_SEED0:-8000}"
   step changed "${CHANGED_S:-70}" "$logs/changed.log" "${ct[@]}" -j 3 -LE layouts \
     -R 'numba_ring|^test_agree\.np[23]$|^test_device\.np3$|^test_sync\.np3$'
   layouts "$(($(left) - 10))" 4
-  scripts/mps.sh stop "$mps_dir" >> "$logs/mps.log" 2>&1
-  log "MPS stopped"
+  mps_off
 elif [ "$part" = closing ]; then
-  mps_dir=${TMPDIR:-/tmp}/vmmipc-lanes-mps
-  if env_lines=$(scripts/mps.sh start "$mps_dir" 2> "$logs/mps.log"); then eval "$env_lines"; log "MPS on"; else
-    log "MPS not available: $(tail -1 "$logs/mps.log")"; exit 1; fi
-  chaos_s=${CHAOS_S:-150}
-  step chaos "$chaos_s" "$logs/chaos.log" env BUILD_DIR="$build" mpi_tests/harness/chaos.sh \
-    --env "$build/mpi_tests/chaos.env" --runs "${CHAOS_RUNS:-60}" --steps "${CHAOS_STEPS:-100}" --seed0 "${CHAOS_SEED0:-9000}" \
-    --np "2 3 4" --kill-share 0.1 --budget "$((chaos_s - 15))" --logs "$logs/chaos-runs"
-  scripts/mps.sh stop "$mps_dir" >> "$logs/mps.log" 2>&1
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-  log "MPS stopped; the nomps part in what is left"
+  mps_on
+  chaos "${CHAOS_S:-150}" "${CHAOS_RUNS:-60}" "${CHAOS_SEED0:-9000}"
+  mps_off
 fi
 if [ "$part" = nomps ] || [ "$part" = closing ]; then
   step ctest-nomps "$deadline" "$logs/ctest-nomps.log" "${ct[@]}" -j 6 -LE 'layouts|chaos' -E "$py" &
-  step python-nomps-x$repeat "$deadline" "$logs/python-nomps.log" "${ct[@]}" -j 2 -R "$py" \
+  step "python-nomps-x$repeat" "$deadline" "$logs/python-nomps.log" "${ct[@]}" -j 2 -R "$py" \
     --repeat "until-fail:$repeat"
   wait
 fi
