@@ -207,16 +207,37 @@ TEST_F(Faults, ARankThatFailsMidwayIsKnownAtOnce) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
-// Records queued, unread, on this rank's collective connections (one per
-// peer at most: a peek at the first).
-static int QueuedRecords(vmmipc_comm_t c) {
-  int queued = 0;
+// What is queued, unread, on this rank's collective connections: a peek at
+// the first record of each, counting the records (one per peer at most) and
+// the fds they carry (a peek installs them: closed here).
+struct Queued {
+  int records = 0, fds = 0;
+};
+static Queued PeekQueued(vmmipc_comm_t c) {
+  Queued q;
   for (int p = 0; p < c->node_size; p++) {
     int fd = vmmipc__tp_coll_fd(c->tp, p);
-    char h;
-    if (fd >= 0 && recv(fd, &h, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) queued++;
+    if (fd < 0) continue;
+    char byte = 0;
+    iovec io{&byte, 1};
+    alignas(cmsghdr) char ctl[CMSG_SPACE(64 * sizeof(int))];
+    msghdr mh{};
+    mh.msg_iov = &io;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl;
+    mh.msg_controllen = sizeof ctl;
+    if (recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC) < 0) continue;
+    q.records++;
+    for (cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h)) {
+      if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+      for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++, q.fds++) {
+        int x = -1;
+        std::memcpy(&x, CMSG_DATA(h) + i * sizeof(int), sizeof x);
+        close(x);
+      }
+    }
   }
-  return queued;
+  return q;
 }
 
 // A failed collective keeps nothing, not even in the sockets. The peers of
@@ -251,7 +272,7 @@ TEST_F(Faults, AFailedCollectiveLeavesNoPeersFdsQueued) {
       EXPECT_EQ(w, nullptr);
       ASSERT_VMM_OK(vmmipc_buf_free(b));
       MPI_Barrier(MPI_COMM_WORLD);  // every rank's call is over: all it sent is queued
-      int queued = QueuedRecords(c);
+      int queued = PeekQueued(c).records;
       MPI_Barrier(MPI_COMM_WORLD);  // nobody starts the next collective (its frames) before every rank looked
       EXPECT_EQ(queued, 0) << step << " on rank " << f << ": rank " << me << " still has messages of " << queued
                            << " peer(s) of the failed call queued (their fds keep the peers' memory)";
@@ -268,43 +289,12 @@ TEST_F(Faults, AFailedCollectiveLeavesNoPeersFdsQueued) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
-// Fds queued, unread, on this rank's collective connections, in the first
-// record of each (a peek installs the fds a record carries: closed here).
-static int QueuedFds(vmmipc_comm_t c) {
-  int fds = 0;
-  for (int p = 0; p < c->node_size; p++) {
-    int fd = vmmipc__tp_coll_fd(c->tp, p);
-    if (fd < 0) continue;
-    char byte = 0;
-    iovec io{&byte, 1};
-    alignas(cmsghdr) char ctl[CMSG_SPACE(64 * sizeof(int))];
-    msghdr mh{};
-    mh.msg_iov = &io;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl;
-    mh.msg_controllen = sizeof ctl;
-    if (recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC) < 0) continue;
-    for (cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h)) {
-      if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
-      size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < k; i++) {
-        int x = -1;
-        std::memcpy(&x, CMSG_DATA(h) + i * sizeof(int), sizeof x);
-        close(x);
-        fds++;
-      }
-    }
-  }
-  return fds;
-}
-
 // A rank late past the timeout inside a map collective's second round
 // finds the call decided when it comes to send its descriptors, and sends
-// no fds: its
-// peers have left, and fds in their sockets would hold its device memory
-// until their destroy, the comm being broken. Late as the collector and as
-// a member. (On an H200 the campaign saw 12 MiB still in use after a late
-// scatter_map root: seed 8000, step 96, layout 0,1,0,0.)
+// no fds: its peers have left, and fds in their sockets would hold its
+// device memory until their destroy, the comm being broken. Late as the
+// collector and as a member. (On an H200 the campaign saw 12 MiB still in
+// use after a late scatter_map root: seed 8000, step 96, layout 0,1,0,0.)
 TEST_F(Faults, ALateRankSendsNoFdsToPeersThatLeft) {
   vt::Baseline base;  // before the comms: their destroys free what they made
   const int me = vt::Rank();
@@ -312,12 +302,7 @@ TEST_F(Faults, ALateRankSendsNoFdsToPeersThatLeft) {
     vmmipc_comm_t c = Create(1000);
     ASSERT_NE(c, nullptr);
     const std::vector<int> ids = vt::NodeIds(c);
-    int late = vt::LastWithPeers(ids);
-    if (collector) {
-      late = -1;
-      for (size_t r = 1; r < ids.size(); r++)
-        if (ids[r] == ids[0]) late = 0;  // the collector, when it has node peers
-    }
+    const int late = collector ? (vt::NodeSizeOf(ids, 0) > 1 ? 0 : -1) : vt::LastWithPeers(ids);
     if (late < 0) {
       ASSERT_VMM_OK(vmmipc_comm_destroy(c));
       continue;
@@ -334,7 +319,7 @@ TEST_F(Faults, ALateRankSendsNoFdsToPeersThatLeft) {
     EXPECT_TRUE(Has(vmmipc_last_error(), "rank " + std::to_string(late))) << vmmipc_last_error();
     ASSERT_VMM_OK(vmmipc_buf_free(b));
     MPI_Barrier(MPI_COMM_WORLD);  // every rank's call is over: all it sent is queued
-    int fds = QueuedFds(c);
+    int fds = PeekQueued(c).fds;
     MPI_Barrier(MPI_COMM_WORLD);
     EXPECT_EQ(fds, 0) << who << " late: rank " << me << " holds " << fds
                       << " fd(s) it was sent after it left the call (they keep the sender's memory)";
