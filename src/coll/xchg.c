@@ -202,19 +202,20 @@ static vmmipc_result_t round_run(round_t *g, vmmipc_result_t local, int *seconda
    * thread tried on this comm while this call holds it. */
   if (!local && VMMIPC__INJECT("late")) VMMIPC__LATE(c->timeout_ms);
   VMMIPC__INSIDE();
-  /* A rank that comes to a round with fds after the call was decided
-   * without it (it was late past the timeout) sends none: the peers have
-   * left, and what lands in their sockets now would hold this rank's device
-   * memory until their next collective or their destroy (an H200 saw 12 MiB
-   * so after a late scatter_map root). It tells them it failed instead. */
+  /* A rank that reaches a round with fds past its step's bound (it was
+   * late) sends none: its peers, bound alike, have given up on it, and fds
+   * landing in their sockets now would hold its device memory until their
+   * next collective or their destroy (an H200 saw 12 MiB so after a late
+   * scatter_map root). Its exchange would time out at once anyway; it tells
+   * the peers that it failed instead. */
   int with_fds = 0;
   for (int i = 0; s && i < ns; i++) with_fds |= s[i].num_fds > 0;
-  int decider = !local && with_fds ? vmmipc__agree_decided(c, g->to) : -1;
-  if (decider >= 0) {
+  if (!local && with_fds && vmmipc__now_ms() >= x.deadline_ms) {
     local = vmmipc__error(VMMIPC_ERR_TIMEOUT,
-                          "rank %d came to the exchange after rank %d had ended its part of the call without it "
-                          "(the timeout is %d ms); its descriptors were not sent",
-                          c->rank, decider, c->timeout_ms);
+                          "rank %d reached the exchange after its bound (the timeout, %d ms, from the call's entry); "
+                          "its descriptors were not sent",
+                          c->rank, c->timeout_ms);
+    vmmipc__error_rank(c->rank);
     x.local = local;
   }
   if (s && m) {
@@ -223,7 +224,7 @@ static vmmipc_result_t round_run(round_t *g, vmmipc_result_t local, int *seconda
     r = local;
   }
   if (!local && !r && VMMIPC__INJECT("transfer")) r = vmmipc__error(VMMIPC_ERR_PEER, "injected failure at transfer");
-  *secondary = x.aborted_by >= 0 || decider >= 0; /* the call had failed elsewhere first */
+  *secondary = x.aborted_by >= 0;
   for (int i = 0; m && i < nr; i++) { /* what the callback did not take */
     if (m[i].fds) vmmipc__close_fds(m[i].fds, m[i].num_fds);
     free(m[i].fds);

@@ -852,28 +852,6 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
   return rc;
 }
 
-/* Whether a message from `src` with `tag` waits. Open MPI's probe matches
- * before it polls the transport, so a message that arrived while nobody
- * polled is seen by the second probe only. */
-static int waiting(struct vmmipc_comm *c, int src, int tag) {
-  for (int i = 0; i < 2; i++) {
-    int flag = 0;
-    MPI_Status st;
-    if (MPI_Iprobe(src, tag, c->dup, &flag, &st) != MPI_SUCCESS) return 0;
-    if (flag) return 1;
-  }
-  return 0;
-}
-
-int vmmipc__agree_decided(struct vmmipc_comm *c, const char *peers) {
-  if (c->size == 1) return -1;
-  int tag = tag_of(c->agreements); /* the next agreement's, as vmmipc__agree_io numbers it */
-  if (c->rank != 0) return waiting(c, 0, tag) ? 0 : -1;
-  for (int p = 0; peers && c->tp && p < c->node_size; p++)
-    if (peers[p] && p != c->node_rank && waiting(c, c->rank_of[p], tag)) return c->rank_of[p];
-  return -1;
-}
-
 vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
                                  vmmipc__agree_io_t *io) {
   double t0 = vmmipc__now();

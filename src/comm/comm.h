@@ -178,14 +178,6 @@ typedef struct vmmipc__agree_io {
 } vmmipc__agree_io_t;
 vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
                                  vmmipc__agree_io_t *io);
-/* Whether the agreement this rank has not yet entered was decided without
- * it: a member holds a message of the collector for it (the verdict, or the
- * notice of a break) before it sent its outcome; the collector holds the
- * outcome of a node peer in `peers` (node ranks), which sent it before this
- * rank's message reached it, so that peer's exchange ended without it.
- * Decided by the messages alone (no clocks); MPI_Iprobe, nothing taken.
- * Returns the comm rank that decided (0, or the peer), or -1. */
-int vmmipc__agree_decided(struct vmmipc_comm *c, const char *peers);
 /* Before a comm whose last verdict every rank shares (not broken) frees its
  * MPI communicators: every message a peer sent this rank on comm->dup is
  * received, so that none is left for a communicator that reuses the freed
