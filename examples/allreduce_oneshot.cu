@@ -8,9 +8,12 @@
 // --graph: the kernel of each size is captured once in a CUDA graph and the
 // graph is replayed every round, with new input and the result checked
 // after each replay (the kernel counts its calls in device memory, so
-// nothing of them is baked into the capture); then the replays are timed
-// back to back (--timed N, default 1000) and printed in us per replay.
-//   mpirun -np 2 ./allreduce_oneshot [rounds] [--graph] [--timed N]
+// nothing of them is baked into the capture).
+// Then, for each size, N calls (or replays) run back to back (--timed N,
+// default 1000), timed and printed in us per call, and the last one's
+// result is checked. Kernels are launched with programmatic serialization
+// on devices that take it (oneshot::launch); --no-pdl launches them plainly.
+//   mpirun -np 2 ./allreduce_oneshot [rounds] [--graph] [--timed N] [--no-pdl]
 // All ranks must be on one node (a one-shot all-reduce reads every peer).
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -46,10 +49,12 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int rounds = 0, timed = 1000;
-  bool graph = false;
+  bool graph = false, pdl = true;
   for (int i = 1; i < argc; i++) {
     if (std::strcmp(argv[i], "--graph") == 0)
       graph = true;
+    else if (std::strcmp(argv[i], "--no-pdl") == 0)
+      pdl = false;
     else if (std::strcmp(argv[i], "--timed") == 0 && i + 1 < argc)
       timed = std::atoi(argv[++i]);
     else
@@ -57,6 +62,7 @@ int main(int argc, char **argv) {
   }
   if (rounds <= 0) rounds = graph ? 100 : 3;
   if (timed <= 0) timed = 1;
+  pdl = pdl && oneshot::pdl_supported();
   MPI_Comm local;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
   int lrank = 0, lsize = 0, ndev = 0;
@@ -121,8 +127,7 @@ int main(int argc, char **argv) {
       if (graph)
         CUDA(cudaGraphLaunch(exec, stream));
       else
-        oneshot::allreduce<<<oneshot::blocks(count), oneshot::kThreads, 0, stream>>>(dw, in, out, count, status);
-      CUDA(cudaGetLastError());
+        CUDA(oneshot::launch(stream, pdl, dw, in, out, count, status));
       CUDA(cudaStreamSynchronize(stream));
       int st[oneshot::kMaxBlocks];
       CUDA(cudaMemcpy(st, status, sizeof st, cudaMemcpyDeviceToHost));
@@ -136,13 +141,14 @@ int main(int argc, char **argv) {
       for (int i = 0; i < count; i++) bad += h_out[i] != want[i];
       checked += count;
     }
-    if (graph) { // back-to-back replays, GPU time; the slowest rank's; checked after the last
+    { // back-to-back calls or replays, GPU time; the slowest rank's; checked after the last
       CUDA(cudaMemsetAsync(out, 0, count * sizeof(float), stream));
       CUDA(cudaMemsetAsync(status, 0, oneshot::kMaxBlocks * sizeof(int), stream));
       CUDA(cudaStreamSynchronize(stream));
       MPI_Barrier(MPI_COMM_WORLD);
       CUDA(cudaEventRecord(e0, stream));
-      for (int i = 0; i < timed; i++) CUDA(cudaGraphLaunch(exec, stream));
+      for (int i = 0; i < timed; i++)
+        CUDA(graph ? cudaGraphLaunch(exec, stream) : oneshot::launch(stream, pdl, dw, in, out, count, status));
       CUDA(cudaEventRecord(e1, stream));
       CUDA(cudaEventSynchronize(e1));
       int st[oneshot::kMaxBlocks];
@@ -155,19 +161,22 @@ int main(int argc, char **argv) {
       CUDA(cudaEventElapsedTime(&ms, e0, e1));
       MPI_Reduce(&ms, &worst, 1, MPI_FLOAT, MPI_MAX, 0, MPI_COMM_WORLD);
       if (rank == 0)
-        std::printf("allreduce_oneshot: graph replay, %6d B: %8.3f us per replay (%d back to back)\n",
-                    count * (int)sizeof(float), 1e3 * worst / timed, timed);
-      CUDA(cudaGraphExecDestroy(exec));
-      CUDA(cudaGraphDestroy(g));
+        std::printf("allreduce_oneshot: %s, %6d B: %8.3f us per %s (%d back to back)\n",
+                    graph ? "graph replay" : pdl ? "call (PDL launch)" : "call (plain launch)",
+                    count * (int)sizeof(float), 1e3 * worst / timed, graph ? "replay" : "call", timed);
+      if (graph) {
+        CUDA(cudaGraphExecDestroy(exec));
+        CUDA(cudaGraphDestroy(g));
+      }
     }
   }
   long all_bad = 0;
   MPI_Allreduce(&bad, &all_bad, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0)
-    std::printf("allreduce_oneshot: %d ranks, 8 B to 64 KiB, %d %s each: %s (%ld elements per rank checked "
-                "against MPI_Allreduce)\n",
-                size, rounds, graph ? "graph replays (captured once per size)" : "rounds", all_bad ? "MISMATCH" : "ok",
-                checked);
+    std::printf("allreduce_oneshot: %d ranks, 8 B to 64 KiB, %d %s and %d back to back each (%s launch): %s (%ld "
+                "elements per rank checked against MPI_Allreduce)\n",
+                size, rounds, graph ? "graph replays (captured once per size)" : "rounds", timed,
+                pdl ? "PDL" : "plain", all_bad ? "MISMATCH" : "ok", checked);
   CUDA(cudaEventDestroy(e0));
   CUDA(cudaEventDestroy(e1));
   CUDA(cudaStreamDestroy(stream));

@@ -77,11 +77,19 @@ __device__ inline void store4(float *dst, int i, int len, float4 v) {
 }
 
 // out = the sum over ranks of every rank's in, count floats. Launch with
-// blocks(count) blocks of kThreads threads. status[b] gets block b's wait
-// result if it was not VMMIPC_DEV_OK (out is then not written there); clear
-// it before the call.
+// blocks(count) blocks of kThreads threads (launch() below does). status[b]
+// gets block b's wait result if it was not VMMIPC_DEV_OK (out is then not
+// written there); clear it before the call.
 __global__ void __launch_bounds__(kThreads)
     allreduce(vmmipc_win_device_t w, const float *in, float *out, int count, int *status) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched by launch() with programmatic serialization, this grid may be
+  // resident before the previous kernel of the stream has ended: wait for
+  // it (and its writes) before any access, then let the next one be
+  // launched. A plain launch passes the wait at once.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   const int b = blockIdx.x, t = threadIdx.x, n = w.nranks, me = w.rank;
   void *mine = vmmipc_dev_ptr(&w, me);
   uint64_t *my_calls = calls(mine, n, b);
@@ -122,6 +130,34 @@ __global__ void __launch_bounds__(kThreads)
       if (q0 + j < n) s = add4(s, x[j]);
   }
   store4(out + base, i, len, s);
+}
+
+// Launches allreduce on stream. With pdl (devices of compute capability
+// 9.0 and up), the launch may overlap the previous kernel's last part:
+// back to back on several ranks of one GPU, the launch's own latency is
+// then no longer paid after each call (benchmarks/sync/device_bench.cu
+// measures both). The grid still waits for that kernel before touching
+// memory, so the stream's order holds as for a plain launch.
+inline cudaError_t launch(cudaStream_t stream, bool pdl, const vmmipc_win_device_t &w, const float *in, float *out,
+                          int count, int *status) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)blocks(count));
+  cfg.blockDim = dim3((unsigned)kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, allreduce, w, in, out, count, status);
+}
+
+// Whether the current device takes launch(..., pdl = true).
+inline bool pdl_supported() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+  return major >= 9;
 }
 
 } // namespace oneshot

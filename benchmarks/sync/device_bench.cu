@@ -296,14 +296,13 @@ struct AllReduce {
   int count = 0;
   cudaGraphExec_t graph = nullptr;
   Nccl *nccl = nullptr;
+  bool pdl = false; // oneshot::launch with programmatic serialization
 };
 static AllReduce g_ar;
 
 static void issue_allreduce(Bench &b, int n) {
   for (int i = 0; i < n; i++)
-    oneshot::allreduce<<<oneshot::blocks(g_ar.count), oneshot::kThreads, 0, b.s>>>(g_ar.dw, g_ar.in, g_ar.out,
-                                                                                 g_ar.count, g_ar.status);
-  DB_CUDA(cudaGetLastError());
+    DB_CUDA(oneshot::launch(b.s, g_ar.pdl, g_ar.dw, g_ar.in, g_ar.out, g_ar.count, g_ar.status));
 }
 static void issue_empty(Bench &b, int n) {
   for (int i = 0; i < n; i++) k_empty<<<1, 32, 0, b.s>>>();
@@ -445,9 +444,17 @@ int main(int argc, char **argv) {
     g_ar.nccl = &nc;
     if (ar) rep.add(empty_row(b));
     for (int count = 2; count <= kMaxFloats; count *= 2) { // 8 B to 64 KiB
-      if (ar)
+      if (ar) { // the example's launch (PDL where the device takes it), and the plain one beside it
+        g_ar.pdl = oneshot::pdl_supported();
         rep.add(allreduce_row(b, count, "allreduce", "vmmipc_oneshot", issue_allreduce,
-                              "one kernel per call: copy in, a flag per block and peer, sum"));
+                              g_ar.pdl ? "one kernel per call: copy in, a flag per block and peer, sum; PDL launch"
+                                       : "one kernel per call: copy in, a flag per block and peer, sum"));
+        if (g_ar.pdl) {
+          g_ar.pdl = false;
+          rep.add(allreduce_row(b, count, "allreduce", "vmmipc_oneshot_plain", issue_allreduce,
+                                "the same kernel, launched without programmatic serialization"));
+        }
+      }
       if (graph) {
         cudaGraph_t g;
         g_ar.count = count;
