@@ -327,19 +327,26 @@ def tables(run):
                     ["What", "vmmipc", "us", "NVSHMEM", "us", "vmmipc / NVSHMEM"], body,
                     "Medians; " + ("NVSHMEM: " + nv.skips[0] if nv.skips else "both from the same run") + "."))
         body = []
+        plain = any(dev.row("allreduce", "vmmipc_oneshot_plain", z) for z in SIZES)
         for size in SIZES:
             v, g = med(dev.row("allreduce", "vmmipc_oneshot", size)), med(dev.row("allreduce_graph", size=size))
             a = med(nv.row("nvshmem.sum_reduce_on_stream", size=size))
+            p = med(dev.row("allreduce", "vmmipc_oneshot_plain", size))
             if v or g or a:
-                body.append([size_str(size), us(v) if v else None, us(g) if g else None, us(a) if a else None,
-                             f"{a / v:.2f}" if a and v else None])
+                body.append([size_str(size), us(v) if v else None] + ([us(p) if p else None] if plain else []) +
+                            [us(g) if g else None, us(a) if a else None, f"{a / v:.2f}" if a and v else None])
         if body:
             e = med(dev.row("empty_kernel"))
-            floor = f" An empty kernel back to back: {us(e)} us (the floor of any one-kernel all-reduce)." if e else ""
-            out.append((f"All-reduce, {n} ranks, us per call", ["Size", "one-shot", "one-shot in a CUDA graph",
-                                                                 "NVSHMEM sum_reduce_on_stream", "NVSHMEM / one-shot"],
+            floor = (f" An empty kernel back to back: {us(e)} us (the floor of any one-kernel all-reduce launched "
+                     "plainly; a programmatic dependent launch overlaps the next launch with the running kernel)."
+                     if e else "")
+            how = (" One-shot: launched as the example does, with programmatic dependent launch (PDL); plain "
+                   "launch: the same kernel without it, in the same run." if plain else "")
+            out.append((f"All-reduce, {n} ranks, us per call",
+                        ["Size", "one-shot"] + (["one-shot, plain launch"] if plain else []) +
+                        ["one-shot in a CUDA graph", "NVSHMEM sum_reduce_on_stream", "NVSHMEM / one-shot"],
                         body, "The one-shot all-reduce of examples/allreduce_oneshot.cuh; data checked every batch." +
-                        floor))
+                        how + floor))
         vs = sorted({variant(d) for d in devs if d.get("ranks") == n and variant(d)})
         if vs:
             alts = [Launches(devs, n, variant_of=v) for v in vs]
