@@ -40,6 +40,7 @@ vmmipc_mpi_test(test_sync NP 2 ENV VMMIPC_SYNC=kernel SUFFIX .kernel TIMEOUT 300
 vmmipc_mpi_test(test_device NP 1 2 3 SOURCES test_device.cc LAYOUTS ${VMMIPC_TEST_LAYOUTS})
 vmmipc_mpi_test(test_device NP 2 ENV VMMIPC_SYNC=memops SUFFIX .memops)
 vmmipc_mpi_test(test_device NP 2 3 ENV VMMIPC_SYNC=kernel SUFFIX .kernel)
+vmmipc_mpi_test(test_device NP 2 ENV VMMIPC_SYNC=kernel VMMIPC_SYNC_PDL=0 SUFFIX .kernel_nopdl)
 vmmipc_mpi_test(test_sync NP 2 VNODES 1 TIMEOUT 300)
 # The failure value, CUDA graphs (the stand-in's capture), and host sync
 # next to a user's waiting kernel (a binary of its own: its first host sync

@@ -63,6 +63,16 @@ bool KernelCounts(long *modules, long *host_allocs, long *launches) {
   return true;
 }
 
+// The stand-in's launches made with programmatic serialization; -1 on a GPU.
+long PdlLaunches() {
+  if (!vt::UsingStandin()) return -1;
+  void *lib = dlopen(Env("VMMIPC_CUDA_DRIVER").c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) return -1;
+  auto fn = reinterpret_cast<long (*)()>(dlsym(lib, "vmmipc_standin_pdl_launches"));
+  dlclose(lib);
+  return fn ? fn() : -1;
+}
+
 bool Has(const std::string &needle) { return std::string(vmmipc_last_error()).find(needle) != std::string::npos; }
 
 class Device : public ::testing::Test {
@@ -221,6 +231,7 @@ TEST_F(Device, HostSyncTakesThePathAndCountsIt) {
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
   int right = ranks_[(me_ + 1) % n_], left = ranks_[(me_ + n_ - 1) % n_];
   const int iters = n_ >= 2 ? 20 : 0;
+  const long pdl0 = PdlLaunches();
   for (int it = 1; it <= iters; it++) {
     ASSERT_VMM_OK(vmmipc_win_signal(w, right, it, s_));
     ASSERT_VMM_OK(vmmipc_win_wait(w, left, it, s_));
@@ -244,6 +255,11 @@ TEST_F(Device, HostSyncTakesThePathAndCountsIt) {
   const uint64_t pair = 2 * iters, bars = iters;
   EXPECT_EQ(st.kernel_calls, (kernel_ ? pair : 0) + (barrier_kernel_ ? bars : 0));
   EXPECT_EQ(st.memops_calls, (kernel_ ? 0 : pair) + (barrier_kernel_ ? 0 : bars));
+  // The stand-in's device is of compute capability 9.0: every kernel-path
+  // call is a programmatic dependent launch, unless VMMIPC_SYNC_PDL=0.
+  if (pdl0 >= 0) {
+    EXPECT_EQ(PdlLaunches() - pdl0, Env("VMMIPC_SYNC_PDL") == "0" ? 0 : static_cast<long>(st.kernel_calls));
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   ASSERT_VMM_OK(vmmipc_win_free(w));
 }

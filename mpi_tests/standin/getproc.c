@@ -69,6 +69,7 @@ static const sti_entry sti_entries[] = {
     E(cuStreamIsCapturing, 10000), E(cuThreadExchangeStreamCaptureMode, 10010),
     /* the host-sync kernels and the device API's window arrays */
     E(cuModuleLoadData, 2000), E(cuModuleUnload, 2000), E(cuModuleGetFunction, 2000), E(cuLaunchKernel, 4000),
+    E(cuLaunchKernelEx, 11060),
     E(cuMemHostAlloc, 2020), E(cuMemFreeHost, 2000), E(cuMemHostGetDevicePointer, 3020),
 };
 #undef E

@@ -1,10 +1,10 @@
 /* Modules and kernel launches, for the library's host-sync kernels only
  * (src/sync/kern/sync.cu): cuModuleLoadData accepts an image that names
- * them, cuModuleGetFunction knows their names, and cuLaunchKernel runs the
- * equivalent on the stream's worker (async.h), or on the calling thread
- * before it returns with VMMIPC_STANDIN_ASYNC=off; on a capturing stream it
- * is recorded instead (capture.c). The arguments are copied at the launch,
- * as the driver does. A wait gives up at its deadline and records itself in
+ * them, cuModuleGetFunction knows their names, and cuLaunchKernel (or
+ * cuLaunchKernelEx) runs the equivalent on the stream's worker (async.h),
+ * or on the calling thread before it returns with VMMIPC_STANDIN_ASYNC=off;
+ * on a capturing stream it is recorded instead (capture.c). The arguments
+ * are copied at the launch, as the driver does. A wait gives up at its deadline and records itself in
  * the window's device record, and a host-sync wait also in the comm's
  * alarm, as the kernels do. VMMIPC_STANDIN_CAPS=nokernels makes
  * cuModuleLoadData fail as a device without a usable binary would.
@@ -309,6 +309,37 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
     sti_kernel_runs(ctx, -1);
   }
   return rc;
+}
+
+static long sti_pdl_launches;
+
+/* As the driver takes it for these kernels: one block, no extra; of the
+ * attributes only programmatic serialization, which changes nothing here
+ * (each kernel waits for the stream's previous work before any access, so
+ * a stream's order is the stand-in's in-order run). Counted for tests. */
+CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
+  if (!cfg || (cfg->numAttrs && !cfg->attrs)) return CUDA_ERROR_INVALID_VALUE;
+  int pdl = 0;
+  for (unsigned i = 0; i < cfg->numAttrs; i++) {
+    if (cfg->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) return CUDA_ERROR_NOT_SUPPORTED;
+    pdl = cfg->attrs[i].value.programmaticStreamSerializationAllowed != 0;
+  }
+  CUresult rc = cuLaunchKernel(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
+                               cfg->blockDimZ, cfg->sharedMemBytes, cfg->hStream, params, extra);
+  if (!rc && pdl) {
+    pthread_mutex_lock(&sti.mu);
+    sti_pdl_launches++;
+    pthread_mutex_unlock(&sti.mu);
+  }
+  return rc;
+}
+
+/* Launches made with programmatic serialization so far. */
+STI_EXPORT long vmmipc_standin_pdl_launches(void) {
+  pthread_mutex_lock(&sti.mu);
+  long n = sti_pdl_launches;
+  pthread_mutex_unlock(&sti.mu);
+  return n;
 }
 
 /* Kernels running now (emulated launches and vmmipc_standin_spin), in all

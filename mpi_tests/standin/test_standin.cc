@@ -190,7 +190,7 @@ TEST(StandinGetProc, ResolvesEveryEntryPointTheLibraryNeeds) {
 
 TEST(StandinGetProc, UnknownNamesAreNotFound) {
   ASSERT_EQ(Main().error, "");
-  for (const char *n : {"cuLaunchKernelEx", "cuMemAllocAsync", "cuNoSuchFunction", ""}) {
+  for (const char *n : {"cuLaunchCooperativeKernel", "cuMemAllocAsync", "cuNoSuchFunction", ""}) {
     void *p = reinterpret_cast<void *>(0x1);
     CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
     EXPECT_EQ(D().getproc(n, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_ERROR_NOT_FOUND) << n;

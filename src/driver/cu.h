@@ -53,7 +53,7 @@ extern "C" {
   X(cuModuleLoadData)                       \
   X(cuModuleUnload)                         \
   X(cuModuleGetFunction)                    \
-  X(cuLaunchKernel)                         \
+  X(cuLaunchKernelEx)                       \
   X(cuMemAlloc)                             \
   X(cuMemFree)                              \
   X(cuMemHostAlloc)                         \

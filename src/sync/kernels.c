@@ -1,17 +1,25 @@
 /* The kernel path of host sync: the library's kernels (kern/sync.cu, as
  * PTX embedded at build time), loaded with cuModuleLoadData once per
  * context by the window calls (setup.c: a module load waits for the
- * context's running kernels, so never a host sync call), and launched with
- * cuLaunchKernel on the caller's stream. Modules stay loaded for the life
- * of the process, like the driver table. */
+ * context's running kernels, so never a host sync call), and launched on
+ * the caller's stream. Modules stay loaded for the life of the process,
+ * like the driver table.
+ * On devices of compute capability 9.0 and up the compute_90 PTX is loaded
+ * and its kernels are launched with programmatic serialization (PDL): a
+ * launch may then overlap the stream's previous kernel, which each kernel
+ * waits for before touching memory (griddepcontrol.wait), so back-to-back
+ * host sync calls do not pay a whole launch after each other.
+ * VMMIPC_SYNC_PDL=0 (read at the load) keeps the compute_75 PTX and plain
+ * launches. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sync/sync.h"
 
-extern const unsigned char vmmipc__sync_ptx[];
-extern const size_t vmmipc__sync_ptx_size;
+extern const unsigned char vmmipc__sync_ptx[], vmmipc__sync90_ptx[];
+extern const size_t vmmipc__sync_ptx_size, vmmipc__sync90_ptx_size;
 
 #define KERNELS_MAX 64 /* contexts */
 
@@ -25,14 +33,34 @@ static kmod_t kmods[KERNELS_MAX];
 static int nkmods;
 static pthread_mutex_t kmods_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static CUresult kernels_load(const vmmipc__cu_t *cu, kmod_t *m) {
+static CUresult module_load(const vmmipc__cu_t *cu, const unsigned char *ptx, kmod_t *m) {
   CUmodule mod = NULL;
-  CUresult rc = cu->cuModuleLoadData(&mod, vmmipc__sync_ptx);
+  CUresult rc = cu->cuModuleLoadData(&mod, ptx);
   if (!rc) rc = cu->cuModuleGetFunction(&m->k.signal, mod, "vmmipc_k_signal");
   if (!rc) rc = cu->cuModuleGetFunction(&m->k.wait, mod, "vmmipc_k_wait");
   if (!rc) rc = cu->cuModuleGetFunction(&m->k.barrier, mod, "vmmipc_k_barrier");
   if (rc && mod) cu->cuModuleUnload(mod);
   return rc;
+}
+
+/* Whether the current context's device takes the compute_90 PTX and PDL. */
+static int pdl_wanted(const vmmipc__cu_t *cu) {
+  const char *e = getenv("VMMIPC_SYNC_PDL");
+  if (e && strcmp(e, "0") == 0) return 0;
+  CUdevice dev = 0;
+  int major = 0;
+  if (cu->cuCtxGetDevice(&dev)) return 0;
+  if (cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)) return 0;
+  return major >= 9;
+}
+
+/* The compute_90 PTX where it fits, else (or if it does not load) the
+ * compute_75 one with plain launches. */
+static CUresult kernels_load(const vmmipc__cu_t *cu, kmod_t *m) {
+  m->k.pdl = pdl_wanted(cu);
+  if (m->k.pdl && !module_load(cu, vmmipc__sync90_ptx, m)) return CUDA_SUCCESS;
+  m->k.pdl = 0;
+  return module_load(cu, vmmipc__sync_ptx, m);
 }
 
 /* The current context's entry, loading it if `load` (kmods_mu held). */
@@ -87,10 +115,24 @@ static vmmipc_result_t launch_begin(struct vmmipc_win *w, const char *op, const 
   return r;
 }
 
-static vmmipc_result_t launch(const vmmipc__cu_t *cu, CUfunction f, unsigned threads, void *stream, void **args,
-                              const char *op, const char *what, int rank) {
-  CUresult rc = cu->cuLaunchKernel(f, 1, 1, 1, threads, 1, 1, 0, (CUstream)stream, args, NULL);
-  if (rc) return vmmipc__cu_error(rc, NULL, "%s: cuLaunchKernel(%s) for rank %d", op, what, rank);
+static vmmipc_result_t launch(const vmmipc__cu_t *cu, const vmmipc__kernels_t *k, CUfunction f, unsigned threads,
+                              void *stream, void **args, const char *op, const char *what, int rank) {
+  CUlaunchAttribute attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = threads;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = (CUstream)stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = k->pdl ? 1 : 0;
+  CUresult rc = cu->cuLaunchKernelEx(&cfg, f, args, NULL);
+  if (rc)
+    return vmmipc__cu_error(rc, NULL, "%s: cuLaunchKernelEx(%s%s) for rank %d", op, what,
+                            k->pdl ? ", programmatic serialization" : "", rank);
   return VMMIPC_SUCCESS;
 }
 
@@ -102,7 +144,7 @@ vmmipc_result_t vmmipc__kern_signal(struct vmmipc_win *w, int rank, uint64_t val
   vmmipc_result_t r = launch_begin(w, op, &cu, &v, &k, &s);
   if (r) return r;
   void *args[] = {&v->d, &rank, &value};
-  return launch(cu, k.signal, 1, stream, args, op, "vmmipc_k_signal", rank);
+  return launch(cu, &k, k.signal, 1, stream, args, op, "vmmipc_k_signal", rank);
 }
 
 vmmipc_result_t vmmipc__kern_wait(struct vmmipc_win *w, int rank, uint64_t value, void *stream, const char *op) {
@@ -115,7 +157,7 @@ vmmipc_result_t vmmipc__kern_wait(struct vmmipc_win *w, int rank, uint64_t value
   uint64_t timeout_ns = 0; /* the comm's */
   void *claim = (void *)(uintptr_t)s->alarm_claim, *alarm = (void *)(uintptr_t)s->alarm_dev;
   void *args[] = {&v->d, &rank, &value, &timeout_ns, &claim, &alarm};
-  return launch(cu, k.wait, 1, stream, args, op, "vmmipc_k_wait", rank);
+  return launch(cu, &k, k.wait, 1, stream, args, op, "vmmipc_k_wait", rank);
 }
 
 vmmipc_result_t vmmipc__kern_barrier(struct vmmipc_win *w, void *stream, const char *op) {
@@ -133,5 +175,5 @@ vmmipc_result_t vmmipc__kern_barrier(struct vmmipc_win *w, void *stream, const c
   void *epoch = (void *)(uintptr_t)v->hbar_epoch;
   void *claim = (void *)(uintptr_t)s->alarm_claim, *alarm = (void *)(uintptr_t)s->alarm_dev;
   void *args[] = {&v->d, &out, &in, &epoch, &timeout_ns, &claim, &alarm};
-  return launch(cu, f.barrier, threads, stream, args, op, "vmmipc_k_barrier", w->comm->rank);
+  return launch(cu, &f, f.barrier, threads, stream, args, op, "vmmipc_k_barrier", w->comm->rank);
 }

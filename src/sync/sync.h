@@ -87,6 +87,7 @@ vmmipc_result_t vmmipc__windev_check(struct vmmipc_win *w, const char *op);
 /* ---- kernels.c ---- */
 typedef struct vmmipc__kernels {
   CUfunction signal, wait, barrier;
+  int pdl; /* launched with programmatic serialization (the compute_90 PTX) */
 } vmmipc__kernels_t;
 /* Loads the kernels into the current context once (a failure is kept and
  * returned again). Never on the sync path: a load waits for the context. */

@@ -6,16 +6,30 @@
 // comm (docs/sync.md). Nothing that changes between calls is an argument of
 // the barrier: it reads and advances its number in device memory, so a
 // launch captured in a CUDA graph replays correctly.
-// Built to PTX by nvcc when present; else the committed sync.ptx is used
-// (src/CMakeLists.txt).
+// Built to PTX by nvcc when present; else the committed sync.ptx and
+// sync90.ptx are used (src/CMakeLists.txt).
 #include "vmmipc_device.cuh"
 
+// In the compute_90 build, kernels.c launches these with programmatic
+// serialization, so that back to back (barrier after barrier, or signal
+// after wait) the next launch overlaps this one instead of following its
+// end. Each waits for the stream's previous kernel and its writes before
+// any access, as a plain launch would, then lets the next be launched.
+__device__ __forceinline__ void vmmipc_k_stream_order() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 extern "C" __global__ void vmmipc_k_signal(vmmipc_win_device_t w, int rank, uint64_t value) {
+  vmmipc_k_stream_order();
   vmmipc_dev_signal(&w, rank, value);
 }
 
 extern "C" __global__ void vmmipc_k_wait(vmmipc_win_device_t w, int rank, uint64_t value, uint64_t timeout_ns,
                                          unsigned long long *alarm_claim, vmmipc_dev_record_t *alarm) {
+  vmmipc_k_stream_order();
   if (rank < 0 || rank >= w.nranks || !w.signal_in[rank]) return;
   const vmmipc__dev_alarm_t a = {alarm_claim, alarm};
   const vmmipc__dev_whom_t whom = {rank, 0, -1, &a};
@@ -29,6 +43,7 @@ extern "C" __global__ void vmmipc_k_barrier(vmmipc_win_device_t w, uint64_t *con
                                             uint64_t *epoch, uint64_t timeout_ns, unsigned long long *alarm_claim,
                                             vmmipc_dev_record_t *alarm) {
   __shared__ uint64_t k;
+  vmmipc_k_stream_order();
   uint64_t *first = vmmipc__dev_first_out(&w, out);
   if (threadIdx.x == 0) k = atomicAdd(reinterpret_cast<unsigned long long *>(epoch), 1ull) + 1;
   __syncthreads(); // also: the stream's earlier work precedes the kernel (stream order), the releases follow
