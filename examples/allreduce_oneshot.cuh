@@ -152,12 +152,17 @@ inline cudaError_t launch(cudaStream_t stream, bool pdl, const vmmipc_win_device
   return cudaLaunchKernelEx(&cfg, allreduce, w, in, out, count, status);
 }
 
-// Whether the current device takes launch(..., pdl = true).
+// Whether launch(..., pdl = true) is safe here: the device takes PDL and
+// the kernel it runs was compiled for compute_90 or later, so that it has
+// the griddepcontrol.wait (a build for older targets only, JIT-compiled on
+// a newer device, has not).
 inline bool pdl_supported() {
   int dev = 0, major = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-  return major >= 9;
+  cudaFuncAttributes a = {};
+  if (cudaFuncGetAttributes(&a, allreduce) != cudaSuccess) return false;
+  return major >= 9 && a.ptxVersion >= 90;
 }
 
 } // namespace oneshot
