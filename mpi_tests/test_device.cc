@@ -51,13 +51,20 @@ bool AllMps(CUdevice dev, MPI_Comm node) {
   return all != 0;
 }
 
+// A counter the stand-in exports, as F; nullptr on a GPU.
+template <typename F>
+F StandinCounter(const char *name) {
+  if (!vt::UsingStandin()) return nullptr;
+  void *lib = dlopen(Env("VMMIPC_CUDA_DRIVER").c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) return nullptr;
+  auto fn = reinterpret_cast<F>(dlsym(lib, name));
+  dlclose(lib);
+  return fn;
+}
+
 // The stand-in's live modules and mapped host allocations; false on a GPU.
 bool KernelCounts(long *modules, long *host_allocs, long *launches) {
-  if (!vt::UsingStandin()) return false;
-  void *lib = dlopen(Env("VMMIPC_CUDA_DRIVER").c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (!lib) return false;
-  auto fn = reinterpret_cast<void (*)(long *, long *, long *)>(dlsym(lib, "vmmipc_standin_kernel_counts"));
-  dlclose(lib);
+  auto fn = StandinCounter<void (*)(long *, long *, long *)>("vmmipc_standin_kernel_counts");
   if (!fn) return false;
   fn(modules, host_allocs, launches);
   return true;
@@ -65,11 +72,7 @@ bool KernelCounts(long *modules, long *host_allocs, long *launches) {
 
 // The stand-in's launches made with programmatic serialization; -1 on a GPU.
 long PdlLaunches() {
-  if (!vt::UsingStandin()) return -1;
-  void *lib = dlopen(Env("VMMIPC_CUDA_DRIVER").c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (!lib) return -1;
-  auto fn = reinterpret_cast<long (*)()>(dlsym(lib, "vmmipc_standin_pdl_launches"));
-  dlclose(lib);
+  auto fn = StandinCounter<long (*)()>("vmmipc_standin_pdl_launches");
   return fn ? fn() : -1;
 }
 
