@@ -23,6 +23,10 @@
 //   floor.volatile.none        volatile store / volatile load, no fence (NVSHMEM's signal_op SET on P2P)
 //   floor.gpu.release_relaxed  st.release.gpu / ld.relaxed.gpu polls, one fence.acq_rel.gpu once seen
 //   floor.gpu.release_volatile st.release.gpu / volatile polls, one fence.acq_rel.gpu once seen
+//   floor.gpu.release_only     st.release.gpu / volatile polls, no fence: what the writer's release
+//                              costs alone (not ordered for the reader: its payload check may fail)
+//   floor.gpu.acquire_only     volatile store, no fence / ld.acquire.gpu: what the reader's acquire
+//                              costs alone (not ordered for the writer)
 //   floor.memops               cuStreamWriteValue64 / cuStreamWaitValue64 GEQ, host-issued (path memops)
 //   floor.memops.checked       the same with a check kernel after every wait (its data verdict)
 //   floor.mixed_stream.{gpu,sys}  rank 0 a kernel at that scope, rank 1 stream memops + check kernel:
@@ -51,12 +55,12 @@ using devbench::Row;
   } while (0)
 
 enum Variant { SYS_RA, SYS_FENCE_RA, SYS_RELAXED_FENCE, GPU_RA, GPU_FENCE_RA, GPU_RELAXED_FENCE, VOL_FENCE, VOL_NONE,
-               GPU_REL_RELAXED, GPU_REL_VOLATILE, NVARIANTS };
+               GPU_REL_RELAXED, GPU_REL_VOLATILE, GPU_REL_ONLY, GPU_ACQ_ONLY, NVARIANTS };
 
 static const char *const kName[NVARIANTS] = {
     "floor.sys.release_acquire", "floor.sys.fence_release", "floor.sys.relaxed_fence",   "floor.gpu.release_acquire",
     "floor.gpu.fence_release",   "floor.gpu.relaxed_fence", "floor.volatile.threadfence", "floor.volatile.none",
-    "floor.gpu.release_relaxed", "floor.gpu.release_volatile"};
+    "floor.gpu.release_relaxed", "floor.gpu.release_volatile", "floor.gpu.release_only",    "floor.gpu.acquire_only"};
 static const char *const kOps[NVARIANTS] = {
     "st.release.sys / ld.acquire.sys",
     "__threadfence_system + st.release.sys / ld.acquire.sys",
@@ -67,7 +71,9 @@ static const char *const kOps[NVARIANTS] = {
     "__threadfence + volatile store / volatile load + __threadfence",
     "volatile store / volatile load, no fence",
     "st.release.gpu / ld.relaxed.gpu + fence.acq_rel.gpu once seen",
-    "st.release.gpu / volatile load + fence.acq_rel.gpu once seen"};
+    "st.release.gpu / volatile load + fence.acq_rel.gpu once seen",
+    "st.release.gpu / volatile load, no fence (the reader is not ordered)",
+    "volatile store, no fence / ld.acquire.gpu (the writer is not ordered)"};
 
 // Slots in each rank's buffer: a flag and, 4 KiB on, its payload.
 static constexpr size_t kSlot = 8192, kPayloadOff = 4096;
@@ -84,7 +90,7 @@ __device__ __forceinline__ void store_flag(uint64_t *p, uint64_t v) {
     asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
   } else if constexpr (V == SYS_RELAXED_FENCE) {
     asm volatile("fence.acq_rel.sys;\n\tst.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-  } else if constexpr (V == GPU_RA || V == GPU_REL_RELAXED || V == GPU_REL_VOLATILE) {
+  } else if constexpr (V == GPU_RA || V == GPU_REL_RELAXED || V == GPU_REL_VOLATILE || V == GPU_REL_ONLY) {
     asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
   } else if constexpr (V == GPU_FENCE_RA) {
     __threadfence();
@@ -107,7 +113,7 @@ __device__ __forceinline__ uint64_t load_flag(const uint64_t *p) {
     asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   } else if constexpr (V == SYS_RELAXED_FENCE) {
     asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  } else if constexpr (V == GPU_RA || V == GPU_FENCE_RA) {
+  } else if constexpr (V == GPU_RA || V == GPU_FENCE_RA || V == GPU_ACQ_ONLY) {
     asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   } else if constexpr (V == GPU_RELAXED_FENCE || V == GPU_REL_RELAXED) {
     asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -219,6 +225,8 @@ static void launch_variant(Ctx &c, int v, int slot, int initiator, int n, int pa
     case VOL_FENCE: launch<VOL_FENCE>(c, slot, initiator, n, payload); break;
     case GPU_REL_RELAXED: launch<GPU_REL_RELAXED>(c, slot, initiator, n, payload); break;
     case GPU_REL_VOLATILE: launch<GPU_REL_VOLATILE>(c, slot, initiator, n, payload); break;
+    case GPU_REL_ONLY: launch<GPU_REL_ONLY>(c, slot, initiator, n, payload); break;
+    case GPU_ACQ_ONLY: launch<GPU_ACQ_ONLY>(c, slot, initiator, n, payload); break;
     default: launch<VOL_NONE>(c, slot, initiator, n, payload); break;
   }
 }
