@@ -12,18 +12,27 @@
 
 // In the compute_90 build, kernels.c launches these with programmatic
 // serialization, so that back to back (barrier after barrier, or signal
-// after wait) the next launch overlaps this one instead of following its
-// end. Each waits for the stream's previous kernel and its writes before
-// any access, as a plain launch would, then lets the next be launched.
+// after wait) the next launch overlaps this one's end instead of following
+// it. Each waits for the stream's previous kernel and its writes before any
+// access, as a plain launch would. The next kernel may be launched only once
+// this one's wait for other processes is over (vmmipc_k_trigger): a kernel
+// of the user's made resident earlier could take the SMs that the kernel we
+// wait for needs. Measured on one H200 under MPS, triggering there costs
+// nothing against triggering first (docs/dev/sync-design.md, PDL).
 __device__ __forceinline__ void vmmipc_k_stream_order() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void vmmipc_k_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
 extern "C" __global__ void vmmipc_k_signal(vmmipc_win_device_t w, int rank, uint64_t value) {
   vmmipc_k_stream_order();
+  vmmipc_k_trigger();
   vmmipc_dev_signal(&w, rank, value);
 }
 
@@ -34,6 +43,7 @@ extern "C" __global__ void vmmipc_k_wait(vmmipc_win_device_t w, int rank, uint64
   const vmmipc__dev_alarm_t a = {alarm_claim, alarm};
   const vmmipc__dev_whom_t whom = {rank, 0, -1, &a};
   (void)vmmipc__dev_wait_word(&w, w.signal_in[rank], value, timeout_ns, whom);
+  vmmipc_k_trigger();
 }
 
 // A barrier of the host API, on its own slots (not the device barrier's);
@@ -49,4 +59,5 @@ extern "C" __global__ void vmmipc_k_barrier(vmmipc_win_device_t w, uint64_t *con
   __syncthreads(); // also: the stream's earlier work precedes the kernel (stream order), the releases follow
   const vmmipc__dev_alarm_t a = {alarm_claim, alarm};
   (void)vmmipc__dev_barrier_k(&w, out, first, in, k, timeout_ns, &a);
+  vmmipc_k_trigger();
 }
