@@ -7,8 +7,9 @@
 // Every kernel row writes an 8-byte payload into the peer's buffer with a
 // plain store before the flag, and the waiter reads it with a plain load
 // after its wait and checks it, so a variant that is fast but does not
-// order the data shows as MISMATCH; the same variant is also timed without
-// the payload (bytes 0). Timing: inside the kernel with %globaltimer, after
+// order the data shows as MISMATCH when the hardware reorders it (an "ok"
+// does not prove an unordered variant ordered); the same variant is also
+// timed without the payload (bytes 0). Timing: inside the kernel with %globaltimer, after
 // one untimed round trip, one way = round trip / 2; a batch is the slower
 // of the two ranks; median over --reps batches.
 //
