@@ -139,13 +139,12 @@ def rows(run):
         pre = f"issue 30, {n} ranks on one GPU: "
 
         s, a = med(dev.row("dev_signal_wait")), med(nv.row("nvshmem.signal_op"))
-        # The ordered floors, then (labelled unordered) what each side's ordering costs alone and the plain
-        # volatile store, flag only.
-        floor = [f"{k} {us(med(fl.row('floor.' + k, size=0)))}" for k in ("gpu.release_acquire", "sys.release_acquire")
-                 if med(fl.row("floor." + k, size=0)) is not None]
-        unordered = [f"{k} {us(med(fl.row('floor.' + k, size=0)))}"
-                     for k in ("gpu.release_only", "gpu.acquire_only", "volatile.none")
-                     if med(fl.row("floor." + k, size=0)) is not None]
+        def floor_list(*keys):  # "name median" of each floor measured, flag only
+            return [f"{k} {us(med(fl.row('floor.' + k, size=0)))}" for k in keys
+                    if med(fl.row("floor." + k, size=0)) is not None]
+        # The ordered floors, then (labelled) what each side's ordering costs alone and the plain store.
+        floor = floor_list("gpu.release_acquire", "sys.release_acquire")
+        unordered = floor_list("gpu.release_only", "gpu.acquire_only", "volatile.none")
         if unordered:
             floor.append("unordered: " + ", ".join(unordered))
         out.append(ratio_goal(f"i30.signal.{n}", pre + "dev_signal -> dev_wait one way vs NVSHMEM signal_op + "

@@ -9,9 +9,9 @@
 // after its wait and checks it, so a variant that is fast but does not
 // order the data shows as MISMATCH when the hardware reorders it (an "ok"
 // does not prove an unordered variant ordered); the same variant is also
-// timed without the payload (bytes 0). Timing: inside the kernel with %globaltimer, after
-// one untimed round trip, one way = round trip / 2; a batch is the slower
-// of the two ranks; median over --reps batches.
+// timed without the payload (bytes 0). Timing: inside the kernel with
+// %globaltimer, after one untimed round trip, one way = round trip / 2; a
+// batch is the slower of the two ranks; median over --reps batches.
 //
 // Rows (path "kernel" unless said):
 //   floor.sys.release_acquire  st.release.sys / ld.acquire.sys

@@ -6,8 +6,9 @@
  * on a capturing stream it is recorded instead (capture.c). The arguments
  * are copied at the launch, as the driver does. A wait gives up at its
  * deadline and records itself in the window's device record, and a
- * host-sync wait also in the comm's alarm, as the kernels do. VMMIPC_STANDIN_CAPS=nokernels makes
- * cuModuleLoadData fail as a device without a usable binary would.
+ * host-sync wait also in the comm's alarm, as the kernels do.
+ * VMMIPC_STANDIN_CAPS=nokernels makes cuModuleLoadData fail as a device
+ * without a usable binary would.
  *
  * As the driver does, cuModuleLoadData waits while a kernel of its context
  * runs: the emulated ones, and the stand-in's user kernel
