@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wave 4's long GPU runs, in parallel lanes so that they fit one device call
 # each (docs/dev/gpu-validation.md records what ran):
-#   scripts/gpu/wave4_lanes.sh mps|nomps|final|closing|sync OUTDIR
+#   scripts/gpu/wave4_lanes.sh mps|nomps|final|closing|sync|sync-nomps OUTDIR
 # mps   under a private MPS daemon (scripts/mps.sh), two lanes at once:
 #         1. the Python suites (python, python_heap) at 2 and 4 ranks, REPEAT (10)
 #            runs in a row each;
@@ -16,6 +16,7 @@
 #       in what is left;
 # sync  the GPU programs, sync, device, graph and Python entries under MPS (SYNC_S), the sync and
 #       device layout entries (SYNC_LAYOUTS_S), then the same entries without MPS;
+# sync-nomps  only the last of these: sync's entries without MPS;
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
 # Layout entries that passed are listed in build-real/layouts-passed.txt, and
@@ -25,7 +26,7 @@
 # Builds build-real/ first (kept on a warm machine). Every lane is bounded by
 # DEADLINE_S (540); OUTDIR gets lanes-PART.txt (summary) and lanes-PART.tgz.
 set -uo pipefail
-part=${1:?mps|nomps|final|closing|sync} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
+part=${1:?mps|nomps|final|closing|sync|sync-nomps} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 2
 # shellcheck source=scripts/env.sh
@@ -118,15 +119,17 @@ elif [ "$part" = final ]; then
     -R 'numba_ring|^test_agree\.np[23]$|^test_device\.np3$|^test_sync\.np3$'
   layouts "$(($(left) - 10))" 4
   mps_off
-elif [ "$part" = sync ]; then
+elif [ "$part" = sync ] || [ "$part" = sync-nomps ]; then
   # The host-sync kernels changed: the GPU programs, the sync, device, graph and Python entries under MPS,
   # the sync and device layout entries, then the same entries without MPS.
   sync_re='example[.]|gpu|persistent|test_device|test_sync|^python'
-  mps_on
-  step sync-mps "${SYNC_S:-170}" "$logs/sync-mps.log" "${ct[@]}" -j 2 -LE layouts -R "$sync_re"
-  step sync-layouts-mps "${SYNC_LAYOUTS_S:-90}" "$logs/sync-layouts-mps.log" "${ct[@]}" -j 3 -L layouts \
-    -R 'test_sync|test_device'
-  mps_off
+  if [ "$part" = sync ]; then
+    mps_on
+    step sync-mps "${SYNC_S:-170}" "$logs/sync-mps.log" "${ct[@]}" -j 2 -LE layouts -R "$sync_re"
+    step sync-layouts-mps "${SYNC_LAYOUTS_S:-90}" "$logs/sync-layouts-mps.log" "${ct[@]}" -j 3 -L layouts \
+      -R 'test_sync|test_device'
+    mps_off
+  fi
   step sync-nomps "$(($(left) - 10))" "$logs/sync-nomps.log" "${ct[@]}" -j 2 -LE layouts -R "$sync_re"
 elif [ "$part" = closing ]; then
   mps_on
