@@ -18,7 +18,8 @@
 // (dev_scope): the report keeps launches with other settings apart. In-kernel rows are timed inside the kernel with
 // %globaltimer after one untimed round (a batch is the slowest rank's);
 // host and all-reduce rows by CUDA events around a batch issued back to
-// back. Median over --reps batches. Without MPS, kernels of ranks sharing
+// back (the all-reduce rows in sweeps: each round one batch of every size
+// and launch). Median over --reps batches. Without MPS, kernels of ranks sharing
 // a GPU time-slice: the in-kernel rows then measure the scheduler.
 //   mpirun -np N vmmipc_device_bench [--iters 2000] [--reps 10] [--host-iters 500]
 //          [--ar-iters 200] [--rows dev,put,host,allreduce,graph,nccl] [--timeout-s 20] [--json FILE]
@@ -327,30 +328,65 @@ static long allreduce_bad(Bench &b, int count) {
   return devbench::sum_over_ranks(bad);
 }
 
-static Row allreduce_row(Bench &b, int count, const char *name, const char *path, void (*issue)(Bench &, int),
-                         const char *note) {
+// One all-reduce row in the making: what it launches and its samples so far.
+struct Series {
   Row row;
-  row.name = name;
-  row.what = "per call";
-  row.path = path;
-  row.bytes = (long)count * 4;
-  row.iters = b.ar_iters;
-  row.note = note;
-  g_ar.count = count;
-  DB_CUDA(cudaMemset(g_ar.status, 0, oneshot::kMaxBlocks * sizeof(int)));
-  issue(b, 3); // warm-up
-  DB_CUDA(cudaStreamSynchronize(b.s));
-  for (int r = 0; r < b.reps; r++) {
-    DB_CUDA(cudaMemsetAsync(g_ar.out, 0, (size_t)count * sizeof(float), b.s)); // the batch must write the result
-    row.samples.push_back(event_batch(b, true, issue, b.ar_iters) / b.ar_iters);
-    row.mismatches += allreduce_bad(b, count);
+  int count = 0;
+  bool pdl = false;
+  cudaGraphExec_t graph = nullptr;
+  void (*issue)(Bench &, int) = nullptr;
+  long failed = 0; // rank-batches in which a block's wait gave up
+};
+
+static Series series(int count, const char *name, const char *path, void (*issue)(Bench &, int), bool pdl,
+                     const char *note, int iters) {
+  Series x;
+  x.row.name = name;
+  x.row.what = "per call";
+  x.row.path = path;
+  x.row.bytes = (long)count * 4;
+  x.row.iters = iters;
+  x.row.note = note;
+  x.count = count;
+  x.pdl = pdl;
+  x.issue = issue;
+  return x;
+}
+
+static void use_series(const Series &x) {
+  g_ar.count = x.count;
+  g_ar.pdl = x.pdl;
+  g_ar.graph = x.graph;
+}
+
+// The rows of every size, measured in sweeps: each of the --reps rounds
+// takes one batch of every row in turn, so that a slow spell of the
+// machine (a few ms) costs each row at most a sample or two, not its
+// median (size by size, one size's batches came back to back and a spell
+// could move that size alone). Every batch's result and block status are
+// checked.
+static void allreduce_sweeps(Bench &b, std::vector<Series> &all) {
+  for (Series &x : all) { // warm-up
+    use_series(x);
+    x.issue(b, 3);
   }
-  int st[oneshot::kMaxBlocks];
-  DB_CUDA(cudaMemcpy(st, g_ar.status, sizeof st, cudaMemcpyDeviceToHost));
-  long f = 0;
-  for (int v : st) f += v != VMMIPC_DEV_OK;
-  settle(row, devbench::sum_over_ranks(f), true);
-  return row;
+  DB_CUDA(cudaStreamSynchronize(b.s));
+  DB_CUDA(cudaMemset(g_ar.status, 0, oneshot::kMaxBlocks * sizeof(int)));
+  for (int r = 0; r < b.reps; r++) {
+    for (Series &x : all) {
+      use_series(x);
+      DB_CUDA(cudaMemsetAsync(g_ar.out, 0, (size_t)x.count * sizeof(float), b.s)); // the batch must write it
+      x.row.samples.push_back(event_batch(b, true, x.issue, b.ar_iters) / b.ar_iters);
+      x.row.mismatches += allreduce_bad(b, x.count);
+      int st[oneshot::kMaxBlocks];
+      DB_CUDA(cudaMemcpy(st, g_ar.status, sizeof st, cudaMemcpyDeviceToHost));
+      long f = 0;
+      for (int v : st) f += v != VMMIPC_DEV_OK;
+      if (f) DB_CUDA(cudaMemset(g_ar.status, 0, sizeof st));
+      x.failed += devbench::sum_over_ranks(f ? 1L : 0L);
+    }
+  }
+  for (Series &x : all) settle(x.row, x.failed, true);
 }
 
 // The launch floor: what an all-reduce of one kernel per call cannot beat.
@@ -443,41 +479,47 @@ int main(int argc, char **argv) {
     const char *skip = nccl ? nccl_init(&nc, b.rank, b.size) : nullptr;
     g_ar.nccl = &nc;
     if (ar) rep.add(empty_row(b));
+    std::vector<Series> all; // in the report's order: by size, then oneshot, plain, graph, nccl
+    std::vector<cudaGraph_t> graphs;
+    const bool pdl = oneshot::pdl_supported();
     for (int count = 2; count <= kMaxFloats; count *= 2) { // 8 B to 64 KiB
       if (ar) { // the example's launch (PDL where the device takes it), and the plain one beside it
-        g_ar.pdl = oneshot::pdl_supported();
-        rep.add(allreduce_row(b, count, "allreduce", "vmmipc_oneshot", issue_allreduce,
-                              g_ar.pdl ? "one kernel per call: copy in, a flag per block and peer, sum; PDL launch"
-                                       : "one kernel per call: copy in, a flag per block and peer, sum"));
-        if (g_ar.pdl) {
-          g_ar.pdl = false;
-          rep.add(allreduce_row(b, count, "allreduce", "vmmipc_oneshot_plain", issue_allreduce,
-                                "the same kernel, launched without programmatic serialization"));
-        }
+        all.push_back(series(count, "allreduce", "vmmipc_oneshot", issue_allreduce, pdl,
+                             pdl ? "one kernel per call: copy in, a flag per block and peer, sum; PDL launch"
+                                 : "one kernel per call: copy in, a flag per block and peer, sum",
+                             b.ar_iters));
+        if (pdl)
+          all.push_back(series(count, "allreduce", "vmmipc_oneshot_plain", issue_allreduce, false,
+                               "the same kernel, launched without programmatic serialization", b.ar_iters));
       }
       if (graph) {
+        Series x = series(count, "allreduce_graph", "vmmipc_oneshot", issue_graph, pdl,
+                          "the same kernel captured once in a CUDA graph; per replay", b.ar_iters);
         cudaGraph_t g;
-        g_ar.count = count;
+        use_series(x);
         DB_CUDA(cudaStreamBeginCapture(b.s, cudaStreamCaptureModeThreadLocal));
         issue_allreduce(b, 1);
         DB_CUDA(cudaStreamEndCapture(b.s, &g));
-        DB_CUDA(cudaGraphInstantiate(&g_ar.graph, g, 0));
-        rep.add(allreduce_row(b, count, "allreduce_graph", "vmmipc_oneshot", issue_graph,
-                              "the same kernel captured once in a CUDA graph; per replay"));
-        DB_CUDA(cudaGraphExecDestroy(g_ar.graph));
-        DB_CUDA(cudaGraphDestroy(g));
+        DB_CUDA(cudaGraphInstantiate(&x.graph, g, 0));
+        graphs.push_back(g);
+        all.push_back(x);
       }
       if (nccl && skip) {
-        Row row;
-        row.name = "allreduce";
-        row.path = "nccl";
-        row.bytes = (long)count * 4;
-        row.skipped = skip;
-        rep.add(row);
+        Series x = series(count, "allreduce", "nccl", issue_nccl, false, "", 0);
+        x.row.skipped = skip;
+        all.push_back(x);
       } else if (nccl) {
-        rep.add(allreduce_row(b, count, "allreduce", "nccl", issue_nccl, "ncclAllReduce, float sum"));
+        all.push_back(series(count, "allreduce", "nccl", issue_nccl, false, "ncclAllReduce, float sum", b.ar_iters));
       }
     }
+    std::vector<Series> timed;
+    for (const Series &x : all)
+      if (x.row.skipped.empty()) timed.push_back(x);
+    allreduce_sweeps(b, timed);
+    for (size_t i = 0, t = 0; i < all.size(); i++) rep.add(all[i].row.skipped.empty() ? timed[t++].row : all[i].row);
+    for (const Series &x : all)
+      if (x.graph) DB_CUDA(cudaGraphExecDestroy(x.graph));
+    for (cudaGraph_t g : graphs) DB_CUDA(cudaGraphDestroy(g));
     if (nc.comm) nc.CommDestroy(nc.comm);
     cudaFree(g_ar.in);
     cudaFree(g_ar.out);
