@@ -109,8 +109,8 @@ int main(int argc, char **argv) {
       CHECK(*started, "round %d: the PDL kernel never started", round);
       CHECK(!*bad, "round %d: the PDL kernel read a wrong payload", round);
       CHECK(waited < 5.0, "round %d: the wait took %.1f s", round, waited);
-      std::printf("round %d: %u blocks of %d threads, none before the signal; wait and kernel %.3f ms\n", round,
-                  blocks, kThreads, waited * 1e3);
+      std::printf("round %d: %u blocks of %d threads, %s before the signal; wait and kernel %.3f ms\n", round,
+                  blocks, kThreads, early ? "some started" : "none started", waited * 1e3);
     }
     vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
     VMM(vmmipc_win_device_status(win, &st));
