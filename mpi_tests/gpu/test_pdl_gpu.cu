@@ -9,11 +9,13 @@
 // buffer with a kernel and signals, on its own stream; the kernel checks the
 // payload after griddepcontrol.wait. The watch is an observation window, not
 // synchronisation: nothing waits on it. Before c119118 the library's wait
-// kernel let dependents launch at its top: the blocks started at once and,
-// under MPS, took the SMs that rank 1's kernels needed, so the wait timed
-// out. Needs two or more ranks on one node; ranks past 1 only take part in
-// the collectives. Prints one line per round; exits non-zero if any check
-// failed on any rank.
+// kernel let dependents launch at its top: on an H200 the blocks started at
+// once and, under MPS, the wait ran to its timeout (as read, rank 1's
+// kernels found no SM free). Only the kernel path tells the two apart (on
+// memops no library kernel precedes the user's), and only the wait is
+// covered, not vmmipc_win_barrier's kernel. Needs two or more ranks on one
+// node; ranks past 1 only take part in the collectives. Prints one line per
+// round; exits non-zero if any check failed on any rank.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
