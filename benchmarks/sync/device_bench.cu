@@ -375,10 +375,12 @@ static long take_gave_up(Bench &b) {
 // machine (a few ms) costs each row at most a sample or two, not its
 // median (size by size, one size's batches came back to back and a spell
 // could move that size alone). Every batch's result and block status are
-// checked; a wait that gave up in the warm-up fails every row.
+// checked; a wait that gave up in the warm-up fails every row. Rows
+// already skipped (NCCL refused) are left as they are.
 static void allreduce_sweeps(Bench &b, std::vector<Series> &all) {
   DB_CUDA(cudaMemsetAsync(g_ar.status, 0, oneshot::kMaxBlocks * sizeof(int), b.s));
   for (Series &x : all) { // warm-up
+    if (!x.row.skipped.empty()) continue;
     use_series(x);
     x.issue(b, 3);
   }
@@ -387,6 +389,7 @@ static void allreduce_sweeps(Bench &b, std::vector<Series> &all) {
   for (Series &x : all) x.failed += warm;
   for (int r = 0; r < b.reps; r++) {
     for (Series &x : all) {
+      if (!x.row.skipped.empty()) continue;
       use_series(x);
       DB_CUDA(cudaMemsetAsync(g_ar.out, 0, (size_t)x.count * sizeof(float), b.s)); // the batch must write it
       x.row.samples.push_back(event_batch(b, true, x.issue, b.ar_iters) / b.ar_iters);
@@ -394,7 +397,8 @@ static void allreduce_sweeps(Bench &b, std::vector<Series> &all) {
       x.failed += devbench::sum_over_ranks(take_gave_up(b));
     }
   }
-  for (Series &x : all) settle(x.row, x.failed, true);
+  for (Series &x : all)
+    if (x.row.skipped.empty()) settle(x.row, x.failed, true);
 }
 
 // The launch floor: what an all-reduce of one kernel per call cannot beat.
@@ -521,11 +525,8 @@ int main(int argc, char **argv) {
         all.push_back(series(count, "allreduce", "nccl", issue_nccl, false, "ncclAllReduce, float sum", b.ar_iters));
       }
     }
-    std::vector<Series> timed;
-    for (const Series &x : all)
-      if (x.row.skipped.empty()) timed.push_back(x);
-    allreduce_sweeps(b, timed);
-    for (size_t i = 0, t = 0; i < all.size(); i++) rep.add(all[i].row.skipped.empty() ? timed[t++].row : all[i].row);
+    allreduce_sweeps(b, all);
+    for (const Series &x : all) rep.add(x.row);
     for (const Series &x : all)
       if (x.graph) DB_CUDA(cudaGraphExecDestroy(x.graph));
     for (cudaGraph_t g : graphs) DB_CUDA(cudaGraphDestroy(g));
