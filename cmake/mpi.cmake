@@ -56,3 +56,10 @@ list(JOIN VMMIPC_MPIEXEC_ARGS " " VMMIPC_MPIEXEC_ARGS_SH)
 set(VMMIPC_LAUNCHER_FLAVOR ${_launcher_flavor})
 configure_file(${CMAKE_CURRENT_LIST_DIR}/mpirun.sh.in ${PROJECT_BINARY_DIR}/vmmipc-mpirun @ONLY
                FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+
+# ctest's MPI launches: each with an Open MPI session directory of its own
+# (cmake/ctest_session.sh says why). Every test that launches ranks starts
+# its command with VMMIPC_TEST_MPIEXEC, or with VMMIPC_TEST_SESSION before a
+# script that launches them; harness.private_session checks that none misses.
+set(VMMIPC_TEST_SESSION ${CMAKE_CURRENT_LIST_DIR}/ctest_session.sh)
+set(VMMIPC_TEST_MPIEXEC ${VMMIPC_TEST_SESSION} ${MPIEXEC_EXECUTABLE})

@@ -93,7 +93,7 @@ function(vmmipc_layout_tests name)
     set(t ${name}.np${np}.${lname}${L_SUFFIX})
     vmmipc_test_processors(procs ${np})
     add_test(NAME ${t}
-             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${VMMIPC_MPIEXEC_ARGS}
+             COMMAND ${VMMIPC_TEST_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} ${np} ${VMMIPC_MPIEXEC_ARGS}
                      ${VMMIPC_TEST_VNODE} ${L_COMMAND})
     set_tests_properties(${t} PROPERTIES TIMEOUT ${L_TIMEOUT} PROCESSORS ${procs} LABELS layouts
                          ENVIRONMENT "${L_ENV};VMMIPC_TEST_LAYOUT=${layout}")

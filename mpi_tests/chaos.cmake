@@ -30,7 +30,7 @@ CHAOS_DRIVER_ENV='${VMMIPC_TEST_ENV}'
 # A few seeds for 80-150 steps each, across node layouts (uneven,
 # interleaved, one rank per node) and one run with a rank killed; long
 # campaigns are chaos.sh --runs (docs/dev/chaos.md).
-set(_chaos_sh ${CMAKE_CURRENT_SOURCE_DIR}/harness/chaos.sh)
+set(_chaos_sh ${VMMIPC_TEST_SESSION} ${CMAKE_CURRENT_SOURCE_DIR}/harness/chaos.sh)
 foreach(run "2;0,0;1;150" "3;0,0,1;2;120" "4;0,1,0,1;3;120" "5;0,1,0,2,0;4;100" "3;0,1,2;5;100")
   list(GET run 0 np)
   list(GET run 1 layout)

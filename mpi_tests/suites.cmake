@@ -12,6 +12,12 @@ endif()
 # The harness's node per rank (harness/vnode.sh), every launcher's variable.
 add_test(NAME harness.vnode COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/harness/test_vnode.sh)
 set_tests_properties(harness.vnode PROPERTIES TIMEOUT 30)
+# Every entry that launches ranks does so in a session directory of its own
+# (cmake/ctest_session.sh).
+add_test(NAME harness.private_session
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/harness/test_private_session.sh ${CMAKE_CTEST_COMMAND}
+                 ${PROJECT_BINARY_DIR} ${VMMIPC_TEST_SESSION} ${MPIEXEC_EXECUTABLE} ${VMMIPC_MPIEXEC_ARGS})
+set_tests_properties(harness.private_session PROPERTIES TIMEOUT 60)
 vmmipc_mpi_test(test_loader NP 1 SOURCES test_loader.cc)
 vmmipc_mpi_test(test_buffers NP 1 SOURCES test_buffers.cc)
 vmmipc_mpi_test(test_xproc NP 2 SOURCES test_xproc.cc)
@@ -108,11 +114,12 @@ if(_launcher_flavor STREQUAL "openmpi")
 else()
   set(_recovery -disable-auto-cleanup)
 endif()
+set(_killrun ${VMMIPC_TEST_SESSION} ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh)
 vmmipc_test_processors(procs3 3)
 vmmipc_test_processors(procs4 4)
 foreach(victim 0 last)
   add_test(NAME test_kill.np3.victim_${victim}
-           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 2 ${MPIEXEC_EXECUTABLE} ${_recovery}
+           COMMAND ${_killrun} 2 ${MPIEXEC_EXECUTABLE} ${_recovery}
                    ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 3 $<TARGET_FILE:test_kill>)
   set_tests_properties(test_kill.np3.victim_${victim} PROPERTIES TIMEOUT 120 PROCESSORS ${procs3} SKIP_RETURN_CODE 77
                        ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim};VMMIPC_STANDIN_WAIT_MS=80000")
@@ -120,7 +127,7 @@ endforeach()
 # The dead rank on another node than the collector: its node peer tells the
 # collector (a death notice), so every survivor still learns at once.
 add_test(NAME test_kill.np4.vnodes2.victim_last
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 3 ${MPIEXEC_EXECUTABLE} ${_recovery}
+         COMMAND ${_killrun} 3 ${MPIEXEC_EXECUTABLE} ${_recovery}
                  ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 4 ${CMAKE_CURRENT_SOURCE_DIR}/harness/vnode.sh
                  $<TARGET_FILE:test_kill>)
 set_tests_properties(test_kill.np4.vnodes2.victim_last PROPERTIES TIMEOUT 120 PROCESSORS ${procs4} SKIP_RETURN_CODE 77
@@ -129,7 +136,7 @@ set_tests_properties(test_kill.np4.vnodes2.victim_last PROPERTIES TIMEOUT 120 PR
 # A rank SIGKILLed at a random moment of a loop of map collectives (issue 29):
 # every survivor fails one call at once naming it, then frees everything.
 add_test(NAME test_kill.np4.loop
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh 3 ${MPIEXEC_EXECUTABLE} ${_recovery}
+         COMMAND ${_killrun} 3 ${MPIEXEC_EXECUTABLE} ${_recovery}
                  ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} 4 $<TARGET_FILE:test_kill>)
 set_tests_properties(test_kill.np4.loop PROPERTIES TIMEOUT 120 PROCESSORS ${procs4} SKIP_RETURN_CODE 77
                      ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=2;VMMIPC_TEST_KILL_LOOP=1;VMMIPC_STANDIN_WAIT_MS=80000")
@@ -149,7 +156,7 @@ foreach(case 0,1,1:last 0,1,0,1,0:last)
   vmmipc_test_processors(procs ${np})
   set(t test_kill.np${np}.${lname}.victim_${victim})
   add_test(NAME ${t}
-           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/harness/killrun.sh ${survivors} ${MPIEXEC_EXECUTABLE} ${_recovery}
+           COMMAND ${_killrun} ${survivors} ${MPIEXEC_EXECUTABLE} ${_recovery}
                    ${VMMIPC_MPIEXEC_ARGS} ${MPIEXEC_NUMPROC_FLAG} ${np} ${VMMIPC_TEST_VNODE} $<TARGET_FILE:test_kill>)
   set_tests_properties(${t} PROPERTIES TIMEOUT 120 PROCESSORS ${procs} SKIP_RETURN_CODE 77 LABELS layouts
                        ENVIRONMENT "${VMMIPC_TEST_ENV};VMMIPC_TEST_VICTIM=${victim};VMMIPC_STANDIN_WAIT_MS=80000;VMMIPC_TEST_LAYOUT=${layout}")

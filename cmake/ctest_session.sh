@@ -1,0 +1,26 @@
+#!/bin/sh
+# Runs one ctest entry's command (an MPI launch: ctest_session.sh mpiexec ...)
+# with an Open MPI session directory of its own, removed when it ends.
+#
+# Why: ctest runs several launches at once, and Open MPI 4 puts every launch's
+# session directory under one top directory, $TMPDIR/ompi.<host>.<uid>, which
+# a launch that ends removes once it is empty. A launch that is creating its
+# own directory in that instant fails before any rank runs ("A call to mkdir
+# was unable to create the desired directory ... File exists", orte_init
+# failed; open-mpi/ompi#8510). CI's test_codec.np1 failed so at stop 38.
+# With a private top directory per launch nothing else removes it.
+# MPICH's Hydra keeps no session directory and ignores the variable.
+if [ $# -lt 1 ]; then
+  echo "usage: ctest_session.sh COMMAND [ARGS...]" >&2
+  exit 2
+fi
+dir=$(mktemp -d "${TMPDIR:-/tmp}/vmmipc-ctest.XXXXXX") || {
+  echo "ctest_session.sh: cannot make a session directory in ${TMPDIR:-/tmp}" >&2
+  exit 1
+}
+OMPI_MCA_orte_tmpdir_base=$dir
+export OMPI_MCA_orte_tmpdir_base
+"$@"
+rc=$?
+rm -rf "$dir"
+exit $rc
