@@ -325,8 +325,10 @@ def main():
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 31)
     seed = WORLD.bcast(seed, root=0)
     if RANK == 0:
-        print(f"churn: seed={seed} (replay: mpiexec -n {SIZE} python3 {sys.argv[0]} --rounds {a.rounds} "
-              f"--seed {seed})", flush=True)
+        layout = os.environ.get("VMMIPC_TEST_LAYOUT")   # virtual nodes (mpi_tests/harness/vnode.sh)
+        how = f"VMMIPC_TEST_LAYOUT={layout} mpiexec -n {SIZE} mpi_tests/harness/vnode.sh" if layout else f"mpiexec -n {SIZE}"
+        print(f"churn: seed={seed} (replay: {how} python3 {sys.argv[0]} --rounds {a.rounds} --seed {seed})",
+              flush=True)
     run = Run(seed, a.rounds)
     t0 = time.monotonic()
     run.run()
