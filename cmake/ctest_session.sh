@@ -9,7 +9,9 @@
 # was unable to create the desired directory ... File exists", orte_init
 # failed; open-mpi/ompi#8510). CI's test_codec.np1 failed so at stop 38.
 # With a private top directory per launch nothing else removes it.
-# MPICH's Hydra keeps no session directory and ignores the variable.
+# Open MPI 5 (PRRTE) and MPICH's Hydra ignore the variable. Launcher flags
+# that set orte_local_tmpdir_base or orte_remote_tmpdir_base cannot be
+# combined with it (Open MPI refuses), and --tmpdir overrides it.
 if [ $# -lt 1 ]; then
   echo "usage: ctest_session.sh COMMAND [ARGS...]" >&2
   exit 2
@@ -18,9 +20,11 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/vmmipc-ctest.XXXXXX") || {
   echo "ctest_session.sh: cannot make a session directory in ${TMPDIR:-/tmp}" >&2
   exit 1
 }
+# Removed on every way out but SIGKILL (ctest's own timeout kills the tree).
+trap 'rm -rf "$dir"' EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 OMPI_MCA_orte_tmpdir_base=$dir
 export OMPI_MCA_orte_tmpdir_base
 "$@"
-rc=$?
-rm -rf "$dir"
-exit $rc

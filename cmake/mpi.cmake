@@ -60,6 +60,7 @@ configure_file(${CMAKE_CURRENT_LIST_DIR}/mpirun.sh.in ${PROJECT_BINARY_DIR}/vmmi
 # ctest's MPI launches: each with an Open MPI session directory of its own
 # (cmake/ctest_session.sh says why). Every test that launches ranks starts
 # its command with VMMIPC_TEST_MPIEXEC, or with VMMIPC_TEST_SESSION before a
-# script that launches them; harness.private_session checks that none misses.
+# script that launches them; harness.private_session checks every registered
+# command that names the launcher or one of those scripts.
 set(VMMIPC_TEST_SESSION ${CMAKE_CURRENT_LIST_DIR}/ctest_session.sh)
 set(VMMIPC_TEST_MPIEXEC ${VMMIPC_TEST_SESSION} ${MPIEXEC_EXECUTABLE})

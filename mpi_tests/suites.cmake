@@ -15,8 +15,8 @@ set_tests_properties(harness.vnode PROPERTIES TIMEOUT 30)
 # Every entry that launches ranks does so in a session directory of its own
 # (cmake/ctest_session.sh).
 add_test(NAME harness.private_session
-         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/harness/test_private_session.sh ${CMAKE_CTEST_COMMAND}
-                 ${PROJECT_BINARY_DIR} ${VMMIPC_TEST_SESSION} ${MPIEXEC_EXECUTABLE} ${VMMIPC_MPIEXEC_ARGS})
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/harness/test_private_session.sh ${PROJECT_BINARY_DIR}
+                 ${VMMIPC_TEST_SESSION} ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${VMMIPC_MPIEXEC_ARGS})
 set_tests_properties(harness.private_session PROPERTIES TIMEOUT 60)
 vmmipc_mpi_test(test_loader NP 1 SOURCES test_loader.cc)
 vmmipc_mpi_test(test_buffers NP 1 SOURCES test_buffers.cc)

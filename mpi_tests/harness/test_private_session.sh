@@ -1,41 +1,45 @@
 #!/bin/sh
 # Every ctest entry that launches ranks runs in a session directory of its
-# own (cmake/ctest_session.sh: concurrent Open MPI launches share one top
+# own (cmake/ctest_session.sh: concurrent Open MPI 4 launches share one top
 # directory, and one ending can break another starting).
-#   test_private_session.sh CTEST BUILD_DIR SESSION_SH MPIEXEC [MPIEXEC_ARGS...]
-# 1. Each registered command that names the launcher, killrun.sh, chaos.sh or
-#    vmmipc-mpirun starts with SESSION_SH.
-# 2. Open MPI only: a rank launched through SESSION_SH has its top session
-#    directory inside the private one, which is gone when the launch ends.
-ctest=$1 build=$2 session=$3 mpiexec=$4
+#   test_private_session.sh BUILD_DIR SESSION_SH MPIEXEC NP_FLAG [MPIEXEC_ARGS...]
+# 1. Each registered command (BUILD_DIR's CTestTestfile.cmake files) that
+#    names the launcher, killrun.sh, chaos.sh or vmmipc-mpirun starts with
+#    SESSION_SH. A launch hidden inside another program is not seen.
+# 2. Open MPI 4 (OpenRTE) only: a rank launched through SESSION_SH has its
+#    top session directory inside the private one, which is gone after.
+build=$1 session=$2 mpiexec=$3 npflag=$4
 shift 4
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
-listing=$(cd "$build" && "$ctest" -N -V 2>&1) || { echo "FAIL: $ctest -N -V in $build: $listing"; exit 1; }
-commands=$(printf '%s\n' "$listing" | sed -n 's/^[0-9]*: Test command: //p')
-[ -n "$commands" ] || { echo "FAIL: $ctest -N -V listed no test commands"; exit 1; }
+files=$(find "$build" -name CTestTestfile.cmake)
+[ -n "$files" ] || { echo "FAIL: no CTestTestfile.cmake under $build"; exit 1; }
+# One add_test line per entry: add_test([=[name]=] "command" "arg"...), or
+# add_test(name "command" ...) from an older CMake.
+registered=$(cat $files | grep '^add_test(')
 launching=0
-while IFS= read -r cmd; do
-  case "$cmd" in
+while IFS= read -r line; do
+  case "$line" in
     *test_private_session.sh*) continue ;;
-    *"$mpiexec"*|*/killrun.sh*|*/chaos.sh*|*/vmmipc-mpirun*) ;;
+    *"\"$mpiexec\""*|*/killrun.sh\"*|*/chaos.sh\"*|*/vmmipc-mpirun\"*) ;;
     *) continue ;;
   esac
   launching=$((launching + 1))
-  case "$cmd" in
-    "$session "*) ;;
-    *) fail "launches ranks without $session: $cmd" ;;
+  command=$(printf '%s\n' "$line" | sed -e 's/^add_test(\[=\[[^]]*\]=\] //' -e 's/^add_test([^ ]* //')
+  case "$command" in
+    "\"$session\" "*) ;;
+    *) fail "launches ranks without $session: $(printf '%s' "$line" | cut -c1-300)" ;;
   esac
-done <<EOF_COMMANDS
-$commands
-EOF_COMMANDS
+done <<EOF_REGISTERED
+$registered
+EOF_REGISTERED
 [ "$launching" -gt 0 ] || fail "no registered command launches ranks with $mpiexec"
 echo "registered launches: $launching, $fails without a session directory of their own"
 
 case "$("$mpiexec" --version 2>&1)" in
-  *"Open MPI"*|*OpenRTE*)
-    top=$("$session" "$mpiexec" -n 1 "$@" sh -c 'printf %s "$OMPI_MCA_orte_top_session_dir"')
+  *OpenRTE*)
+    top=$("$session" "$mpiexec" "$npflag" 1 "$@" sh -c 'printf %s "$OMPI_MCA_orte_top_session_dir"')
     rc=$?
     base=${TMPDIR:-/tmp}/vmmipc-ctest.
     case "$rc:$top" in
@@ -43,8 +47,9 @@ case "$("$mpiexec" --version 2>&1)" in
         private=$(dirname "$top")
         [ ! -e "$private" ] || fail "$private is left after the launch"
         echo "a launch's top session directory: $top (removed after)" ;;
-      *) fail "launch through $session: exit $rc, top session directory '$top' (wanted one in ${base}XXXXXX)" ;;
+      *) fail "launch through $session: exit $rc, top session directory '$top' (wanted one in ${base}XXXXXX;" \
+              "launcher flags that set --tmpdir or another tmpdir base override it)" ;;
     esac ;;
-  *) echo "not Open MPI ($mpiexec): it keeps no session directory; part 2 skipped" ;;
+  *) echo "not Open MPI 4 ($mpiexec): no shared session directory to avoid; part 2 skipped" ;;
 esac
 [ "$fails" -eq 0 ]
