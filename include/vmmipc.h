@@ -247,8 +247,9 @@ VMMIPC_API vmmipc_result_t vmmipc_comm_cache_trim(vmmipc_comm_t comm, uint64_t *
  * calls fail at once naming this rank), and releases the stream waits
  * enqueued on its windows (docs/sync.md). Every later call on the comm fails
  * with VMMIPC_ERR_ABORTED; vmmipc_comm_destroy (then local) still frees it,
- * and vmmipc_win_free its windows. A vmmipc_comm_destroy blocked on another
- * thread ends too, and frees the comm only once this call has left it. Once
+ * and vmmipc_win_free its windows. A vmmipc_comm_destroy in a call on another
+ * thread (blocked, or just begun) ends too, with VMMIPC_ERR_ABORTED, and
+ * frees the comm only once this call has left it. Once
  * vmmipc_comm_destroy has returned, the handle is freed: aborting it then is
  * the caller's use after free, as with any freed handle. */
 VMMIPC_API vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t comm);

@@ -463,6 +463,7 @@ static int hold_for_free(struct vmmipc_comm *c) {
 vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   const char *op = "vmmipc_comm_destroy";
   if (!c) return VMMIPC_SUCCESS; /* like free(NULL) */
+  int aborted_in_call = 0; /* another thread aborted the comm as this call began */
 again:
   if (c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) { /* nobody to agree with: clean up locally */
     if (!hold_for_free(c))
@@ -492,11 +493,21 @@ again:
      * as a broken comm's are. */
     c->mpi_dirty = 1;
     comm_free(c);
+    /* An abort during the call ends it as it ends a blocked one (vmmipc.h),
+     * whether it came before or after the call looked at the comm. */
+    if (aborted_in_call)
+      return vmmipc__error(VMMIPC_ERR_ABORTED,
+                           "%s: the communicator was aborted (vmmipc_comm_abort) on this rank during the call; it "
+                           "is freed",
+                           op);
     return VMMIPC_SUCCESS;
   }
   vmmipc_result_t r = vmmipc__enter(c, op, 1);
   /* It failed meanwhile (not a refusal of this thread): locally, as above. */
-  if (r && r != VMMIPC_ERR_BUSY && r != VMMIPC_ERR_INVALID_ARG && vmmipc__failed(c)) goto again;
+  if (r && r != VMMIPC_ERR_BUSY && r != VMMIPC_ERR_INVALID_ARG && vmmipc__failed(c)) {
+    aborted_in_call = r == VMMIPC_ERR_ABORTED;
+    goto again;
+  }
   if (r) return r;
   vmmipc_result_t local = VMMIPC_SUCCESS;
   /* What this rank released will go (in step, below) once every rank

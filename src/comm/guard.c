@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "common/testhooks.h"
 
 /* Threads inside a call on any comm (each of them may call MPI). */
 static int g_inside; /* __atomic builtins: the header is shared with C++ tests */
@@ -65,6 +66,7 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
     return r;
   }
   if (c->check) c->check(c);
+  if (VMMIPC__INJECT("enter_slow")) VMMIPC__STALL(300); /* an abort from another thread lands here */
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
     vmmipc__leave(c);
     return vmmipc__error(VMMIPC_ERR_ABORTED, "%s: the communicator was aborted (vmmipc_comm_abort) on this rank", op);

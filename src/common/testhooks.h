@@ -20,7 +20,9 @@ extern "C" {
  * limit), "heap_record" (the next vmmipc_heap_create has no host memory for
  * its record), "trim_unmap" (the next unmap of a heap trim fails, the range still
  * mapped), "abort_slow" (the next vmmipc_comm_abort pauses 300 ms after it
- * marked the comm and released its waits, as a slow release would). At the
+ * marked the comm and released its waits, as a slow release would),
+ * "enter_slow" (the next call that holds a comm pauses 300 ms before it
+ * looks whether the comm was aborted). At the
  * collector of an agreement (comm/agree.c): "verdict" (it stalls 1.5 x the
  * timeout between deciding and announcing), "verdict_slow" /
  * "verdict_stuck" (after sending rank 1 its verdict, it stalls for the
