@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -546,28 +547,30 @@ TEST_F(Faults, ConfigurationIsAgreedAndExplicitBeatsEnvironment) {
   if (vt::Rank() == 1) unsetenv("VMMIPC_SOCKET_DIR");
 }
 
-// vmmipc_comm_abort from another thread during vmmipc_comm_destroy: the
-// destroy ends with VMMIPC_ERR_ABORTED and frees the comm only once the
-// abort has left it; the peers are told of the abort before the sockets
-// close. `hook` holds one side 300 ms at a known point: "abort_slow" the
-// abort in its middle while the destroy is blocked in its agreement
-// (without the wait for the abort, the destroy's free comes first: ASan
-// reports the abort's use of the freed comm), "enter_slow" the destroy as it
-// begins, before it looks whether the comm was aborted.
-static void AbortDuringDestroy(vmmipc_comm_t c, const char *hook, int timeout_ms) {
+// vmmipc_comm_abort from another thread during a destroy (`op`, run by
+// `destroy` on every rank): rank 0's destroy ends with VMMIPC_ERR_ABORTED
+// and frees only once the abort has left the comm; the peers are told of
+// the abort before the sockets close. `hook` holds one side 300 ms at a
+// known point: "abort_slow" the abort in its middle while the destroy is
+// blocked in its agreement (without the wait for the abort, the destroy's
+// free comes first: ASan reports the abort's use of the freed comm),
+// "enter_slow" the destroy as it begins, before it looks whether the comm
+// was aborted.
+static void AbortDuringDestroy(vmmipc_comm_t c, const char *op, const std::function<vmmipc_result_t()> &destroy,
+                               const char *hook, int timeout_ms) {
   const bool near = vt::SameNode(c, 0);  // before the abort
   if (vt::Rank() == 0) {
     vmmipc_result_t r = VMMIPC_SUCCESS;
     std::string msg;
     std::thread destroyer([&] {
       if (std::string(hook) == "enter_slow") vmmipc__test_fail_at(hook, 1);  // per thread
-      r = vmmipc_comm_destroy(c);
+      r = destroy();
       msg = vmmipc_last_error();
     });
     // The destroy holds the comm.
     for (;;) {
-      const char *op = __atomic_load_n(&c->busy_op, __ATOMIC_ACQUIRE);
-      if (op && std::string(op) == "vmmipc_comm_destroy") break;
+      const char *in = __atomic_load_n(&c->busy_op, __ATOMIC_ACQUIRE);
+      if (in && std::string(in) == op) break;
       std::this_thread::yield();
     }
     if (std::string(hook) == "abort_slow") vmmipc__test_fail_at(hook, 1);
@@ -582,7 +585,7 @@ static void AbortDuringDestroy(vmmipc_comm_t c, const char *hook, int timeout_ms
   MPI_Barrier(MPI_COMM_WORLD);
   if (vt::Rank() != 0) {
     auto t1 = std::chrono::steady_clock::now();
-    vmmipc_result_t r = vmmipc_comm_destroy(c);
+    vmmipc_result_t r = destroy();
     if (near) {
       EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << vmmipc_last_error();
       EXPECT_LT(Since(t1), 4.0) << "told of the abort, not left to wait out the timeout";
@@ -599,17 +602,27 @@ TEST_F(Faults, AnAbortWhileDestroyIsBlockedOnAnotherThread) {
   if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
   vmmipc_comm_t c = Create(6000);
   ASSERT_NE(c, nullptr);
-  AbortDuringDestroy(c, "abort_slow", 6000);
+  AbortDuringDestroy(c, "vmmipc_comm_destroy", [c] { return vmmipc_comm_destroy(c); }, "abort_slow", 6000);
 }
 
 // The abort lands as the destroy begins, before it looked at the comm: it
-// freed the comm locally and returned SUCCESS, its message saying ABORTED
-// (CI on 4a2d184 hit it in the test above).
+// freed the comm (or heap) locally and returned SUCCESS, its message saying
+// ABORTED (CI on 4a2d184 hit it in the test above).
 TEST_F(Faults, AnAbortAsDestroyBeginsEndsItTheSameWay) {
   if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
   vmmipc_comm_t c = Create(3000);  // the ranks off rank 0's node wait it out
   ASSERT_NE(c, nullptr);
-  AbortDuringDestroy(c, "enter_slow", 3000);
+  AbortDuringDestroy(c, "vmmipc_comm_destroy", [c] { return vmmipc_comm_destroy(c); }, "enter_slow", 3000);
+}
+
+TEST_F(Faults, AnAbortAsHeapDestroyBeginsEndsItTheSameWay) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  vmmipc_comm_t c = Create(3000);
+  ASSERT_NE(c, nullptr);
+  vmmipc_heap_t h = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_create(c, nullptr, &h));
+  AbortDuringDestroy(c, "vmmipc_heap_destroy", [h] { return vmmipc_heap_destroy(h); }, "enter_slow", 3000);
+  EXPECT_VMM_OK(vmmipc_comm_destroy(c));  // local now: aborted on rank 0, broken on the others
 }
 
 }  // namespace

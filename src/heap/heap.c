@@ -214,7 +214,15 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
   if (!entered) { /* nobody to agree with (it may have failed meanwhile): locally */
     reap_local(c);
     if (h->live) return refuse_live(h, h->live - vmmipc__deferred_count_of(c, 0, h), op);
-    return heap_teardown(h, op);
+    vmmipc_result_t t = heap_teardown(h, op);
+    /* An abort during the call ends it as it ends a blocked one (vmmipc.h),
+     * whether it came before or after the call looked at the comm. */
+    if (!t && r == VMMIPC_ERR_ABORTED)
+      return vmmipc__error(VMMIPC_ERR_ABORTED,
+                           "%s: the communicator was aborted (vmmipc_comm_abort) on this rank during the call; the "
+                           "heap is freed",
+                           op);
+    return t;
   }
   /* Windows every rank released go first, in step; the others refuse. */
   int unreleased = h->live - vmmipc__deferred_count_of(c, 0, h);
