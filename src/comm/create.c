@@ -505,7 +505,7 @@ again:
   vmmipc_result_t r = vmmipc__enter(c, op, 1);
   /* It failed meanwhile (not a refusal of this thread): locally, as above. */
   if (r && r != VMMIPC_ERR_BUSY && r != VMMIPC_ERR_INVALID_ARG && vmmipc__failed(c)) {
-    aborted_in_call = r == VMMIPC_ERR_ABORTED;
+    aborted_in_call = __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE); /* this rank's: not at the test above */
     goto again;
   }
   if (r) return r;

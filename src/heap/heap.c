@@ -217,7 +217,7 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
     vmmipc_result_t t = heap_teardown(h, op);
     /* An abort during the call ends it as it ends a blocked one (vmmipc.h),
      * whether it came before or after the call looked at the comm. */
-    if (!t && r == VMMIPC_ERR_ABORTED)
+    if (!t && r && __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) /* this rank's, since the test above */
       return vmmipc__error(VMMIPC_ERR_ABORTED,
                            "%s: the communicator was aborted (vmmipc_comm_abort) on this rank during the call; the "
                            "heap is freed",
