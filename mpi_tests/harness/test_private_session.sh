@@ -13,11 +13,10 @@ shift 4
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
-files=$(find "$build" -name CTestTestfile.cmake)
-[ -n "$files" ] || { echo "FAIL: no CTestTestfile.cmake under $build"; exit 1; }
 # One add_test line per entry: add_test([=[name]=] "command" "arg"...), or
 # add_test(name "command" ...) from an older CMake.
-registered=$(cat $files | grep '^add_test(')
+registered=$(find "$build" -name CTestTestfile.cmake -exec cat {} + | grep '^add_test(')
+[ -n "$registered" ] || { echo "FAIL: no add_test in the CTestTestfile.cmake files under $build"; exit 1; }
 launching=0
 while IFS= read -r line; do
   case "$line" in

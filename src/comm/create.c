@@ -492,15 +492,11 @@ again:
      * (chaos seed 20040: SIGSEGV in mca_pml_ob1_add_comm). They are kept,
      * as a broken comm's are. */
     c->mpi_dirty = 1;
-    comm_free(c);
     /* An abort during the call ends it as it ends a blocked one (vmmipc.h),
      * whether it came before or after the call looked at the comm. */
-    if (aborted_in_call)
-      return vmmipc__error(VMMIPC_ERR_ABORTED,
-                           "%s: the communicator was aborted (vmmipc_comm_abort) on this rank during the call; it "
-                           "is freed",
-                           op);
-    return VMMIPC_SUCCESS;
+    vmmipc_result_t freed = aborted_in_call ? vmmipc__freed_locally(c, op) : VMMIPC_SUCCESS;
+    comm_free(c);
+    return freed;
   }
   vmmipc_result_t r = vmmipc__enter(c, op, 1);
   /* It failed meanwhile (not a refusal of this thread): locally, as above. */

@@ -215,13 +215,9 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
     reap_local(c);
     if (h->live) return refuse_live(h, h->live - vmmipc__deferred_count_of(c, 0, h), op);
     vmmipc_result_t t = heap_teardown(h, op);
-    /* An abort during the call ends it as it ends a blocked one (vmmipc.h),
-     * whether it came before or after the call looked at the comm. */
-    if (!t && r && __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) /* this rank's, since the test above */
-      return vmmipc__error(VMMIPC_ERR_ABORTED,
-                           "%s: the communicator was aborted (vmmipc_comm_abort) on this rank during the call; the "
-                           "heap is freed",
-                           op);
+    /* An abort of this rank's during the call (after the test above) ends
+     * it as it ends a blocked one, as vmmipc_comm_destroy does. */
+    if (!t && r && __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) return vmmipc__freed_locally(c, op);
     return t;
   }
   /* Windows every rank released go first, in step; the others refuse. */
