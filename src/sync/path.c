@@ -4,8 +4,7 @@
  *   memops  the driver's stream memory operations only;
  *   auto    (default) memory operations where node ranks share a GPU,
  *           else kernels where every node rank loaded them; the barrier
- *           on a GPU shared under MPS by 3 or more node ranks: kernels
- *           (setup.c says why).
+ *           on a GPU shared under MPS: kernels (setup.c says why).
  * Every call first checks the window's device record and the comm's
  * alarm. Nothing here loads code: a call in a context where no window was
  * made fails instead. */

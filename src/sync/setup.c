@@ -11,13 +11,15 @@
  *           every node rank has them (measured on one H200 both with and
  *           without MPS, docs/sync.md); else kernels where every node rank
  *           loaded them; else memory operations. One exception, by
- *           measurement: the barrier of 3 or more node ranks sharing a GPU
- *           under MPS (every node rank's device reports
+ *           measurement: the barrier of node ranks sharing a GPU under
+ *           MPS (every node rank's device reports
  *           CU_DEVICE_ATTRIBUTE_MPS_ENABLED) takes the kernels. The
  *           memory-operation barrier costs a wait per peer in the GPU's
  *           front end, the kernel one a launch: on one H200 under MPS,
- *           3.8 against 4.2 us at 2 ranks, 13.7 against 6.4 at 4 and 48.8
- *           against 10.7 at 8 (benchmarks/results/2026-12-02-h200x1-mps).
+ *           14.6 against 4.4 us at 4 ranks and 48.2 against 4.3 at 8; at 2,
+ *           3.9-4.0 against 2.8-4.0 (median 3.4 over six runs of the
+ *           kernels that trigger PDL after their wait;
+ *           benchmarks/results/2026-12-03-h200x1-mps-run6, docs/dev/sync-design.md).
  *           Without MPS kernels of two processes time-slice (2.2 ms a hop),
  *           so memory operations always.
  * Node ranks with different VMMIPC_SYNC settings fail the window. From the
@@ -37,8 +39,9 @@
 #include "sync/sync.h"
 
 /* From this many node ranks on a GPU shared under MPS, auto's barrier
- * takes the kernels (the top of this file says why). */
-#define VMMIPC__KERNEL_BARRIER_RANKS 3
+ * takes the kernels (the top of this file says why): every count that
+ * shares a GPU, since the kernels won at 2 ranks too. */
+#define VMMIPC__KERNEL_BARRIER_RANKS 2
 /* CU_DEVICE_ATTRIBUTE_MPS_ENABLED by its number: cuda.h of early CUDA 12
  * releases lacks the name. */
 #define ATTR_MPS_ENABLED ((CUdevice_attribute)133)
