@@ -16,12 +16,23 @@ if [ $# -lt 1 ]; then
   echo "usage: ctest_session.sh COMMAND [ARGS...]" >&2
   exit 2
 fi
-dir=$(mktemp -d "${TMPDIR:-/tmp}/vmmipc-ctest.XXXXXX") || {
-  echo "ctest_session.sh: cannot make a session directory in ${TMPDIR:-/tmp}" >&2
+base=${TMPDIR:-/tmp}
+# A launch SIGKILLed at its ctest timeout skips the trap below: the next one
+# removes its directory. Only directories of this user whose owner file names
+# a process that is gone (one still being made has no owner file yet).
+for old in "$base"/vmmipc-ctest.*; do
+  if [ ! -d "$old" ] || [ ! -O "$old" ] || [ ! -f "$old/owner" ]; then continue; fi
+  pid=$(cat "$old/owner" 2> /dev/null) || continue
+  case "$pid" in '' | *[!0-9]*) continue ;; esac
+  kill -0 "$pid" 2> /dev/null || rm -rf "$old"
+done
+dir=$(mktemp -d "$base/vmmipc-ctest.XXXXXX") || {
+  echo "ctest_session.sh: cannot make a session directory in $base" >&2
   exit 1
 }
-# Removed on every way out but SIGKILL (ctest's own timeout kills the tree).
+# Removed on every way out but SIGKILL (then by a later launch, above).
 trap 'rm -rf "$dir"' EXIT
+echo $$ > "$dir/owner"
 trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 143' TERM
