@@ -29,6 +29,7 @@ import ctypes
 import gc
 import os
 import random
+import shlex
 import sys
 import threading
 import time
@@ -326,7 +327,14 @@ def main():
     seed = WORLD.bcast(seed, root=0)
     if RANK == 0:
         layout = os.environ.get("VMMIPC_TEST_LAYOUT")   # virtual nodes (mpi_tests/harness/vnode.sh)
+        # The environment ctest gave the ranks (the stand-in driver, the module's path), so that the line
+        # replays the same run; the launcher's own flags (--oversubscribe) are not seen from here, and
+        # vnode.sh sets each rank's VMMIPC_NODE_ID from the layout.
+        own = {"VMMIPC_TEST_LAYOUT", "VMMIPC_TEST_RANKS_PER_NODE", "VMMIPC_NODE_ID"}
+        env = " ".join(f"{k}={shlex.quote(os.environ[k])}" for k in sorted(os.environ)
+                       if k == "PYTHONPATH" or (k.startswith("VMMIPC_") and k not in own))
         how = f"VMMIPC_TEST_LAYOUT={layout} mpiexec -n {SIZE} mpi_tests/harness/vnode.sh" if layout else f"mpiexec -n {SIZE}"
+        how = f"{env} {how}" if env else how
         print(f"churn: seed={seed} (replay: {how} python3 {sys.argv[0]} --rounds {a.rounds} --seed {seed})",
               flush=True)
     run = Run(seed, a.rounds)
