@@ -19,10 +19,15 @@ fi
 base=${TMPDIR:-/tmp}
 # A launch SIGKILLed at its ctest timeout skips the trap below: the next one
 # removes its directory. Only directories of this user whose owner file names
-# a process that is gone (one still being made has no owner file yet).
+# this host and PID namespace (a TMPDIR shared with other hosts or containers
+# holds directories whose processes cannot be seen from here) and a process
+# that is gone; one still being made has no owner file yet.
+where="$(uname -n) $(readlink /proc/self/ns/pid 2> /dev/null)"
 for old in "$base"/vmmipc-ctest.*; do
   if [ ! -d "$old" ] || [ ! -O "$old" ] || [ ! -f "$old/owner" ]; then continue; fi
-  pid=$(cat "$old/owner" 2> /dev/null) || continue
+  owner=$(cat "$old/owner" 2> /dev/null) || continue
+  pid=${owner##* }
+  if [ "${owner% *}" != "$where" ]; then continue; fi
   case "$pid" in '' | *[!0-9]*) continue ;; esac
   kill -0 "$pid" 2> /dev/null || rm -rf "$old"
 done
@@ -32,7 +37,8 @@ dir=$(mktemp -d "$base/vmmipc-ctest.XXXXXX") || {
 }
 # Removed on every way out but SIGKILL (then by a later launch, above).
 trap 'rm -rf "$dir"' EXIT
-echo $$ > "$dir/owner"
+# Whole or absent to a reader: written aside, then renamed.
+echo "$where $$" > "$dir/owner.new" && mv "$dir/owner.new" "$dir/owner"
 trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 143' TERM

@@ -69,7 +69,7 @@ if(VMMIPC_TEST_DRIVER STREQUAL "standin")
   vmmipc_mpi_test(test_device NP 2 ENV VMMIPC_STANDIN_CAPS=nokernels VMMIPC_SYNC=kernel SUFFIX .forced)
   # Both ranks on one device: the device API's GPU scope.
   vmmipc_mpi_test(test_device NP 2 ENV VMMIPC_STANDIN_DEVICES=1 SUFFIX .one_gpu)
-  # auto under MPS: the barrier of 3 node ranks on one GPU takes kernels, of 2 memory operations
+  # auto under MPS: the barrier of node ranks on one GPU takes kernels (at 2 and 3), signal and wait memops
   vmmipc_mpi_test(test_device NP 2 3 ENV VMMIPC_STANDIN_DEVICES=1 VMMIPC_STANDIN_MPS=1 SUFFIX .mps)
 endif()
 vmmipc_mpi_test(test_wrap NP 1 2 3 4 SOURCES test_wrap.cc LAYOUTS ${VMMIPC_TEST_LAYOUTS})

@@ -32,11 +32,11 @@ std::string Env(const char *k) {
 // except that auto takes memory operations where node ranks share a GPU;
 // and there, auto's barrier takes kernels when they share it under MPS
 // (sync/setup.c; the stand-in answers as MPS with VMMIPC_STANDIN_MPS=1).
-bool KernelPath(bool gpu_shared, bool barrier = false, bool mps = false, int node_size = 0) {
+bool KernelPath(bool gpu_shared, bool barrier = false, bool mps = false) {
   std::string mode = Env("VMMIPC_SYNC");
   if (mode == "memops") return false;
   if (Env("VMMIPC_STANDIN_CAPS").find("nokernels") != std::string::npos) return false;
-  return mode == "kernel" || !gpu_shared || (barrier && mps && node_size >= 2);
+  return mode == "kernel" || !gpu_shared || (barrier && mps);
 }
 
 // Whether every rank of `node` reports its device as an MPS client's.
@@ -107,7 +107,7 @@ class Device : public ::testing::Test {
     for (int a = 1; a < n_; a++) one_gpu_ = one_gpu_ && std::memcmp(&all[a], &all[0], sizeof u) == 0;
     kernel_ = KernelPath(shared_);
     mps_ = AllMps(dev, node);
-    barrier_kernel_ = KernelPath(shared_, true, mps_, n_);
+    barrier_kernel_ = KernelPath(shared_, true, mps_);
     ASSERT_EQ(streamCreate(&s_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   }
   void SetUp() override { Make(30000); }

@@ -9,8 +9,8 @@
 # 2. Open MPI 4 (OpenRTE) only: a rank launched through SESSION_SH has its
 #    top session directory inside the private one, which is gone after.
 # 3. A directory left by a launch that was SIGKILLed (its owner is gone) is
-#    removed by the next launch; one whose owner lives, or that has no owner
-#    file yet (being made), is kept.
+#    removed by the next launch; one whose owner lives, one of another host
+#    or PID namespace, and one with no owner file yet (being made) are kept.
 build=$1 session=$2 mpiexec=$3 npflag=$4
 shift 4
 fails=0
@@ -55,18 +55,21 @@ case "$("$mpiexec" --version 2>&1)" in
   *) echo "not Open MPI 4 ($mpiexec): no shared session directory to avoid; part 2 skipped" ;;
 esac
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/vmmipc-stale-check.XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
-sh -c 'exit 0' &
-gone=$!
-wait "$gone"
-mkdir "$scratch/vmmipc-ctest.killed" "$scratch/vmmipc-ctest.running" "$scratch/vmmipc-ctest.new"
-echo "$gone" > "$scratch/vmmipc-ctest.killed/owner"
-echo $$ > "$scratch/vmmipc-ctest.running/owner"
+trap 'rm -rf "$scratch"' EXIT
+where="$(uname -n) $(readlink /proc/self/ns/pid 2> /dev/null)"
+gone=4194304 # PID_MAX_LIMIT: Linux gives pids below it, so no process has this one
+mkdir "$scratch/vmmipc-ctest.killed" "$scratch/vmmipc-ctest.running" "$scratch/vmmipc-ctest.elsewhere" \
+  "$scratch/vmmipc-ctest.new" || fail "mkdir in $scratch"
+echo "$where $gone" > "$scratch/vmmipc-ctest.killed/owner"
+echo "$where $$" > "$scratch/vmmipc-ctest.running/owner"
+echo "another-host pid:[1] $gone" > "$scratch/vmmipc-ctest.elsewhere/owner"
 TMPDIR=$scratch "$session" true || fail "$session true: exit $?"
 [ ! -e "$scratch/vmmipc-ctest.killed" ] || fail "the directory of a killed launch (owner pid $gone, gone) is left"
 [ -d "$scratch/vmmipc-ctest.running" ] || fail "the directory of a running launch (owner pid $$) was removed"
+[ -d "$scratch/vmmipc-ctest.elsewhere" ] || fail "the directory of another host's launch was removed"
 [ -d "$scratch/vmmipc-ctest.new" ] || fail "a directory without an owner file (being made) was removed"
 left=$(find "$scratch" -mindepth 1 -maxdepth 1 | wc -l)
-[ "$left" -eq 2 ] || fail "$left entries in $scratch after the launch, wanted 2: $(ls "$scratch")"
-echo "a killed launch's directory: removed by the next launch; a running one's and one being made: kept"
-rm -rf "$scratch"
+[ "$left" -eq 3 ] || fail "$left entries in $scratch after the launch, wanted 3: $(ls "$scratch")"
+echo "a killed launch's directory: removed by the next launch; a running one's, another host's and one being" \
+  "made: kept"
 [ "$fails" -eq 0 ]

@@ -17,9 +17,10 @@
  *           memory-operation barrier costs a wait per peer in the GPU's
  *           front end, the kernel one a launch: on one H200 under MPS,
  *           14.6 against 4.4 us at 4 ranks and 48.2 against 4.3 at 8; at 2,
- *           3.9-4.0 against 2.8-4.0 (median 3.4 over six runs of the
- *           kernels that trigger PDL after their wait;
- *           benchmarks/results/2026-12-03-h200x1-mps-run6, docs/dev/sync-design.md).
+ *           memops 3.9-4.0 against kernels 2.8-4.1, median 3.4: the kernels
+ *           (those that trigger PDL after their wait) were faster in 6 of 8
+ *           launches over 6 runs, not in every one
+ *           (benchmarks/results/2026-12-03-h200x1-mps-run6, docs/dev/sync-design.md).
  *           Without MPS kernels of two processes time-slice (2.2 ms a hop),
  *           so memory operations always.
  * Node ranks with different VMMIPC_SYNC settings fail the window. From the
@@ -38,10 +39,6 @@
 #include "sync/release.h"
 #include "sync/sync.h"
 
-/* From this many node ranks on a GPU shared under MPS, auto's barrier
- * takes the kernels (the top of this file says why): every count that
- * shares a GPU, since the kernels won at 2 ranks too. */
-#define VMMIPC__KERNEL_BARRIER_RANKS 2
 /* CU_DEVICE_ATTRIBUTE_MPS_ENABLED by its number: cuda.h of early CUDA 12
  * releases lacks the name. */
 #define ATTR_MPS_ENABLED ((CUdevice_attribute)133)
@@ -181,8 +178,8 @@ static vmmipc_result_t decide(struct vmmipc_comm *c, const struct path_info *all
   else
     s->path = VMMIPC__PATH_KERNELS;
   s->barrier_path = s->path;
-  if (all[0].mode == VMMIPC__MODE_AUTO && s->path == VMMIPC__PATH_MEMOPS && shared && kernels && mps &&
-      n >= VMMIPC__KERNEL_BARRIER_RANKS)
+  /* Any count of ranks sharing a GPU under MPS (2 since 2026-12-03; the top says why). */
+  if (all[0].mode == VMMIPC__MODE_AUTO && s->path == VMMIPC__PATH_MEMOPS && shared && kernels && mps)
     s->barrier_path = VMMIPC__PATH_KERNELS;
   s->shape = all[0].shape;
   s->scope = one_gpu && !sys ? VMMIPC_DEV_SCOPE_GPU : VMMIPC_DEV_SCOPE_SYS;
