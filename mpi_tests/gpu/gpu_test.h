@@ -51,6 +51,13 @@ inline bool GpuTestStart(int *argc, char ***argv, const char *name, int *size) {
   return true;
 }
 
+// Which host-sync path a window's calls took, from its status counts:
+// "mixed" where both ran (auto under MPS on one GPU: the barrier on kernels,
+// signal and wait on memory operations).
+inline const char *SyncPathName(const vmmipc_win_device_status_t &st) {
+  return !st.kernel_calls ? "memops" : st.memops_calls ? "mixed" : "kernels";
+}
+
 // The failures of every rank, added; rank 0 prints "NAME: ok" or "NAME:
 // FAILED" and `extra`. Returns main's exit status.
 inline int GpuTestEnd(const char *name, const char *extra = "") {

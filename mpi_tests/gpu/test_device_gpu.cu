@@ -198,8 +198,7 @@ int main(int argc, char **argv) {
     CHECK(st.state == VMMIPC_DEV_OK, "mixed: a record %d", st.state);
     std::printf("mixed: host->device and device->host signals, data checked after a host and a stream wait "
                 "(host sync path: %s, device scope: %s)\n",
-                !st.kernel_calls ? "memops" : st.memops_calls ? "mixed" : "kernels",
-                dw.scope == VMMIPC_DEV_SCOPE_GPU ? "gpu" : "sys");
+                SyncPathName(st), dw.scope == VMMIPC_DEV_SCOPE_GPU ? "gpu" : "sys");
   }
   MPI_Barrier(MPI_COMM_WORLD);
 

@@ -176,9 +176,7 @@ int main(int argc, char **argv) {
   VMM(vmmipc_win_free(win));
   VMM(vmmipc_buf_free(buf));
   VMM(vmmipc_comm_destroy(comm));
-  // auto under MPS on one GPU: the barrier on kernels, signal and wait on memops.
-  const char *label = !st.kernel_calls ? " (host sync path: memops)"
-                      : st.memops_calls ? " (host sync path: mixed: kernels and memops)"
-                                        : " (host sync path: kernels)";
-  return GpuTestEnd("test_graph_gpu", label);
+  char extra[64];
+  std::snprintf(extra, sizeof extra, " (host sync path: %s)", SyncPathName(st));
+  return GpuTestEnd("test_graph_gpu", extra);
 }

@@ -129,6 +129,6 @@ int main(int argc, char **argv) {
   VMM(vmmipc_comm_destroy(comm));
   char extra[96];
   std::snprintf(extra, sizeof extra, " (VMMIPC_SYNC=%s, host sync path: %s)", path ? path : "auto",
-                st.kernel_calls ? "kernels" : "memops");
+                SyncPathName(st));
   return GpuTestEnd("test_pdl_gpu", extra);
 }

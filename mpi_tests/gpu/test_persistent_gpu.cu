@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
   CHECK(st.state == VMMIPC_DEV_OK, "a record: state %d rank %d", st.state, st.rank);
   if (rank == 0)
     std::printf("persistent: kernels saw their host signals in %.3f ms (VMMIPC_SYNC=%s, host sync path: %s)\n",
-                s * 1e3, path ? path : "auto", st.kernel_calls ? "kernels" : "memops");
+                s * 1e3, path ? path : "auto", SyncPathName(st));
   MPI_Barrier(MPI_COMM_WORLD);
 
   // Ranks out of range, and (each rank a node of its own) of another node.
