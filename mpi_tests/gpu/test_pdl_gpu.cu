@@ -1,26 +1,30 @@
-// A user's PDL kernel after a host wait (issue 30, docs/sync.md "Paths";
-// ctest label "gpu", real driver only, on each VMMIPC_SYNC path). Rank 0
-// queues vmmipc_win_wait for rank 1 on a stream, then a kernel of its own
-// launched with programmatic stream serialization, with as many blocks of
-// 1,024 threads as the GPU holds at once. The docs promise that it launches
-// only once the wait for peers is over. The host of rank 0 watches, for a
-// bounded while, whether any of its blocks starts before rank 1 has even
-// been told to signal: none may. Then rank 1 writes a payload into rank 0's
-// buffer with a kernel and signals, on its own stream; the kernel checks the
-// payload after griddepcontrol.wait. The watch is an observation window, not
-// synchronisation: nothing waits on it. Before c119118 the library's wait
-// kernel let dependents launch at its top: on an H200 the blocks started at
-// once and, under MPS, the wait ran to its timeout (as read, rank 1's
-// kernels found no SM free). Only the kernel path tells the two apart (on
-// memops no library kernel precedes the user's), and only the wait is
-// covered, not vmmipc_win_barrier's kernel. Needs two or more ranks on one
-// node; ranks past 1 only take part in the collectives. Prints one line per
-// round; exits non-zero if any check failed on any rank.
+// A user's PDL kernel after a host wait or barrier (issue 30, docs/sync.md
+// "Paths"; ctest label "gpu", real driver only, on each VMMIPC_SYNC path).
+// Rank 0 queues vmmipc_win_wait for rank 1 (or vmmipc_win_barrier) on a
+// stream, then a kernel of its own launched with programmatic stream
+// serialization, with as many blocks of 1,024 threads as the GPU holds at
+// once. The docs promise that it launches only once the wait for peers is
+// over. The host of rank 0 watches, for a bounded while, whether any of its
+// blocks starts before rank 1 has even been told to signal (or to enter the
+// barrier): none may. Then rank 1 writes a payload into rank 0's buffer with
+// a kernel and signals (or enters the barrier), on its own stream; the
+// kernel checks the payload after griddepcontrol.wait. The watch is an
+// observation window, not synchronisation: nothing waits on it. Before
+// c119118 the library's wait kernel let dependents launch at its top: on an
+// H200 the blocks started at once and, under MPS, the wait ran to its
+// timeout (as read, rank 1's kernels found no SM free). The barrier rounds
+// hold the barrier kernel to the same rule; since 8468485 `auto` takes that
+// kernel for 2 ranks sharing a GPU under MPS. Only the kernel path tells the
+// placements apart (on memops no library kernel precedes the user's). Needs
+// two or more ranks on one node; in the wait rounds ranks past 1 only take
+// part in the collectives. Prints one line per round; exits non-zero if any
+// check failed on any rank.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "gpu_test.h"
 #include "vmmipc.h"
@@ -82,14 +86,21 @@ int main(int argc, char **argv) {
   lc.numAttrs = 1;
   MPI_Barrier(MPI_COMM_WORLD);
 
-  for (int round = 1; round <= kRounds; round++) {
+  // TEST_PDL_ROUNDS=wait or barrier runs only those rounds (scripts/gpu/pdl_hazard.sh runs the barrier
+  // rounds alone against the old kernels, whose waits fail the comm first).
+  const char *only = std::getenv("TEST_PDL_ROUNDS");
+  const int first = only && !std::strcmp(only, "barrier") ? kRounds + 1 : 1;
+  const int last = only && !std::strcmp(only, "wait") ? kRounds : 2 * kRounds;
+  for (int round = first; round <= last; round++) {
+    const bool barrier = round > kRounds; // the first rounds wait for rank 1's signal, the others barrier
+    const char *what = barrier ? "barrier" : "wait";
     volatile int *started = host, *bad = host + 1;
     *started = 0;
     *bad = 0;
     int early = 0;
     double waited = 0;
     if (rank == 0) {
-      VMM(vmmipc_win_wait(win, 1, (uint64_t)round, s));
+      VMM(barrier ? vmmipc_win_barrier(win, s) : vmmipc_win_wait(win, 1, (uint64_t)round, s));
       CUDA(cudaLaunchKernelEx(&lc, dependent, started, static_cast<const uint64_t *>(at0), payload(round),
                               const_cast<int *>(bad)));
       const double t0 = MPI_Wtime();
@@ -97,22 +108,25 @@ int main(int argc, char **argv) {
       }
       early = *started;
     }
-    MPI_Barrier(MPI_COMM_WORLD); // rank 1 may signal now
+    MPI_Barrier(MPI_COMM_WORLD); // rank 1 may signal (or enter the barrier) now
     const double t1 = MPI_Wtime();
     if (rank == 1) {
       put<<<1, 1, 0, s>>>(static_cast<uint64_t *>(at0), payload(round));
       CUDA(cudaGetLastError());
-      VMM(vmmipc_win_signal(win, 0, (uint64_t)round, s));
+      VMM(barrier ? vmmipc_win_barrier(win, s) : vmmipc_win_signal(win, 0, (uint64_t)round, s));
+    } else if (rank > 1 && barrier) {
+      VMM(vmmipc_win_barrier(win, s));
     }
     CUDA(cudaStreamSynchronize(s));
     waited = MPI_Wtime() - t1;
     if (rank == 0) {
-      CHECK(!early, "round %d: the PDL kernel (%u blocks) started before rank 1 was told to signal", round, blocks);
+      CHECK(!early, "round %d: the PDL kernel (%u blocks) after a %s started before rank 1 was told to go on",
+            round, blocks, what);
       CHECK(*started, "round %d: the PDL kernel never started", round);
-      CHECK(!*bad, "round %d: the PDL kernel read a wrong payload", round);
-      CHECK(waited < 5.0, "round %d: the wait took %.1f s", round, waited);
-      std::printf("round %d: %u blocks of %d threads, %s before the signal; wait and kernel %.3f ms\n", round,
-                  blocks, kThreads, early ? "some started" : "none started", waited * 1e3);
+      CHECK(!*bad, "round %d: the PDL kernel read a wrong payload after a %s", round, what);
+      CHECK(waited < 5.0, "round %d: the %s took %.1f s", round, what, waited);
+      std::printf("round %d (%s): %u blocks of %d threads, %s before rank 1 went on; %s and kernel %.3f ms\n",
+                  round, what, blocks, kThreads, early ? "some started" : "none started", what, waited * 1e3);
     }
     vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
     VMM(vmmipc_win_device_status(win, &st));

@@ -2,12 +2,15 @@
 # test_pdl_gpu before and after c119118, on a GPU machine, in one device call.
 # Before: the host-sync wait and barrier kernels let the next PDL launch in
 # at their top; after: only once their wait for peers is over. The test
-# (mpi_tests/gpu/test_pdl_gpu.cu, which queues a host wait) is built twice,
+# (mpi_tests/gpu/test_pdl_gpu.cu, which queues a host wait, then a host
+# barrier, before the user's kernel) is built twice,
 # against the library of this tree (BUILD_DIR, default build-real, as
 # wave4_lanes.sh builds it) and against the same tree with c119118^'s
 # src/sync/kern/sync.cu and its committed PTX (so the old kernels are used
 # whether nvcc rebuilds the PTX or not), and each runs at 2 ranks with
-# VMMIPC_SYNC=kernel under a private MPS daemon and without; the current
+# VMMIPC_SYNC=kernel under a private MPS daemon and without (the old one
+# twice: its wait rounds, then its barrier rounds alone, TEST_PDL_ROUNDS,
+# since a wait that times out fails the comm for the rounds after); the current
 # build also with auto and memops (on one GPU both are memops: no library
 # kernel sits before the user's, so they pass either way). Each run is
 # judged against what is expected: the old kernels FAILED with a block
@@ -79,8 +82,12 @@ for mode in mps nomps; do
   elif scripts/mps.sh status > /dev/null 2>&1; then
     log "an MPS daemon that this script did not start still runs: the runs below are not without MPS"
   fi
-  [ "$have_old" = 1 ] &&
-    run "old-kernel-$mode" FAILED 90 "${mpi[@]}" "${x[@]}" -x VMMIPC_SYNC=kernel "$old/build/mpi_tests/test_pdl_gpu"
+  if [ "$have_old" = 1 ]; then
+    for rounds in wait barrier; do
+      run "old-kernel-$rounds-$mode" FAILED 90 "${mpi[@]}" "${x[@]}" -x VMMIPC_SYNC=kernel -x TEST_PDL_ROUNDS=$rounds \
+        "$old/build/mpi_tests/test_pdl_gpu"
+    done
+  fi
   for path in kernel auto memops; do
     run "new-$path-$mode" ok 60 "${mpi[@]}" "${x[@]}" -x VMMIPC_SYNC=$path "$build/mpi_tests/test_pdl_gpu"
   done
