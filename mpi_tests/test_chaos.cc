@@ -365,6 +365,10 @@ int main(int argc, char **argv) {
         line += " " + std::to_string(w) + ":" + ResultName(a.rc) + (a.named >= 0 ? "@" + std::to_string(a.named) : "") +
                 (a.fired ? "*" : "") + (a.failed_after ? "(failed)" : "");
       }
+      const long long used = DeviceUsed();  // the real driver only: every process's use of the GPU
+      if (used >= 0 && x.dev_before >= 0)
+        line += " [GPU memory in use " + std::to_string(x.dev_before >> 20) + " -> " + std::to_string(used >> 20) +
+                " MiB]";
       std::fprintf(stderr, "chaos:   ->%s\n", line.c_str());
     }
     rep.Count(st, all, v);

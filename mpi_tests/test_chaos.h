@@ -156,6 +156,7 @@ struct Outcome {
   int extra_named = -1;
   int probe_rc = -1;     // after a death: a collective on the dead rank's comms (-1: none here)
   int probe_named = -1, probe_failed_before = 0;
+  int probe_slot = -1, probe_ms = 0, probe_start_ms = 0;  // the reported probe's comm, its time, and when it began
   char probe_msg[160] = {0};
   int data_bad = 0;
   int acct_bad = 0;      // 1: holds more or less than its objects account for; 2: a failed call gave

@@ -358,7 +358,9 @@ std::vector<std::string> Checker::Run() {
       if (o.probe_rc == VMMIPC_SUCCESS)
         V("probe", R(static_cast<int>(w)) + ": a collective after the death of " + R(victim_) + " succeeded");
       else if (o.probe_named != victim_ && !o.probe_failed_before)
-        V("blame", R(static_cast<int>(w)) + ": the collective after the death of " + R(victim_) + " failed with " +
+        V("blame", R(static_cast<int>(w)) + ": the collective after the death of " + R(victim_) + " (on comm " +
+                       std::to_string(o.probe_slot) + ", entered " + std::to_string(o.probe_start_ms) +
+                       " ms into the probes, " + std::to_string(o.probe_ms) + " ms in it) failed with " +
                        ResultName(o.probe_rc) + " naming " + R(o.probe_named) + ": " + o.probe_msg);
     }
   return v_;

@@ -170,7 +170,8 @@ void CheckDeviceMemory(const Step &st, const StepCtx &x, Outcome *out) {
       used > x.dev_before + slack) {
     out->acct_bad = 1;
     Note(out, "device memory in use grew by " + std::to_string(used - x.dev_before) + " bytes over a failed " +
-                  OpName(st.op));
+                  OpName(st.op) + " (" + std::to_string(x.dev_before >> 20) + " -> " + std::to_string(used >> 20) +
+                  " MiB on the GPU, every process)");
   }
 }
 

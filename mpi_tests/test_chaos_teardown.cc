@@ -4,10 +4,12 @@
 #include <cstdio>
 
 #include "test_chaos.h"
+#include "test_chaos_calls.h"
 
 namespace chaos {
 
 void Probe(const State &s, Local &L, int victim, Outcome *out) {
+  const double t0 = calls::Now();
   for (int k = 0; k < kSlots; k++) {
     const CommInfo &ci = s.comm[k];
     LocalComm &lc = L.comm[k];
@@ -15,9 +17,15 @@ void Probe(const State &s, Local &L, int victim, Outcome *out) {
     vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
     vmmipc_comm_stats(lc.c, &st);
     vmmipc_win_t w = nullptr;
+    const double t1 = calls::Now();
     vmmipc_result_t rc = vmmipc_allgather_map(lc.c, nullptr, nullptr, &w);
     if (out->probe_rc == VMMIPC_SUCCESS) continue;  // one success is enough to report
     out->probe_rc = rc;
+    // A blame names the comm and when this rank entered it: a rank whose
+    // earlier probes took long enters later than the others.
+    out->probe_slot = k;
+    out->probe_start_ms = static_cast<int>((t1 - t0) * 1e3);
+    out->probe_ms = static_cast<int>((calls::Now() - t1) * 1e3);
     out->probe_failed_before = ci.failed;
     if (rc) {
       vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
