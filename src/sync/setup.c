@@ -17,10 +17,10 @@
  *           memory-operation barrier costs a wait per peer in the GPU's
  *           front end, the kernel one a launch: on one H200 under MPS,
  *           14.6 against 4.4 us at 4 ranks and 48.2 against 4.3 at 8; at 2,
- *           memops 3.9-4.0 against kernels 2.8-4.1, median 3.4: the kernels
- *           (those that trigger PDL after their wait) were faster in 6 of 8
- *           launches over 6 runs, not in every one
- *           (benchmarks/results/2026-12-03-h200x1-mps-run6, docs/dev/sync-design.md).
+ *           memops 3.9-4.0 against kernels 2.8-4.1, median 3.5: the kernels
+ *           (those that trigger PDL after their wait) were faster in 6 of 10
+ *           launches over 7 runs, not in every one (run7's were not)
+ *           (benchmarks/results/2026-12-03-h200x1-mps-run7, docs/dev/sync-design.md).
  *           Without MPS kernels of two processes time-slice (2.2 ms a hop),
  *           so memory operations always.
  * Node ranks with different VMMIPC_SYNC settings fail the window. From the
