@@ -86,9 +86,13 @@ int main(int argc, char **argv) {
   lc.numAttrs = 1;
   MPI_Barrier(MPI_COMM_WORLD);
 
-  // TEST_PDL_ROUNDS=wait or barrier runs only those rounds (scripts/gpu/pdl_hazard.sh runs the barrier
-  // rounds alone against the old kernels, whose waits fail the comm first).
+  // TEST_PDL_ROUNDS=wait or barrier runs only those rounds (scripts/gpu/pdl_hazard.sh runs each kind
+  // alone against the old kernels: their timed-out waits would fail the comm for the barrier rounds).
   const char *only = std::getenv("TEST_PDL_ROUNDS");
+  if (only && *only && std::strcmp(only, "wait") && std::strcmp(only, "barrier")) {
+    if (rank == 0) std::fprintf(stderr, "test_pdl_gpu: TEST_PDL_ROUNDS=%s: want wait or barrier\n", only);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
   const int first = only && !std::strcmp(only, "barrier") ? kRounds + 1 : 1;
   const int last = only && !std::strcmp(only, "wait") ? kRounds : 2 * kRounds;
   for (int round = first; round <= last; round++) {
