@@ -7,6 +7,8 @@
 // exit status is 0 only when V is 0. A violation prints the command that
 // replays the run up to that step.
 #include <execinfo.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -130,6 +132,44 @@ std::string Quote(const std::string &s) {
 
 // The command that replays this run for `steps` steps (from the shell the
 // launcher needs: scripts/env.sh for Open MPI as root).
+// --verbose: bytes left unread in a comm's node sockets after a step. What
+// a peer sent there (descriptors, with their fds) stays until the comm's
+// next collective or its destroy: on a GPU the memory behind those fds
+// stays in use (docs/dev/chaos.md, "Without MPS on the H200").
+// A peek at the first message also counts the fds it carries (the peek
+// installs copies of them here, which are closed at once).
+void PrintUnread(const Local &L, int me, int step) {
+  for (int k = 0; k < kSlots; k++)
+    for (int fd : L.comm[k].sockets) {
+      int n = 0;
+      if (ioctl(fd, FIONREAD, &n) != 0 || n <= 0) continue;
+      char byte;
+      alignas(struct cmsghdr) char ctl[CMSG_SPACE(64 * sizeof(int))];
+      struct iovec iov = {&byte, 1};
+      struct msghdr m = {};
+      m.msg_iov = &iov;
+      m.msg_iovlen = 1;
+      m.msg_control = ctl;
+      m.msg_controllen = sizeof ctl;
+      int fds = 0;
+      if (recvmsg(fd, &m, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC) >= 0)
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+          if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            int got = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            for (int j = 0; j < got; j++) {
+              int copy;
+              std::memcpy(&copy, CMSG_DATA(c) + j * sizeof(int), sizeof copy);
+              close(copy);
+            }
+            fds += got;
+          }
+      std::fprintf(stderr,
+                   "chaos:   rank %d: after step %d, %d bytes unread in a socket of comm %d (fd %d), the first "
+                   "message with %d fd(s)\n",
+                   me, step, n, k, fd, fds);
+    }
+}
+
 std::string Replay(const Options &o, const Layout &l, int steps) {
   std::string cmd = "VMMIPC_TEST_LAYOUT=" + l.text;
   for (char **e = environ; *e; e++) {
@@ -351,6 +391,7 @@ int main(int argc, char **argv) {
     FinishStep(st, s, o, l, L, &x, &out);
     MPI_Barrier(over);
     CheckDeviceMemory(st, x, &out);
+    if (o.verbose) PrintUnread(L, g_me, i);
     if (death) Probe(s, L, st.target, &out);
     std::vector<Outcome> all = Gather(out, over, world, death ? st.target : -1);
     int timeouts = 0;
