@@ -357,7 +357,8 @@ std::vector<std::string> Checker::Run() {
       if (!alive_[w] || o.probe_rc < 0) continue;
       if (o.probe_rc == VMMIPC_SUCCESS)
         V("probe", R(static_cast<int>(w)) + ": a collective after the death of " + R(victim_) + " succeeded");
-      else if (o.probe_named != victim_ && !o.probe_failed_before)
+      else if (o.probe_named != victim_ && !o.probe_failed_before &&
+               !(o.probe_rc == VMMIPC_ERR_TIMEOUT && o_.Known("timeout_blame")))  // a dead rank is silent too
         V("blame", R(static_cast<int>(w)) + ": the collective after the death of " + R(victim_) + " (on comm " +
                        std::to_string(o.probe_slot) + ", entered " + std::to_string(o.probe_start_ms) +
                        " ms into the probes, " + std::to_string(o.probe_ms) + " ms in it) failed with " +
