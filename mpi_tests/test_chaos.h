@@ -263,6 +263,7 @@ struct LocalComm {
   Counts foot, heap_foot;        // what the comm and its heap hold here
   std::vector<LocalWin> wins;    // as CommInfo::wins
   std::vector<int> sockets;      // its connections to the node's ranks
+  std::vector<unsigned long> socket_inos;  // their inodes then (an fd closed and reused since differs)
 };
 struct Local {
   LocalComm comm[kSlots];
