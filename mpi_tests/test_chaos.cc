@@ -7,14 +7,10 @@
 // exit status is 0 only when V is 0. A violation prints the command that
 // replays the run up to that step.
 #include <execinfo.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -30,8 +26,6 @@ extern char **environ;
 
 namespace chaos {
 namespace {
-
-const int kPeekFds = 253;  // the most fds a frame carries (VMMIPC__FRAME_MAX_FDS, src/transport/codec.h)
 
 int g_me = 0;
 char g_replay[4096];  // for the crash handler: no allocation there
@@ -132,58 +126,6 @@ std::string Quote(const std::string &s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
-}
-
-// --verbose: bytes left unread in a comm's node sockets after a step. What
-// a peer sent there (descriptors, with their fds) stays until the comm's
-// next collective or its destroy: on a GPU the memory behind those fds
-// stays in use (docs/dev/chaos.md, "Without MPS on the H200"). A peek at
-// the first message also counts the fds it carries (the peek installs
-// copies of them here, which are closed at once). The peek takes a
-// socket's pending error (a peer's reset) as a read would: the library may
-// then see an end of file instead, so --verbose can change that message.
-// An fd the library closed since the comm was made (and maybe reused) is
-// skipped: its inode no longer matches.
-void PrintUnread(const Local &L, int me, int step) {
-  for (int k = 0; k < kSlots; k++) {
-    const LocalComm &lc = L.comm[k];
-    for (size_t j = 0; j < lc.sockets.size() && j < lc.socket_inos.size(); j++) {
-      const int fd = lc.sockets[j];
-      struct stat sb;
-      int n = 0;
-      if (fstat(fd, &sb) != 0 || !S_ISSOCK(sb.st_mode) || sb.st_ino != lc.socket_inos[j]) continue;
-      if (ioctl(fd, FIONREAD, &n) != 0 || n <= 0) continue;
-      char byte;
-      alignas(struct cmsghdr) char ctl[CMSG_SPACE(kPeekFds * sizeof(int))];
-      struct iovec iov = {&byte, 1};
-      struct msghdr m = {};
-      m.msg_iov = &iov;
-      m.msg_iovlen = 1;
-      m.msg_control = ctl;
-      m.msg_controllen = sizeof ctl;
-      int fds = 0;
-      const char *how = "";
-      if (recvmsg(fd, &m, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC) < 0) {
-        how = errno == ECONNRESET ? " (the peek found a reset)" : " (the peek failed)";
-      } else {
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-          if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            int got = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-            for (int i = 0; i < got; i++) {
-              int copy;
-              std::memcpy(&copy, CMSG_DATA(c) + i * sizeof(int), sizeof copy);
-              close(copy);
-            }
-            fds += got;
-          }
-        if (m.msg_flags & MSG_CTRUNC) how = " (or more: the control data was cut)";
-      }
-      std::fprintf(stderr,
-                   "chaos:   rank %d: after step %d, %d bytes unread in a socket of comm %d (fd %d), the first "
-                   "message with %d fd(s)%s\n",
-                   me, step, n, k, fd, fds, how);
-    }
-  }
 }
 
 // The command that replays this run for `steps` steps (from the shell the

@@ -215,6 +215,11 @@ std::vector<int> OpenFds();
 // The sockets that appeared between two fd lists and connect to one of pids.
 std::vector<int> NewSockets(const std::vector<int> &before, const std::vector<int> &after,
                             const std::vector<int> &pids);
+// Their inodes (LocalComm::socket_inos: an fd number closed and reused since differs).
+std::vector<unsigned long> SocketInodes(const std::vector<int> &fds);
+struct Local;  // below
+// --verbose: what is left unread in each comm's node sockets after a step.
+void PrintUnread(const Local &L, int me, int step);
 
 // ---- faults (test_chaos_faults.cc) ----
 struct Local;

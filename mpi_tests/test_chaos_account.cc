@@ -4,14 +4,17 @@
 // what the objects they made or freed account for.
 #include <dirent.h>
 #include <dlfcn.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "harness/peek.h"
 #include "test_chaos.h"
 
 namespace chaos {
@@ -88,6 +91,42 @@ std::vector<int> NewSockets(const std::vector<int> &before, const std::vector<in
     if (std::find(pids.begin(), pids.end(), static_cast<int>(cr.pid)) != pids.end()) out.push_back(fd);
   }
   return out;
+}
+
+std::vector<unsigned long> SocketInodes(const std::vector<int> &fds) {
+  std::vector<unsigned long> out;
+  for (int fd : fds) {
+    struct stat sb;
+    out.push_back(fstat(fd, &sb) == 0 ? static_cast<unsigned long>(sb.st_ino) : 0);
+  }
+  return out;
+}
+
+// What a peer sent there (descriptors, with their fds) stays until the
+// comm's next collective or its destroy: on a GPU the memory behind those
+// fds stays in use (docs/dev/chaos.md, "Without MPS on the H200"). The peek
+// can turn a later "hung up" into an end of file (harness/peek.h): a
+// --verbose run only.
+void PrintUnread(const Local &L, int me, int step) {
+  for (int k = 0; k < kSlots; k++) {
+    const LocalComm &lc = L.comm[k];
+    for (size_t j = 0; j < lc.sockets.size() && j < lc.socket_inos.size(); j++) {
+      const int fd = lc.sockets[j];
+      struct stat sb;
+      int n = 0;
+      if (fstat(fd, &sb) != 0 || !S_ISSOCK(sb.st_mode) || sb.st_ino != lc.socket_inos[j]) continue;
+      if (ioctl(fd, FIONREAD, &n) != 0 || n <= 0) continue;
+      vt::Peeked p = vt::PeekFirst(fd);
+      std::fprintf(stderr,
+                   "chaos:   rank %d: after step %d, %d bytes unread in a socket of comm %d (fd %d), the first "
+                   "message with %d fd(s)%s\n",
+                   me, step, n, k, fd, p.fds,
+                   p.cut                     ? " (or more: the control data was cut)"
+                   : p.error == ECONNRESET   ? " (the peek found a reset)"
+                   : !p.queued               ? " (the peek failed)"
+                                             : "");
+    }
+  }
 }
 
 }  // namespace chaos

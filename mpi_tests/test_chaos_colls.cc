@@ -3,7 +3,6 @@
 // timed and its result recorded; on success the data is checked through the
 // mappings; the objects this rank holds, and what each accounts for, are
 // kept in Local.
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -65,11 +64,7 @@ void CreateComm(const Step &st, const Options &o, Local &L, StepCtx *x, Outcome 
   lc.c = c;
   lc.mpi = mpi;
   lc.sockets = NewSockets(fds_before, OpenFds(), L.pids);
-  lc.socket_inos.clear();
-  for (int fd : lc.sockets) {
-    struct stat sb;
-    lc.socket_inos.push_back(fstat(fd, &sb) == 0 ? static_cast<unsigned long>(sb.st_ino) : 0);
-  }
+  lc.socket_inos = SocketInodes(lc.sockets);
   out->failed_after = out->failed_after || Failed(c);
   x->acct = StepCtx::kGrowComm;
 }

@@ -18,6 +18,7 @@
 #include "comm/comm.h"
 #include "common/testhooks.h"
 #include "harness/bufs.h"
+#include "harness/peek.h"
 
 namespace {
 
@@ -211,7 +212,7 @@ TEST_F(Faults, ARankThatFailsMidwayIsKnownAtOnce) {
 
 // What is queued, unread, on this rank's collective connections: a peek at
 // the first record of each, counting the records (one per peer at most) and
-// the fds they carry (a peek installs them: closed here).
+// the fds they carry.
 struct Queued {
   int records = 0, fds = 0;
 };
@@ -220,24 +221,9 @@ static Queued PeekQueued(vmmipc_comm_t c) {
   for (int p = 0; p < c->node_size; p++) {
     int fd = vmmipc__tp_coll_fd(c->tp, p);
     if (fd < 0) continue;
-    char byte = 0;
-    iovec io{&byte, 1};
-    alignas(cmsghdr) char ctl[CMSG_SPACE(64 * sizeof(int))];
-    msghdr mh{};
-    mh.msg_iov = &io;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl;
-    mh.msg_controllen = sizeof ctl;
-    if (recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC) < 0) continue;
-    q.records++;
-    for (cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h)) {
-      if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
-      for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++, q.fds++) {
-        int x = -1;
-        std::memcpy(&x, CMSG_DATA(h) + i * sizeof(int), sizeof x);
-        close(x);
-      }
-    }
+    vt::Peeked k = vt::PeekFirst(fd);
+    q.records += k.queued;
+    q.fds += k.fds;
   }
   return q;
 }

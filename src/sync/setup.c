@@ -16,11 +16,10 @@
  *           CU_DEVICE_ATTRIBUTE_MPS_ENABLED) takes the kernels. The
  *           memory-operation barrier costs a wait per peer in the GPU's
  *           front end, the kernel one a launch: on one H200 under MPS,
- *           14.6 against 4.4 us at 4 ranks and 48.2 against 4.3 at 8; at 2,
- *           memops 3.9-4.0 against kernels 2.8-4.1, median 3.5: the kernels
- *           (those that trigger PDL after their wait) were faster in 6 of 10
- *           launches over 7 runs, not in every one (run7's were not)
- *           (benchmarks/results/2026-12-03-h200x1-mps-run7, docs/dev/sync-design.md).
+ *           14.6 against 4.4 us at 4 ranks and 48.2 against 4.3 at 8; at 2
+ *           the kernels (those that trigger PDL after their wait) are faster
+ *           at the median, not in every run (docs/dev/sync-design.md,
+ *           "paths", keeps the tally of runs).
  *           Without MPS kernels of two processes time-slice (2.2 ms a hop),
  *           so memory operations always.
  * Node ranks with different VMMIPC_SYNC settings fail the window. From the
