@@ -277,6 +277,73 @@ TEST_F(Faults, AFailedCollectiveLeavesNoPeersFdsQueued) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// Inside the call (test hook): another thread aborts the comm, then this
+// one goes on, as test_chaos's `abort` fault does.
+static void AbortFromAnotherThread(void *arg) {
+  vmmipc_comm_t c = static_cast<vmmipc_comm_t>(arg);
+  std::thread t([c] { vmmipc_comm_abort(c); });
+  t.join();
+}
+
+// A comm that failed on a rank keeps nothing its peers send it later. Once
+// aborted (or broken) it never reads its sockets again, yet a peer still
+// inside the failed call sends it its descriptors, and each fd held the
+// sender's device memory until the comm's destroy (seeds 11015 and 11051
+// of the campaign without MPS on an H200: 10 MiB over an aborted
+// allgather_map). Rank f aborts its comm while idle, then every rank calls
+// allgather_map: f fails at once, and its node peers send it their
+// descriptors before they read its END frame (an exchange sends first),
+// then fail naming f. Then the same with f aborted from another thread
+// inside its call (an abort during the call fails it on every rank, the
+// collector's included). Afterwards no socket of any rank holds a record.
+// Rank 0, which collects the verdict, must be f's node peer: another node
+// would wait out the timeout for the outcome f never sends.
+TEST_F(Faults, AFailedCommKeepsNoDescriptorsItsPeersSendLater) {
+  vt::Baseline base;  // before the comms: their destroys free what they made
+  const int me = vt::Rank(), n = vt::Size();
+  int ran = 0;
+  for (int inside = 0; inside < 2; inside++)
+    for (int f = 0; f < n; f++) {
+      vmmipc_comm_t c = Create(20000);
+      ASSERT_NE(c, nullptr);
+      // f == 0, aborted while idle, never comes to collect: only its node
+      // peers learn of it (its END), so they must be every rank.
+      int eligible = NodeSize(c) > 1 && Same(c, 0) && (f != 0 || inside || NodeSize(c) == n);
+      MPI_Bcast(&eligible, 1, MPI_INT, f, MPI_COMM_WORLD);
+      const std::string what = std::string(inside ? "aborted inside its call" : "aborted while idle") +
+                               ", rank " + std::to_string(f);
+      if (eligible) {
+        ran++;
+        MapAndCheck(c, 1, 12);  // the comm's first window made its signal pool: the call below only exchanges
+        vmmipc_buf_t b = vt::PatternBuf(1 + me % 2, 970 + me);
+        if (me == f && !inside) ASSERT_VMM_OK(vmmipc_comm_abort(c));
+        if (me == f && inside) vmmipc__test_on_inside(AbortFromAnotherThread, c);
+        MPI_Barrier(MPI_COMM_WORLD);
+        vmmipc_win_t w = nullptr;
+        vmmipc_result_t r = vmmipc_allgather_map(c, b, nullptr, &w);
+        vmmipc__test_on_inside(nullptr, nullptr);
+        EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << what << ": " << vmmipc_last_error();
+        EXPECT_EQ(w, nullptr);
+        vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+        ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+        if (me != f) {
+          EXPECT_EQ(info.rank, f) << what << ": " << info.message;
+        }
+        ASSERT_VMM_OK(vmmipc_buf_free(b));
+        MPI_Barrier(MPI_COMM_WORLD);  // every rank's call is over: all it sent is queued
+        Queued q = PeekQueued(c);
+        MPI_Barrier(MPI_COMM_WORLD);
+        EXPECT_EQ(q.fds, 0) << what << ": rank " << me << " holds " << q.fds
+                            << " fd(s) peers sent it after its comm failed (they keep the senders' memory)";
+        EXPECT_EQ(q.records, 0) << what << ": rank " << me << " has records of " << q.records
+                                << " peer(s) queued on a failed comm";
+      }
+      EXPECT_EQ(vmmipc_comm_destroy(c), VMMIPC_SUCCESS) << what << ": a failed comm frees locally: " << vmmipc_last_error();
+    }
+  base.Expect("after the aborted calls and the destroys");
+  if (!ran) GTEST_SKIP() << "needs a rank with node peers on rank 0's node";
+}
+
 // A rank late past the timeout inside a map collective's second round
 // finds the call decided when it comes to send its descriptors, and sends
 // no fds: its peers have left, and fds in their sockets would hold its

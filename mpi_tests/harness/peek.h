@@ -35,10 +35,12 @@ inline Peeked PeekFirst(int fd) {
   mh.msg_iovlen = 1;
   mh.msg_control = ctl;
   mh.msg_controllen = sizeof ctl;
-  if (recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC) < 0) {
+  ssize_t n = recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0) {
     p.error = errno;
     return p;
   }
+  if (n == 0) return p;  // an end of file (a hang-up, or this side shut): no message
   p.queued = true;
   p.cut = (mh.msg_flags & MSG_CTRUNC) != 0;
   for (cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h)) {

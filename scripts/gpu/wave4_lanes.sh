@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wave 4's long GPU runs, in parallel lanes so that they fit one device call
 # each (docs/dev/gpu-validation.md records what ran):
-#   scripts/gpu/wave4_lanes.sh mps|nomps|final|closing|sync|sync-nomps OUTDIR
+#   scripts/gpu/wave4_lanes.sh mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps OUTDIR
 # mps   under a private MPS daemon (scripts/mps.sh), two lanes at once:
 #         1. the Python suites (python, python_heap) at 2 and 4 ranks, REPEAT (10)
 #            runs in a row each;
@@ -17,6 +17,9 @@
 # sync  the GPU programs, sync, device, graph and Python entries under MPS (SYNC_S), the sync and
 #       device layout entries (SYNC_LAYOUTS_S), then the same entries without MPS;
 # sync-nomps  only the last of these: sync's entries without MPS;
+# seal  without MPS: replays of the chaos seeds 11015, 11051 and 11009, the failure-path suites
+#       (FAULTS_S), a campaign in what is left; seal-mps: under MPS a campaign (CHAOS_S), then the
+#       node layouts but the sync and device ones;
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
 # Layout entries that passed are listed in build-real/layouts-passed.txt, and
@@ -26,7 +29,7 @@
 # Builds build-real/ first (kept on a warm machine). Every lane is bounded by
 # DEADLINE_S (540); OUTDIR gets lanes-PART.txt (summary) and lanes-PART.tgz.
 set -uo pipefail
-part=${1:?mps|nomps|final|closing|sync|sync-nomps} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
+part=${1:?mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 2
 # shellcheck source=scripts/env.sh
@@ -131,6 +134,35 @@ elif [ "$part" = sync ] || [ "$part" = sync-nomps ]; then
     mps_off
   fi
   step sync-nomps "$(($(left) - 10))" "$logs/sync-nomps.log" "${ct[@]}" -j 2 -LE layouts -R "$sync_re"
+elif [ "$part" = seal ] || [ "$part" = seal-mps ]; then
+  # The seventh session's fixes (a failed comm refuses and drops what peers still send it; the collector
+  # decides when a withdrawal comes). seal, without MPS: the replays of the no-MPS violations, alone (the
+  # leak check reads the whole GPU's memory), the suites of the comm's failure paths, then a campaign in
+  # what is left. seal-mps, under MPS: a campaign, then those suites' node layouts.
+  faults_re='^test_(faults|agree|comm|kill|hostile|transport|coll|heap)[.]'
+  if [ "$part" = seal ]; then
+    # replay NAME SYNC ARGS...: one run of chaos.sh --one, as the campaign ran it.
+    replay() {
+      local name=$1 sync=$2
+      shift 2
+      step "$name" 90 "$logs/$name.log" env BUILD_DIR="$build" VMMIPC_SYNC="$sync" mpi_tests/harness/chaos.sh \
+        --env "$build/mpi_tests/chaos.env" --one --np 4 --steps "${CHAOS_STEPS:-100}" "$@"
+    }
+    for i in 1 2 3; do
+      replay "replay-11015-$i" memops --layout 0,0,0,1 --seed 11015
+      replay "replay-11009-$i" auto --layout 0,1,2,3 --seed 11009 --kill
+    done
+    for sync in auto memops kernel; do replay "replay-11051-$sync" "$sync" --layout 0,1,0,0 --seed 11051; done
+    step faults-nomps "${FAULTS_S:-150}" "$logs/faults-nomps.log" "${ct[@]}" -j 6 -LE 'layouts|chaos' -R "$faults_re"
+    [ "$(left)" -gt 75 ] && chaos "$(($(left) - 15))" "${CHAOS_RUNS:-60}" "${CHAOS_SEED0:-12000}"
+  else
+    mps_on
+    chaos "${CHAOS_S:-200}" "${CHAOS_RUNS:-60}" "${CHAOS_SEED0:-12500}"
+    layouts_skip_re=${LAYOUTS_SKIP:-}
+    LAYOUTS_SKIP="${layouts_skip_re:+$layouts_skip_re|}^test_(sync|device|graph|persistent|pdl)"
+    layouts "$(($(left) - 10))" 4
+    mps_off
+  fi
 elif [ "$part" = closing ]; then
   mps_on
   chaos "${CHAOS_S:-150}" "${CHAOS_RUNS:-60}" "${CHAOS_SEED0:-9000}"

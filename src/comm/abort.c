@@ -1,10 +1,12 @@
 /* vmmipc_comm_abort: local, from any thread, as ncclCommAbort. It marks the
  * comm aborted (every wait of a call blocked on it ends within about 100 ms
  * with VMMIPC_ERR_ABORTED, and every later call fails at once), releases the
- * stream waits on its windows, and tells the node's peers (an END frame
- * on every connection), which fail at once naming this rank. The
- * sockets belong to whichever thread holds the comm: if a call is inside,
- * that thread tells the peers as it leaves (guard.c), else this one does.
+ * stream waits on its windows, tells the node's peers (an END frame on
+ * every connection), which fail at once naming this rank, and refuses
+ * what they send it after that (it would hold their memory: guard.c,
+ * vmmipc__seal_failed). The sockets belong to whichever thread holds the
+ * comm: if a call is inside, that thread tells the peers as it leaves
+ * (guard.c), else this one does.
  *
  * Lifetime: an abort may run while vmmipc_comm_destroy is blocked on
  * another thread, and that destroy then frees the comm. Live comms are in a
@@ -66,6 +68,7 @@ vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t c) {
   int idle = 0;
   if (__atomic_compare_exchange_n(&c->busy, &idle, VMMIPC__BUSY_ABORT, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
     vmmipc__tell_abort(c);
+    vmmipc__seal_failed(c);
     __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
   }
   abort_leave(c);

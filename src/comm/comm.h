@@ -117,6 +117,10 @@ void vmmipc__release_waits(struct vmmipc_comm *c);
 /* Tells the node's peers that this rank aborted the comm, once. The caller
  * holds the comm (its busy flag). */
 void vmmipc__tell_abort(struct vmmipc_comm *c);
+/* Once the comm failed here (aborted or broken), refuses what peers send
+ * it from now on and drops what they queued (transport/seal.c). The caller
+ * holds the comm; after vmmipc__tell_abort. */
+void vmmipc__seal_failed(struct vmmipc_comm *c);
 
 /* ---- deferred frees (deferred.c) ---- */
 /* Queues a released object (any thread). */

@@ -102,6 +102,7 @@ void vmmipc__leave(struct vmmipc_comm *c) {
     vmmipc__error_put(&st);
   }
   if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c);
+  vmmipc__seal_failed(c);
   c->deadline_ms = 0;
   vmmipc__leave_process();
   __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
@@ -112,6 +113,7 @@ void vmmipc__leave(struct vmmipc_comm *c) {
   if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST) && !__atomic_load_n(&c->abort_told, __ATOMIC_SEQ_CST) &&
       __atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
     vmmipc__tell_abort(c);
+    vmmipc__seal_failed(c);
     __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
   }
 }
@@ -121,6 +123,16 @@ void vmmipc__tell_abort(struct vmmipc_comm *c) {
   char text[160];
   snprintf(text, sizeof text, "rank %d aborted the communicator (vmmipc_comm_abort)", c->rank);
   vmmipc__tp_abort_all(c->tp, VMMIPC_ERR_ABORTED, text);
+}
+
+/* Once the comm failed here, nothing reads its sockets again: what peers
+ * still send this rank (their descriptors, each fd holding the sender's
+ * device memory) would stay queued until the destroy. */
+void vmmipc__seal_failed(struct vmmipc_comm *c) {
+  if (!c->tp || !vmmipc__failed(c)) return;
+  /* An abort that landed since the caller's look: its END goes first. */
+  if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c);
+  vmmipc__tp_seal(c->tp);
 }
 
 void vmmipc__release_waits(struct vmmipc_comm *c) {

@@ -75,8 +75,9 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
   *gone = -1;
   *gone_code = VMMIPC_ERR_PEER;
   long pause_ns = 2000;
-  /* The first pid check after 20 ms: fast agreements do not pay for it,
-   * and callers that wait in slices (50 ms) still get one per slice. */
+  /* The first pid check after 20 ms, or as the wait ends: fast agreements
+   * do not pay for it, and callers that wait in short slices still get
+   * one per slice. */
   int64_t next_liveness = vmmipc__now_ms() + 20;
   int rc = VMMIPC__WAIT_TIMEOUT;
   for (unsigned spin = 0;; spin++) {
@@ -96,7 +97,7 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
     }
     int64_t now = vmmipc__now_ms();
     nfds_t k = 0;
-    int check_pids = now >= next_liveness;
+    int check_pids = now >= next_liveness || now >= deadline_ms; /* once a slice, however short */
     if (check_pids) next_liveness = now + 100;
     for (int p = 0; watch && pfd && p < ns; p++) {
       if (!watch[p]) continue;
@@ -137,7 +138,9 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
         else if (fd < 0)
           vmmipc__tp_read_coll(c->tp, p, c->epoch); /* sets the error naming it */
         *gone = p;
-        *gone_code = r == VMMIPC__TP_READ_ABORTED ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
+        /* Closed by its END frame (an abort) in the exchange: an abort still. */
+        int aborted = r == VMMIPC__TP_READ_ABORTED || (fd < 0 && vmmipc__tp_aborted_by(c->tp) == p);
+        *gone_code = aborted ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
         rc = VMMIPC__WAIT_GONE;
         goto out;
       }

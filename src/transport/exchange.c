@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -134,6 +135,51 @@ static vmmipc_result_t hung_up(vmmipc__tp_t *tp, int p, int e) {
   return VMMIPC_ERR_PEER;
 }
 
+static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op);
+
+/* The END frame p queued first on its connection (ctx), if that is what
+ * comes next: taken, and its error returned; else VMMIPC_SUCCESS. */
+static vmmipc_result_t take_end(xstate_t *s, int p) {
+  vmmipc__tp_t *tp = s->tp;
+  int fd = tp->conn->fd[s->x->ctx - 1][p];
+  unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
+  if (fd < 0 || recv(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof head ||
+      (uint16_t)(head[6] | head[7] << 8) != VMMIPC__KIND_END)
+    return VMMIPC_SUCCESS;
+  vmmipc__rec_t rec;
+  if (vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec) || rec.len == 0) {
+    vmmipc__close_fds(rec.fds, rec.nfds);
+    return VMMIPC_SUCCESS;
+  }
+  vmmipc__close_fds(rec.fds, rec.nfds);
+  vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id,
+                                 (uint16_t)s->x->ctx};
+  vmmipc__frame_t f;
+  char why[400];
+  if (rec.truncated || rec.odd_cmsg || rec.ctrunc ||
+      vmmipc__frame_decode(tp->rbuf, rec.len, rec.nfds, &want, &f, why, sizeof why) != 0 ||
+      f.kind != VMMIPC__KIND_END)
+    return VMMIPC_SUCCESS;
+  s->x->aborted_by = p;
+  return vmmipc__tp_end_error(tp, p, &f, tp->rbuf + VMMIPC__FRAME_HEADER_BYTES);
+}
+
+/* A send that found p gone. A rank whose comm failed refuses what comes
+ * after its END frame, when it sent one (comm/guard.c, transport/seal.c):
+ * that frame, queued here, says why (an abort, or why the comm broke), so
+ * it is read first, with whatever of this call came ahead of it. Only the
+ * first queued record is looked at past this call's receive. */
+static vmmipc_result_t send_refused(xstate_t *s, int p, int e) {
+  for (int i = 0; i < s->nrops; i++)
+    if (s->rops[i].peer == p && !s->rops[i].done) {
+      vmmipc_result_t rc = recv_progress(s, &s->rops[i]);
+      if (rc) return rc;
+      break;
+    }
+  vmmipc_result_t rc = take_end(s, p);
+  return rc ? rc : hung_up(s->tp, p, e);
+}
+
 static vmmipc_result_t send_progress(xstate_t *s, sop_t *op) {
   vmmipc__tp_t *tp = s->tp;
   const vmmipc__tp_send_t *m = op->msg;
@@ -163,7 +209,7 @@ static vmmipc_result_t send_progress(xstate_t *s, sop_t *op) {
       s->retry_soon = 1;
       return VMMIPC_SUCCESS;
     }
-    if (e && peer_gone_errno(e)) return hung_up(tp, p, e);
+    if (e && peer_gone_errno(e)) return send_refused(s, p, e);
     if (e)
       return vmmipc__os_error(VMMIPC_ERR_SYSTEM, e,
                               e == EBADF ? "one of the fds to send was closed while the call ran" : NULL,

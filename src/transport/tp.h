@@ -120,6 +120,12 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch);
  * record), which stays queued for the next call to judge. Never waits;
  * leaves the thread's error as it was. */
 void vmmipc__tp_drop_stale(vmmipc__tp_t *tp, uint64_t epoch);
+/* Once the comm failed on this rank (aborted or broken; seal.c): shuts the
+ * receiving side of every connection, so that a peer's later send fails at
+ * once (EPIPE), and drops what the peers queued before (fds closed and
+ * counted as stale). Nothing is read on them afterwards. Never waits; sets
+ * no error. */
+void vmmipc__tp_seal(vmmipc__tp_t *tp);
 /* Every wait of the transport ends (VMMIPC_ERR_ABORTED) once *flag is set. */
 void vmmipc__tp_watch_abort(vmmipc__tp_t *tp, const int *flag);
 /* The node rank whose END frame (comm aborted) arrived, or -1. */
