@@ -210,13 +210,16 @@ TEST_F(Faults, ARankThatFailsMidwayIsKnownAtOnce) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
-// What is queued, unread, on this rank's collective connections: a peek at
-// the first record of each, counting the records (one per peer at most) and
-// the fds they carry.
+// What is queued, unread, on this rank's collective connections once every
+// rank's call is over (all it sent is queued by then): a peek at the first
+// record of each, counting the records (one per peer at most) and the fds
+// they carry. Collective: no rank starts its next collective (whose frames
+// would be queued) before every rank looked.
 struct Queued {
   int records = 0, fds = 0;
 };
 static Queued PeekQueued(vmmipc_comm_t c) {
+  MPI_Barrier(MPI_COMM_WORLD);
   Queued q;
   for (int p = 0; p < c->node_size; p++) {
     int fd = vmmipc__tp_coll_fd(c->tp, p);
@@ -225,6 +228,7 @@ static Queued PeekQueued(vmmipc_comm_t c) {
     q.records += k.queued;
     q.fds += k.fds;
   }
+  MPI_Barrier(MPI_COMM_WORLD);
   return q;
 }
 
@@ -259,9 +263,7 @@ TEST_F(Faults, AFailedCollectiveLeavesNoPeersFdsQueued) {
       EXPECT_NE(r, VMMIPC_SUCCESS) << step << " on rank " << f;
       EXPECT_EQ(w, nullptr);
       ASSERT_VMM_OK(vmmipc_buf_free(b));
-      MPI_Barrier(MPI_COMM_WORLD);  // every rank's call is over: all it sent is queued
       int queued = PeekQueued(c).records;
-      MPI_Barrier(MPI_COMM_WORLD);  // nobody starts the next collective (its frames) before every rank looked
       EXPECT_EQ(queued, 0) << step << " on rank " << f << ": rank " << me << " still has messages of " << queued
                            << " peer(s) of the failed call queued (their fds keep the peers' memory)";
       base.Expect(step);
@@ -330,9 +332,7 @@ TEST_F(Faults, AFailedCommKeepsNoDescriptorsItsPeersSendLater) {
           EXPECT_EQ(info.rank, f) << what << ": " << info.message;
         }
         ASSERT_VMM_OK(vmmipc_buf_free(b));
-        MPI_Barrier(MPI_COMM_WORLD);  // every rank's call is over: all it sent is queued
         Queued q = PeekQueued(c);
-        MPI_Barrier(MPI_COMM_WORLD);
         EXPECT_EQ(q.fds, 0) << what << ": rank " << me << " holds " << q.fds
                             << " fd(s) peers sent it after its comm failed (they keep the senders' memory)";
         EXPECT_EQ(q.records, 0) << what << ": rank " << me << " has records of " << q.records
@@ -378,9 +378,7 @@ TEST_F(Faults, ALateRankSendsNoFdsToPeersThatLeft) {
     EXPECT_EQ(w, nullptr);
     EXPECT_TRUE(Has(vmmipc_last_error(), "rank " + std::to_string(late))) << vmmipc_last_error();
     ASSERT_VMM_OK(vmmipc_buf_free(b));
-    MPI_Barrier(MPI_COMM_WORLD);  // every rank's call is over: all it sent is queued
     int fds = PeekQueued(c).fds;
-    MPI_Barrier(MPI_COMM_WORLD);
     EXPECT_EQ(fds, 0) << who << " late: rank " << me << " holds " << fds
                       << " fd(s) it was sent after it left the call (they keep the sender's memory)";
     EXPECT_NE(vmmipc_comm_destroy(c), VMMIPC_ERR_TIMEOUT) << "a broken comm frees locally";
