@@ -221,13 +221,15 @@ struct Queued {
 static Queued PeekQueued(vmmipc_comm_t c) {
   MPI_Barrier(MPI_COMM_WORLD);
   Queued q;
-  for (int p = 0; p < c->node_size; p++) {
-    int fd = vmmipc__tp_coll_fd(c->tp, p);
-    if (fd < 0) continue;
-    vt::Peeked k = vt::PeekFirst(fd);
-    q.records += k.queued;
-    q.fds += k.fds;
-  }
+  const vmmipc__conn_t *conn = vmmipc__tp_conn(c->tp);
+  for (int p = 0; p < c->node_size; p++)
+    for (int ctx = VMMIPC__CTX_P2P; ctx <= VMMIPC__CTX_COLL; ctx++) {
+      int fd = conn->fd[ctx - 1][p];
+      if (fd < 0) continue;
+      vt::Peeked k = vt::PeekFirst(fd);
+      q.records += k.queued;
+      q.fds += k.fds;
+    }
   MPI_Barrier(MPI_COMM_WORLD);
   return q;
 }
@@ -342,6 +344,50 @@ TEST_F(Faults, AFailedCommKeepsNoDescriptorsItsPeersSendLater) {
     }
   base.Expect("after the aborted calls and the destroys");
   if (!ran) GTEST_SKIP() << "needs a rank with node peers on rank 0's node";
+}
+
+// A send to a rank that aborted its comm after it sent this rank a message
+// (queued, not yet received) fails ABORTED naming that rank: its END frame
+// is queued behind the message, and the refused send reads past what
+// nobody will receive now (the comm fails here too) to find it. Before,
+// only the first queued record was looked at, and the send reported a
+// hang-up (PEER). The message's fds are not kept either.
+TEST_F(Faults, ASendToAnAbortedRankThatSentFirstSaysItAborted) {
+  vt::Baseline base;  // before the comm: its destroy frees what it made
+  vmmipc_comm_t c = Create(20000);
+  ASSERT_NE(c, nullptr);
+  const int me = vt::Rank();
+  int pair = vt::Size() >= 2 && Same(c, 1);
+  MPI_Bcast(&pair, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (pair && me <= 1) {
+    vmmipc_buf_t b = vt::PatternBuf(2, 40 + me);
+    vmmipc_desc_t d = nullptr;
+    ASSERT_VMM_OK(vmmipc_export(b, &d));
+    if (me == 1) {
+      ASSERT_VMM_OK(vmmipc_send(c, d, 0));  // queued at rank 0, never received
+      ASSERT_VMM_OK(vmmipc_comm_abort(c));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (me == 0) {
+      vmmipc_result_t r = vmmipc_send(c, d, 1);
+      EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << vmmipc_last_error();
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+      EXPECT_EQ(info.rank, 1) << info.message;
+      EXPECT_TRUE(Has(info.message, "rank 1 aborted")) << info.message;
+    }
+    vmmipc_desc_free(d);
+    ASSERT_VMM_OK(vmmipc_buf_free(b));
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  Queued q = PeekQueued(c);
+  if (me == 0) {
+    EXPECT_EQ(q.fds, 0) << "rank 0 holds " << q.fds << " fd(s) of the message rank 1 sent before it aborted";
+  }
+  vmmipc_comm_destroy(c);  // local on rank 1; rank 0 learnt of the abort
+  base.Expect("after the refused send and the destroys");
+  if (!pair) GTEST_SKIP() << "needs ranks 0 and 1 on one node";
 }
 
 // A rank late past the timeout inside a map collective's second round

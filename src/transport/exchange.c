@@ -137,38 +137,43 @@ static vmmipc_result_t hung_up(vmmipc__tp_t *tp, int p, int e) {
 
 static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op);
 
-/* The END frame p queued first on its connection (ctx), if that is what
- * comes next: taken, and its error returned; else VMMIPC_SUCCESS. */
+/* Records a sealed peer queued can only be finitely many: it sends nothing
+ * after its END frame. A bound all the same, against a peer that breaks
+ * the protocol. */
+#define TP_END_SCAN_MAX 4096
+
+/* The END frame p queued on its connection (ctx) ahead of a refusal: taken,
+ * and its error returned; else VMMIPC_SUCCESS. What p queued before it
+ * (messages nobody will receive now: the comm fails here either way) is
+ * dropped on the way, its fds closed and counted as stale. */
 static vmmipc_result_t take_end(xstate_t *s, int p) {
   vmmipc__tp_t *tp = s->tp;
   int fd = tp->conn->fd[s->x->ctx - 1][p];
-  unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
-  if (fd < 0 || recv(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof head ||
-      (uint16_t)(head[6] | head[7] << 8) != VMMIPC__KIND_END)
-    return VMMIPC_SUCCESS;
-  vmmipc__rec_t rec;
-  if (vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec) || rec.len == 0) {
-    vmmipc__close_fds(rec.fds, rec.nfds);
-    return VMMIPC_SUCCESS;
-  }
-  vmmipc__close_fds(rec.fds, rec.nfds);
   vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id,
                                  (uint16_t)s->x->ctx};
-  vmmipc__frame_t f;
-  char why[400];
-  if (rec.truncated || rec.odd_cmsg || rec.ctrunc ||
-      vmmipc__frame_decode(tp->rbuf, rec.len, rec.nfds, &want, &f, why, sizeof why) != 0 ||
-      f.kind != VMMIPC__KIND_END)
-    return VMMIPC_SUCCESS;
-  s->x->aborted_by = p;
-  return vmmipc__tp_end_error(tp, p, &f, tp->rbuf + VMMIPC__FRAME_HEADER_BYTES);
+  for (int k = 0; fd >= 0 && k < TP_END_SCAN_MAX; k++) {
+    vmmipc__rec_t rec;
+    if (vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec)) return VMMIPC_SUCCESS; /* nothing more queued */
+    vmmipc__close_fds(rec.fds, rec.nfds);
+    if (rec.len == 0) return VMMIPC_SUCCESS;
+    vmmipc__frame_t f;
+    char why[400];
+    if (!rec.truncated && !rec.odd_cmsg && !rec.ctrunc &&
+        vmmipc__frame_decode(tp->rbuf, rec.len, rec.nfds, &want, &f, why, sizeof why) == 0 &&
+        f.kind == VMMIPC__KIND_END) {
+      s->x->aborted_by = p;
+      return vmmipc__tp_end_error(tp, p, &f, tp->rbuf + VMMIPC__FRAME_HEADER_BYTES);
+    }
+    tp->stale_frames++;
+    tp->stale_fds += (uint64_t)rec.nfds;
+  }
+  return VMMIPC_SUCCESS;
 }
 
 /* A send that found p gone. A rank whose comm failed refuses what comes
  * after its END frame, when it sent one (comm/guard.c, transport/seal.c):
  * that frame, queued here, says why (an abort, or why the comm broke), so
- * it is read first, with whatever of this call came ahead of it. Only the
- * first queued record is looked at past this call's receive. */
+ * it is read first, with whatever of this call came ahead of it. */
 static vmmipc_result_t send_refused(xstate_t *s, int p, int e) {
   for (int i = 0; i < s->nrops; i++)
     if (s->rops[i].peer == p && !s->rops[i].done) {
