@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wave 4's long GPU runs, in parallel lanes so that they fit one device call
 # each (docs/dev/gpu-validation.md records what ran):
-#   scripts/gpu/wave4_lanes.sh mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps OUTDIR
+#   scripts/gpu/wave4_lanes.sh mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps OUTDIR
 # mps   under a private MPS daemon (scripts/mps.sh), two lanes at once:
 #         1. the Python suites (python, python_heap) at 2 and 4 ranks, REPEAT (10)
 #            runs in a row each;
@@ -20,16 +20,18 @@
 # seal  without MPS: replays of the chaos seeds 11015, 11051 and 11009, the failure-path suites
 #       (FAULTS_S), a campaign in what is left; seal-mps: under MPS a campaign (CHAOS_S), then the
 #       node layouts but the sync and device ones;
+# refuse  without MPS: the failure-path suites (FAULTS_S), then the node layouts but the sync and
+#       device ones; layouts-mps: under MPS, the node layouts (LAYOUTS_SKIP leaves some out);
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
-# Layout entries that passed are listed in build-real/layouts-passed.txt, and
+# Layout entries that passed are listed in build-real/layouts-passed[-mps].txt, and
 # a later call on the same warm machine runs only the others (LAYOUTS_SKIP adds
 # a ctest -E regex; LAYOUTS_FRESH=1 forgets the list). CHAOS_RUNS=0 leaves the
 # mps part's campaign out.
 # Builds build-real/ first (kept on a warm machine). Every lane is bounded by
 # DEADLINE_S (540); OUTDIR gets lanes-PART.txt (summary) and lanes-PART.tgz.
 set -uo pipefail
-part=${1:?mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
+part=${1:?mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 2
 # shellcheck source=scripts/env.sh
@@ -69,7 +71,7 @@ if [ ! -x "$build/mpi_tests/test_chaos" ]; then
 fi
 step build 200 "$logs/build.log" cmake --build "$build" -j "$(nproc)"
 ct=(ctest --test-dir "$build" --output-on-failure --timeout 150)
-passed=$build/layouts-passed.txt
+passed=$build/layouts-passed$([ "$part" = refuse ] || echo -mps).txt
 [ "${LAYOUTS_FRESH:-0}" = 1 ] && rm -f "$passed"
 # The -E regex of the layout entries not to run again: LAYOUTS_SKIP and those passed before.
 layouts_skip() {
@@ -163,6 +165,18 @@ elif [ "$part" = seal ] || [ "$part" = seal-mps ]; then
     layouts "$(($(left) - 10))" 4
     mps_off
   fi
+elif [ "$part" = refuse ]; then
+  # The eighth session's change (a refused send reads past what its peer queued before its END frame):
+  # the failure-path suites, then the layouts never run without MPS (kernels time-slice: not the
+  # sync and device ones).
+  step faults-nomps "${FAULTS_S:-150}" "$logs/faults-nomps.log" "${ct[@]}" -j 6 -LE 'layouts|chaos' \
+    -R '^test_(faults|agree|comm|kill|hostile|transport|coll|heap)[.]'
+  LAYOUTS_SKIP="${LAYOUTS_SKIP:+$LAYOUTS_SKIP|}^test_(sync|device|graph|persistent|pdl)"
+  layouts "$(($(left) - 10))" 4
+elif [ "$part" = layouts-mps ]; then
+  mps_on
+  layouts "$(($(left) - 15))" 4
+  mps_off
 elif [ "$part" = closing ]; then
   mps_on
   chaos "${CHAOS_S:-150}" "${CHAOS_RUNS:-60}" "${CHAOS_SEED0:-9000}"
