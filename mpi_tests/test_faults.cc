@@ -354,7 +354,7 @@ TEST_F(Faults, AFailedCommKeepsNoDescriptorsItsPeersSendLater) {
 // hang-up (PEER). The message's fds are not kept either.
 TEST_F(Faults, ASendToAnAbortedRankThatSentFirstSaysItAborted) {
   vt::Baseline base;  // before the comm: its destroy frees what it made
-  vmmipc_comm_t c = Create(20000);
+  vmmipc_comm_t c = Create(2000);
   ASSERT_NE(c, nullptr);
   const int me = vt::Rank();
   int pair = vt::Size() >= 2 && Same(c, 1);
@@ -385,9 +385,124 @@ TEST_F(Faults, ASendToAnAbortedRankThatSentFirstSaysItAborted) {
   if (me == 0) {
     EXPECT_EQ(q.fds, 0) << "rank 0 holds " << q.fds << " fd(s) of the message rank 1 sent before it aborted";
   }
-  vmmipc_comm_destroy(c);  // local on rank 1; rank 0 learnt of the abort
+  // Local on ranks 0 and 1; a rank of another node waits out the timeout
+  // in the destroy's agreement (rank 0, which collects it, left): kept short.
+  vmmipc_comm_destroy(c);
   base.Expect("after the refused send and the destroys");
   if (!pair) GTEST_SKIP() << "needs ranks 0 and 1 on one node";
+}
+
+// Node ranks 0, 1 and 2: rank 0 aborts its comm while ranks 1 and 2 wait
+// in point-to-point receives from each other. vmmipc_comm_abort promises
+// the node's peers that their calls fail at once naming it, whoever they
+// talk to: its END frame on their collective connections ends the wait.
+// Before, a point-to-point call watched only its partner's connection,
+// and both waited out the timeout.
+TEST_F(Faults, APeersAbortEndsPointToPointCallsBetweenOthers) {
+  vt::Baseline base;  // before the comm: its destroy frees what it made
+  const int timeout_ms = 2000;  // short: a rank of another node waits it out in the destroy
+  vmmipc_comm_t c = Create(timeout_ms);
+  ASSERT_NE(c, nullptr);
+  const int me = vt::Rank();
+  int trio = vt::Size() >= 3 && Same(c, 1) && Same(c, 2);
+  MPI_Bcast(&trio, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (trio && me <= 2) {
+    if (me == 0) {
+      MPI_Barrier(MPI_COMM_WORLD);  // ranks 1 and 2 are about to wait
+      ASSERT_VMM_OK(vmmipc_comm_abort(c));
+    } else {
+      MPI_Barrier(MPI_COMM_WORLD);
+      auto t0 = std::chrono::steady_clock::now();
+      vmmipc_desc_t got = nullptr;
+      vmmipc_result_t r = vmmipc_recv(c, 3 - me, &got);
+      const double took = Since(t0);
+      EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << vmmipc_last_error();
+      EXPECT_EQ(got, nullptr);
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+      EXPECT_EQ(info.rank, 0) << info.message;
+      EXPECT_TRUE(Has(info.message, "rank 0 aborted")) << info.message;
+      EXPECT_LT(took, timeout_ms / 2000.0) << "rank " << me << " waited for its partner's message past rank 0's abort";
+    }
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  Queued q = PeekQueued(c);
+  if (trio && me <= 2) {
+    EXPECT_EQ(q.fds, 0) << "rank " << me;
+  }
+  vmmipc_comm_destroy(c);  // local on ranks 0 to 2
+  base.Expect("after the abort and the destroys");
+  if (!trio) GTEST_SKIP() << "needs ranks 0, 1 and 2 on one node";
+}
+
+// Rank 0 fills its point-to-point socket to rank 1 (sends until one times
+// out), then aborts. Its END frame cannot be queued behind the messages
+// (the socket is full; telling is best effort), but the one on the
+// collective connection is. Rank 1 then receives every queued message, and
+// its next receive fails ABORTED naming rank 0 at once; in the second
+// round rank 1 sends instead, which rank 0 refuses, and the send fails the
+// same way. Before, the receive waited out the timeout (TIMEOUT) and the
+// send reported a hang-up (PEER).
+TEST_F(Faults, AnAbortBehindAFullSocketStillReachesThePeer) {
+  vt::Baseline base;  // before the comms: their destroys free what they made
+  const int me = vt::Rank();
+  int ran = 0;
+  for (int receiving : {1, 0}) {
+    vmmipc_comm_t c = Create(500);
+    ASSERT_NE(c, nullptr);
+    int pair = vt::Size() >= 2 && Same(c, 1);
+    MPI_Bcast(&pair, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    int sent = 0;
+    const std::string what = receiving ? "rank 1 receiving" : "rank 1 sending";
+    if (pair && me <= 1) {
+      ran++;
+      vmmipc_buf_t b = vt::PatternBuf(1, 60 + me);
+      vmmipc_desc_t d = nullptr;
+      ASSERT_VMM_OK(vmmipc_export(b, &d));
+      if (me == 0) {
+        vmmipc_result_t r;
+        while ((r = vmmipc_send(c, d, 1)) == VMMIPC_SUCCESS) sent++;
+        EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << vmmipc_last_error();  // full: rank 1 receives nothing yet
+        ASSERT_GT(sent, 0);
+        ASSERT_VMM_OK(vmmipc_comm_abort(c));
+      }
+      MPI_Bcast(&sent, 1, MPI_INT, 0, MPI_COMM_WORLD);
+      if (me == 1) {
+        vmmipc_result_t r = VMMIPC_SUCCESS;
+        int got_n = 0;
+        for (; receiving && got_n < sent; got_n++) {
+          vmmipc_desc_t got = nullptr;
+          if ((r = vmmipc_recv(c, 0, &got)) != VMMIPC_SUCCESS) break;
+          vmmipc_desc_free(got);
+        }
+        EXPECT_EQ(r, VMMIPC_SUCCESS) << what << ": message " << got_n << " of " << sent << " queued before the abort: "
+                                     << vmmipc_last_error();
+        if (receiving) {
+          vmmipc_desc_t got = nullptr;
+          r = vmmipc_recv(c, 0, &got);
+        } else {
+          r = vmmipc_send(c, d, 0);
+        }
+        EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << what << ": " << vmmipc_last_error();
+        vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+        ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+        EXPECT_EQ(info.rank, 0) << what << ": " << info.message;
+      }
+      vmmipc_desc_free(d);
+      ASSERT_VMM_OK(vmmipc_buf_free(b));
+    } else {
+      MPI_Bcast(&sent, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    }
+    Queued q = PeekQueued(c);
+    if (pair && me <= 1) {
+      EXPECT_EQ(q.fds, 0) << what << ": rank " << me << " holds fds of messages nobody will receive";
+    }
+    vmmipc_comm_destroy(c);  // local on ranks 0 and 1
+    MPI_Barrier(MPI_COMM_WORLD);  // the next comm's short timeout: every rank enters its create together
+  }
+  base.Expect("after the aborts and the destroys");
+  if (!ran) GTEST_SKIP() << "needs ranks 0 and 1 on one node";
 }
 
 // A rank late past the timeout inside a map collective's second round

@@ -142,15 +142,15 @@ static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op);
  * the protocol. */
 #define TP_END_SCAN_MAX 4096
 
-/* The END frame p queued on its connection (ctx) ahead of a refusal: taken,
- * and its error returned; else VMMIPC_SUCCESS. What p queued before it
- * (messages nobody will receive now: the comm fails here either way) is
- * dropped on the way, its fds closed and counted as stale. */
-static vmmipc_result_t take_end(xstate_t *s, int p) {
+/* The END frame p queued on its connection of context ctx, after a refusal
+ * or a hang-up: taken, and its error returned; else VMMIPC_SUCCESS. What p
+ * queued before it (messages nobody will receive now: the comm fails here
+ * either way, and a hang-up drops the connections) is dropped on the way,
+ * its fds closed and counted as stale. */
+static vmmipc_result_t take_end(xstate_t *s, int p, int ctx) {
   vmmipc__tp_t *tp = s->tp;
-  int fd = tp->conn->fd[s->x->ctx - 1][p];
-  vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id,
-                                 (uint16_t)s->x->ctx};
+  int fd = tp->conn->fd[ctx - 1][p];
+  vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id, (uint16_t)ctx};
   for (int k = 0; fd >= 0 && k < TP_END_SCAN_MAX; k++) {
     vmmipc__rec_t rec;
     if (vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec)) return VMMIPC_SUCCESS; /* nothing more queued */
@@ -170,6 +170,16 @@ static vmmipc_result_t take_end(xstate_t *s, int p) {
   return VMMIPC_SUCCESS;
 }
 
+/* p's END frame, when p is gone from this exchange's connection: on that
+ * connection, or, for point to point, on p's collective one, where an END
+ * also goes and gets through when the point-to-point socket was full (the
+ * END is best effort: transport/verdict.c). Else a hang-up. */
+static vmmipc_result_t gone(xstate_t *s, int p, int e) {
+  vmmipc_result_t rc = take_end(s, p, s->x->ctx);
+  if (!rc && s->x->ctx == VMMIPC__CTX_P2P) rc = take_end(s, p, VMMIPC__CTX_COLL);
+  return rc ? rc : hung_up(s->tp, p, e);
+}
+
 /* A send that found p gone. A rank whose comm failed refuses what comes
  * after its END frame, when it sent one (comm/guard.c, transport/seal.c):
  * that frame, queued here, says why (an abort, or why the comm broke), so
@@ -181,8 +191,40 @@ static vmmipc_result_t send_refused(xstate_t *s, int p, int e) {
       if (rc) return rc;
       break;
     }
-  vmmipc_result_t rc = take_end(s, p);
-  return rc ? rc : hung_up(s->tp, p, e);
+  return gone(s, p, e);
+}
+
+/* The kind of the first record queued on fd; -1 when nothing is yet, -2
+ * at an end of file or for a record shorter than a header. Reads nothing. */
+static int first_kind(int fd) {
+  unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
+  ssize_t r = recv(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+  if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -1 : -2;
+  return r == (ssize_t)sizeof head ? (uint16_t)(head[6] | head[7] << 8) : -2;
+}
+
+/* A point-to-point exchange also watches the collective connection of
+ * every node peer (ends[p]): the END frame of a peer that aborted the comm,
+ * or whose comm broke and who said so, ends this call at once, as
+ * vmmipc_comm_abort promises the node's peers, whoever this call talks to.
+ * Only an END that comes first there is seen: a peer with collective data
+ * queued ahead of it (it went on to a later collective) is watched no
+ * longer in this call, nor one that hung up (the partner's own connection
+ * shows that). */
+static vmmipc_result_t end_from_peers(xstate_t *s, char *ends) {
+  vmmipc__tp_t *tp = s->tp;
+  for (int p = 0; ends && p < tp->conn->node_size; p++) {
+    if (!ends[p]) continue;
+    int fd = tp->conn->fd[VMMIPC__CTX_COLL - 1][p];
+    int kind = fd >= 0 ? first_kind(fd) : -2;
+    if (kind == -1) continue; /* nothing yet: watched on */
+    if (kind == VMMIPC__KIND_END) {
+      vmmipc_result_t rc = take_end(s, p, VMMIPC__CTX_COLL);
+      if (rc) return rc;
+    }
+    ends[p] = 0;
+  }
+  return VMMIPC_SUCCESS;
 }
 
 static vmmipc_result_t send_progress(xstate_t *s, sop_t *op) {
@@ -260,11 +302,11 @@ static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op) {
     vmmipc__rec_t rec;
     int e = vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec);
     if (e == EAGAIN || e == EWOULDBLOCK) return VMMIPC_SUCCESS;
-    if (e && peer_gone_errno(e)) return hung_up(tp, p, e);
+    if (e && peer_gone_errno(e)) return gone(s, p, e);
     if (e) return vmmipc__os_error(VMMIPC_ERR_SYSTEM, e, NULL, "receiving from rank %d", R);
     if (rec.len == 0) {
       vmmipc__close_fds(rec.fds, rec.nfds);
-      return hung_up(tp, p, 0);
+      return gone(s, p, 0);
     }
     vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id, (uint16_t)ctx};
     vmmipc__frame_t f;
@@ -553,9 +595,10 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
   s.rops = calloc((size_t)x->num_recvs + (size_t)x->num_sends + 1, sizeof *s.rops);
   /* The poll set: every receive op (the receives, and the peers only sent
    * to, watched for their END) and every send still waiting for room. */
-  struct pollfd *pfd = calloc(2 * (size_t)x->num_sends + (size_t)x->num_recvs + 1, sizeof *pfd);
+  struct pollfd *pfd = calloc(2 * (size_t)x->num_sends + (size_t)x->num_recvs + (size_t)n + 1, sizeof *pfd);
   char *hears = calloc((size_t)n, 1);
-  if (!s.sops || !s.rops || !pfd || !hears) {
+  char *ends = x->ctx == VMMIPC__CTX_P2P ? calloc((size_t)n, 1) : NULL;
+  if (!s.sops || !s.rops || !pfd || !hears || (x->ctx == VMMIPC__CTX_P2P && !ends)) {
     rc = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "transport exchange");
     goto fail;
   }
@@ -583,6 +626,7 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
     o->lo = x->ctx == VMMIPC__CTX_COLL ? x->epoch : tp->p2p_next_in[o->peer];
     o->hi = x->ctx == VMMIPC__CTX_COLL ? x->epoch : UINT64_MAX;
   }
+  for (int p = 0; ends && p < n; p++) ends[p] = p != tp->conn->node_rank;
   if (x->local) {
     rc = x->local;
     goto fail;
@@ -595,6 +639,7 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
     s.retry_soon = 0;
     if ((rc = progress(&s, &pending))) goto fail;
     if (!pending) break;
+    if ((rc = end_from_peers(&s, ends))) goto fail;
     if (tp->aborted && __atomic_load_n(tp->aborted, __ATOMIC_ACQUIRE)) {
       rc = vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d: the communicator was aborted (vmmipc_comm_abort)",
                          tp_rank(tp, tp->conn->node_rank));
@@ -641,6 +686,11 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
         pfd[k].fd = tp->conn->fd[x->ctx - 1][x->sends[i].peer];
         pfd[k++].events = POLLOUT;
       }
+    for (int p = 0; ends && p < n; p++)
+      if (ends[p]) {
+        pfd[k].fd = tp->conn->fd[VMMIPC__CTX_COLL - 1][p];
+        pfd[k++].events = POLLIN;
+      }
     int64_t wait = deadline - now;
     if (next_liveness - now < wait) wait = next_liveness - now;
     if (s.retry_soon && wait > TP_RETRY_MS) wait = TP_RETRY_MS;
@@ -653,6 +703,7 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
   free(s.rops);
   free(pfd);
   free(hears);
+  free(ends);
   return VMMIPC_SUCCESS;
 
 fail:
@@ -672,5 +723,6 @@ fail:
   free(s.rops);
   free(pfd);
   free(hears);
+  free(ends);
   return rc;
 }
