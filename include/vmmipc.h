@@ -375,9 +375,10 @@ VMMIPC_API vmmipc_result_t vmmipc_desc_chunk_size(vmmipc_desc_t desc, int index,
 /* ---- point to point (ranks of the comm that share a node) ---------------- */
 /* Their own context: never matched with a collective's traffic. Messages
  * between two ranks arrive in order; those queued before the sender failed
- * are still received. A call that waits ends at once with the failure of
- * any node peer that aborted the comm or broke it (and said so), not only
- * of its partner. */
+ * are still received (unless a send to it failed first). A call that waits
+ * ends at once with the failure of any node peer that aborted the comm or
+ * broke it (and said so), not only of its partner, and the comm is then
+ * broken here too. */
 
 /* Sends a descriptor (its fds duplicated into the message; the caller keeps
  * desc). Returns once the message is queued in the socket, not when it is

@@ -436,6 +436,47 @@ TEST_F(Faults, APeersAbortEndsPointToPointCallsBetweenOthers) {
   if (!trio) GTEST_SKIP() << "needs ranks 0, 1 and 2 on one node";
 }
 
+// Node ranks 0, 1 and 2: rank 2 destroys the comm alone, so its agreement
+// times out and it breaks the comm and says so (an END frame, code PEER).
+// Ranks 0 and 1 then receive from each other: the END ends the call at
+// once naming rank 2, and it also breaks the comm there, as any call that
+// learns of a break does, so their next send fails too. Before, the
+// receive failed but the comm stayed usable: the send to the other
+// went through on a comm rank 2 had left.
+TEST_F(Faults, APeersToldBreakEndingAPointToPointCallBreaksTheComm) {
+  vt::Baseline base;  // before the comm: its destroy frees what it made
+  vmmipc_comm_t c = Create(500);
+  ASSERT_NE(c, nullptr);
+  const int me = vt::Rank();
+  int trio = vt::Size() >= 3 && Same(c, 1) && Same(c, 2);
+  MPI_Bcast(&trio, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (trio && me == 2) {
+    EXPECT_NE(vmmipc_comm_destroy(c), VMMIPC_SUCCESS);  // alone: broken, freed locally
+    c = nullptr;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 2's END frames are queued
+  if (trio && me <= 1) {
+    vmmipc_desc_t got = nullptr;
+    EXPECT_EQ(vmmipc_recv(c, 1 - me, &got), VMMIPC_ERR_PEER) << vmmipc_last_error();
+    EXPECT_EQ(got, nullptr);
+    EXPECT_TRUE(Has(vmmipc_last_error(), "rank 2 broke the communicator")) << vmmipc_last_error();
+    vmmipc_buf_t b = vt::PatternBuf(1, 90 + me);
+    vmmipc_desc_t d = nullptr;
+    ASSERT_VMM_OK(vmmipc_export(b, &d));
+    EXPECT_EQ(vmmipc_send(c, d, 1 - me), VMMIPC_ERR_PEER) << "a send on a comm rank 2 broke: " << vmmipc_last_error();
+    EXPECT_TRUE(Has(vmmipc_last_error(), "broken")) << vmmipc_last_error();
+    vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
+    ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
+    EXPECT_NE(st.broken, 0) << "rank " << me;
+    vmmipc_desc_free(d);
+    ASSERT_VMM_OK(vmmipc_buf_free(b));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (c) vmmipc_comm_destroy(c);  // local on ranks 0 and 1
+  base.Expect("after the break and the destroys");
+  if (!trio) GTEST_SKIP() << "needs ranks 0, 1 and 2 on one node";
+}
+
 // Rank 0 fills its point-to-point socket to rank 1 (sends until one times
 // out), then aborts. Its END frame cannot be queued behind the messages
 // (the socket is full; telling is best effort), but the one on the

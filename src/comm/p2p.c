@@ -5,10 +5,14 @@
 #include "comm/comm.h"
 #include "desc/desc.h"
 
-/* A peer that aborted the comm, or a connection now closed, fails the comm
- * (its stream waits are released); a slow peer (a timeout) does not. */
-static void fail_if_gone(vmmipc_comm_t c, int peer, vmmipc_result_t r) {
-  if (r == VMMIPC_ERR_ABORTED || vmmipc__tp_conn(c->tp)->fd[VMMIPC__CTX_P2P - 1][peer] < 0) vmmipc__break_code(c, r);
+/* A peer that aborted the comm, or a connection now closed (the partner's,
+ * or that of the node peer whose END frame ended the call: it broke the
+ * comm there), fails the comm (its stream waits are released); a slow peer
+ * (a timeout, or its ABORT of one message) does not. */
+static void fail_if_gone(vmmipc_comm_t c, int peer, const vmmipc__tp_xchg_t *x, vmmipc_result_t r) {
+  vmmipc__conn_t *conn = vmmipc__tp_conn(c->tp);
+  int ended = x->aborted_by >= 0 && conn->fd[VMMIPC__CTX_COLL - 1][x->aborted_by] < 0;
+  if (r == VMMIPC_ERR_ABORTED || conn->fd[VMMIPC__CTX_P2P - 1][peer] < 0 || ended) vmmipc__break_code(c, r);
 }
 
 vmmipc_result_t vmmipc_send(vmmipc_comm_t c, vmmipc_desc_t d, int dest) {
@@ -30,7 +34,7 @@ vmmipc_result_t vmmipc_send(vmmipc_comm_t c, vmmipc_desc_t d, int dest) {
   r = vmmipc__tp_exchange(c->tp, &x);
   free(bytes);
   if (r) vmmipc__error_prefix("%s to rank %d: ", op, dest);
-  if (r) fail_if_gone(c, peer, r);
+  if (r) fail_if_gone(c, peer, &x, r);
 out:
   vmmipc__leave(c);
   return r;
@@ -49,7 +53,7 @@ vmmipc_result_t vmmipc_recv(vmmipc_comm_t c, int source, vmmipc_desc_t *out) {
   r = vmmipc__tp_exchange(c->tp, &x);
   if (!r) r = vmmipc__desc_adopt(m.bytes, m.num_bytes, m.fds, m.num_fds, out);
   if (r) vmmipc__error_prefix("%s from rank %d: ", op, source);
-  if (r) fail_if_gone(c, peer, r);
+  if (r) fail_if_gone(c, peer, &x, r);
   free(m.bytes);
   free(m.fds);
 out:

@@ -147,11 +147,11 @@ static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op);
  * queued before it (messages nobody will receive now: the comm fails here
  * either way, and a hang-up drops the connections) is dropped on the way,
  * its fds closed and counted as stale. */
-static vmmipc_result_t take_end(xstate_t *s, int p, int ctx) {
+static vmmipc_result_t take_end(xstate_t *s, int p, int ctx, int max) {
   vmmipc__tp_t *tp = s->tp;
   int fd = tp->conn->fd[ctx - 1][p];
   vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id, (uint16_t)ctx};
-  for (int k = 0; fd >= 0 && k < TP_END_SCAN_MAX; k++) {
+  for (int k = 0; fd >= 0 && k < max; k++) {
     vmmipc__rec_t rec;
     if (vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec)) return VMMIPC_SUCCESS; /* nothing more queued */
     vmmipc__close_fds(rec.fds, rec.nfds);
@@ -175,8 +175,8 @@ static vmmipc_result_t take_end(xstate_t *s, int p, int ctx) {
  * also goes and gets through when the point-to-point socket was full (the
  * END is best effort: transport/verdict.c). Else a hang-up. */
 static vmmipc_result_t gone(xstate_t *s, int p, int e) {
-  vmmipc_result_t rc = take_end(s, p, s->x->ctx);
-  if (!rc && s->x->ctx == VMMIPC__CTX_P2P) rc = take_end(s, p, VMMIPC__CTX_COLL);
+  vmmipc_result_t rc = take_end(s, p, s->x->ctx, TP_END_SCAN_MAX);
+  if (!rc && s->x->ctx == VMMIPC__CTX_P2P) rc = take_end(s, p, VMMIPC__CTX_COLL, TP_END_SCAN_MAX);
   return rc ? rc : hung_up(s->tp, p, e);
 }
 
@@ -203,24 +203,29 @@ static int first_kind(int fd) {
   return r == (ssize_t)sizeof head ? (uint16_t)(head[6] | head[7] << 8) : -2;
 }
 
+static vmmipc_result_t progress(xstate_t *s, int *pending);
+
 /* A point-to-point exchange also watches the collective connection of
  * every node peer (ends[p]): the END frame of a peer that aborted the comm,
  * or whose comm broke and who said so, ends this call at once, as
  * vmmipc_comm_abort promises the node's peers, whoever this call talks to.
- * Only an END that comes first there is seen: a peer with collective data
- * queued ahead of it (it went on to a later collective) is watched no
- * longer in this call, nor one that hung up (the partner's own connection
- * shows that). */
-static vmmipc_result_t end_from_peers(xstate_t *s, char *ends) {
+ * Only an END that comes first there is seen: a peer with other frames
+ * queued ahead of it (it went on to a later collective; an ABORT of a
+ * failed one) is watched no longer in this call, nor one that hung up (the
+ * partner's own connection shows that). A peer sends its END frames after
+ * all it sent before, so once one is seen, what the call waits for is
+ * taken first if it came (*pending: what is left). */
+static vmmipc_result_t end_from_peers(xstate_t *s, char *ends, int *pending) {
   vmmipc__tp_t *tp = s->tp;
-  for (int p = 0; ends && p < tp->conn->node_size; p++) {
+  for (int p = 0; ends && p < tp->conn->node_size && *pending; p++) {
     if (!ends[p]) continue;
     int fd = tp->conn->fd[VMMIPC__CTX_COLL - 1][p];
     int kind = fd >= 0 ? first_kind(fd) : -2;
     if (kind == -1) continue; /* nothing yet: watched on */
     if (kind == VMMIPC__KIND_END) {
-      vmmipc_result_t rc = take_end(s, p, VMMIPC__CTX_COLL);
-      if (rc) return rc;
+      vmmipc_result_t rc = progress(s, pending);
+      if (rc || !*pending) return rc;
+      if ((rc = take_end(s, p, VMMIPC__CTX_COLL, 1))) return rc;
     }
     ends[p] = 0;
   }
@@ -639,7 +644,8 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
     s.retry_soon = 0;
     if ((rc = progress(&s, &pending))) goto fail;
     if (!pending) break;
-    if ((rc = end_from_peers(&s, ends))) goto fail;
+    if ((rc = end_from_peers(&s, ends, &pending))) goto fail;
+    if (!pending) break;
     if (tp->aborted && __atomic_load_n(tp->aborted, __ATOMIC_ACQUIRE)) {
       rc = vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d: the communicator was aborted (vmmipc_comm_abort)",
                          tp_rank(tp, tp->conn->node_rank));
