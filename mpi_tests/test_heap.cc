@@ -266,6 +266,34 @@ TEST_F(Heap, TenThousandCyclesStayFlat) {
   ASSERT_VMM_OK(vmmipc_heap_destroy(h));
 }
 
+// Rank f aborts the comm while every rank holds a heap of it with one
+// window open; every rank then releases both (vmmipc_win_release,
+// vmmipc_heap_release) and destroys the comm. On the other ranks the
+// destroy's agreement fails (the comm is aborted there, or times out off
+// f's node) and the comm is freed locally: what was released must go with
+// it, as it goes when the comm failed before the destroy began. Before, it
+// stayed on each of those ranks: the window's chunk and mapping, the
+// heap's reservation, 3 fds (a helper's probe on the stand-in, every f).
+TEST_F(Heap, ReleasedObjectsGoWithADestroyThatAPeersAbortFailed) {
+  for (int f : {0, vt::Size() - 1}) {
+    vt::Baseline base;  // before the comm: its destroy frees what it made
+    vmmipc_comm_t c = vt::CountedComm(2000);
+    ASSERT_NE(c, nullptr);
+    vmmipc_heap_t h = MakeHeap(c, kGran, 16 * kGran);
+    vmmipc_win_t w = nullptr;
+    ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran / 2, &w));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (vt::Rank() == f) ASSERT_VMM_OK(vmmipc_comm_abort(c));
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_VMM_OK(vmmipc_win_release(w));
+    EXPECT_VMM_OK(vmmipc_heap_release(h));
+    vmmipc_result_t r = vmmipc_comm_destroy(c);
+    EXPECT_NE(r, VMMIPC_ERR_BUSY) << "rank " << vt::Rank() << ", rank " << f << " aborted: " << vmmipc_last_error();
+    base.Expect(("the released heap and window, rank " + std::to_string(f) + " aborted").c_str());
+    MPI_Barrier(MPI_COMM_WORLD);  // the next comm's short timeout: every rank enters its create together
+  }
+}
+
 // One rank's growth fails (out of memory, or the fd limit): every rank
 // gets the error naming it, nothing of the step is left, and the heap goes
 // on with what it had.

@@ -96,6 +96,11 @@ struct vmmipc_comm {
  * timings. On success vmmipc__leave must follow. */
 vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collective);
 void vmmipc__leave(struct vmmipc_comm *c);
+/* Released objects: those the call's agreements found released by every
+ * rank go now, in step; on a failed comm, every one that is ready goes
+ * locally. Keeps the thread's message. (vmmipc__leave does it; so does a
+ * destroy that frees the comm without leaving it.) */
+void vmmipc__reap_released(struct vmmipc_comm *c);
 /* The process-wide half of vmmipc__enter, for calls that have no comm yet
  * (vmmipc_comm_create) or free it (vmmipc_comm_destroy): counts this thread
  * as inside a call that may use MPI, and refuses it as vmmipc__enter does

@@ -541,6 +541,10 @@ again:
                          "hint: free them (locally now), then destroy the comm",
                          op, c->open_windows, c->open_heaps);
   }
+  /* What every rank released went in the agreement's rounds; on a comm
+   * that failed in them, what this rank released goes now, locally (a
+   * peer's abort: the heap and windows released before this call). */
+  vmmipc__reap_released(c);
   /* Freed now, so never a code that means "still open" (vmmipc.h). */
   if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) {
     r = c->broken_code ? c->broken_code : VMMIPC_ERR_PEER;

@@ -87,20 +87,20 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
   return VMMIPC_SUCCESS;
 }
 
+void vmmipc__reap_released(struct vmmipc_comm *c) {
+  if (!c->due_n && !(vmmipc__deferred_count(c) && vmmipc__failed(c))) return;
+  vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
+  char msg[VMMIPC__ERRMSG_MAX];
+  vmmipc__error_get(&st);
+  snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
+  vmmipc__deferred_reap_due(c);
+  if (vmmipc__failed(c)) vmmipc__deferred_reap_local(c);
+  vmmipc__error_set_raw(msg);
+  vmmipc__error_put(&st);
+}
+
 void vmmipc__leave(struct vmmipc_comm *c) {
-  /* Released objects: those the call's agreements found released by every
-   * rank go now, after the call's own work, in step; on a failed comm,
-   * every one that is ready goes locally. Both keep the thread's message. */
-  if (c->due_n || (vmmipc__deferred_count(c) && vmmipc__failed(c))) {
-    vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
-    char msg[VMMIPC__ERRMSG_MAX];
-    vmmipc__error_get(&st);
-    snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
-    vmmipc__deferred_reap_due(c);
-    if (vmmipc__failed(c)) vmmipc__deferred_reap_local(c);
-    vmmipc__error_set_raw(msg);
-    vmmipc__error_put(&st);
-  }
+  vmmipc__reap_released(c);
   if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c);
   vmmipc__seal_failed(c);
   c->deadline_ms = 0;
