@@ -547,14 +547,6 @@ double ThreadCpu() {
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
-// Whether ranks 0 and 1 share a node, as rank 0 sees it (collective: every
-// rank gets the same answer).
-bool ZeroAndOneShareANode(vmmipc_comm_t c) {
-  int same = vt::Rank() == 0 ? vt::SameNode(c, 1) : 0;
-  MPI_Bcast(&same, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  return same != 0;
-}
-
 // Whether `c` is broken on every rank (collective).
 bool BrokenEverywhere(vmmipc_comm_t c, int *broken_here) {
   vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
@@ -711,7 +703,7 @@ TEST_F(Agree, AVerdictFrameOfAnotherAgreementIsNotSpunOn) {
   int before = vt::FdCount();
   vmmipc_comm_t c = Create(timeout_ms);
   ASSERT_NE(c, nullptr);
-  if (!ZeroAndOneShareANode(c)) {
+  if (!vt::FirstRanksShareANode(c, 2)) {
     ASSERT_VMM_OK(vmmipc_comm_destroy(c));
     GTEST_SKIP() << "needs ranks 0 and 1 on one node";
   }
@@ -757,7 +749,7 @@ TEST_F(Agree, ADroppedConnectionIsNotReportedAsAWithdrawal) {
   int before = vt::FdCount();
   vmmipc_comm_t c = Create(4000);
   ASSERT_NE(c, nullptr);
-  if (!ZeroAndOneShareANode(c)) {
+  if (!vt::FirstRanksShareANode(c, 2)) {
     ASSERT_VMM_OK(vmmipc_comm_destroy(c));
     GTEST_SKIP() << "needs ranks 0 and 1 on one node";
   }

@@ -32,13 +32,6 @@ class Faults : public ::testing::Test {
   void TearDown() override { vmmipc__test_fail_at(nullptr, 0); }
   static vmmipc_comm_t Create(int timeout_ms) { return vt::CountedComm(timeout_ms); }
   static bool Same(vmmipc_comm_t c, int r) { return vt::SameNode(c, r); }
-  // Whether ranks 0 to k - 1 share rank 0's node (rank 0's view, on every rank).
-  static bool FirstRanksShareANode(vmmipc_comm_t c, int k) {
-    int yes = vt::Size() >= k;
-    for (int r = 1; yes && r < k; r++) yes = Same(c, r);
-    MPI_Bcast(&yes, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    return yes != 0;
-  }
   static int NodeSize(vmmipc_comm_t c) {
     MPI_Comm node;
     vmmipc_comm_node_comm(c, &node);
@@ -364,7 +357,7 @@ TEST_F(Faults, ASendToAnAbortedRankThatSentFirstSaysItAborted) {
   vmmipc_comm_t c = Create(2000);
   ASSERT_NE(c, nullptr);
   const int me = vt::Rank();
-  const bool pair = FirstRanksShareANode(c, 2);
+  const bool pair = vt::FirstRanksShareANode(c, 2);
   if (pair && me <= 1) {
     vmmipc_buf_t b = vt::PatternBuf(2, 40 + me);
     vmmipc_desc_t d = nullptr;
@@ -410,7 +403,7 @@ TEST_F(Faults, APeersAbortEndsPointToPointCallsBetweenOthers) {
   vmmipc_comm_t c = Create(timeout_ms);
   ASSERT_NE(c, nullptr);
   const int me = vt::Rank();
-  const bool trio = FirstRanksShareANode(c, 3);
+  const bool trio = vt::FirstRanksShareANode(c, 3);
   if (trio && me <= 2) {
     if (me == 0) {
       MPI_Barrier(MPI_COMM_WORLD);  // ranks 1 and 2 are about to wait
@@ -453,7 +446,7 @@ TEST_F(Faults, APeersToldBreakEndingAPointToPointCallBreaksTheComm) {
   vmmipc_comm_t c = Create(500);
   ASSERT_NE(c, nullptr);
   const int me = vt::Rank();
-  const bool trio = FirstRanksShareANode(c, 3);
+  const bool trio = vt::FirstRanksShareANode(c, 3);
   if (trio && me == 2) {
     EXPECT_NE(vmmipc_comm_destroy(c), VMMIPC_SUCCESS);  // alone: broken, freed locally
     c = nullptr;
@@ -496,7 +489,7 @@ TEST_F(Faults, AnAbortBehindAFullSocketStillReachesThePeer) {
   for (int receiving : {1, 0}) {
     vmmipc_comm_t c = Create(500);
     ASSERT_NE(c, nullptr);
-    const bool pair = FirstRanksShareANode(c, 2);
+    const bool pair = vt::FirstRanksShareANode(c, 2);
     int sent = 0;
     const std::string what = receiving ? "rank 1 receiving" : "rank 1 sending";
     if (pair && me <= 1) {

@@ -57,6 +57,15 @@ inline bool SameNode(vmmipc_comm_t c, int r) {
   return s != 0;
 }
 
+// Whether comm ranks 0 to k - 1 share a node, as rank 0 sees it
+// (collective: every rank gets the same answer).
+inline bool FirstRanksShareANode(vmmipc_comm_t c, int k) {
+  int yes = Size() >= k;
+  for (int r = 1; yes && r < k; r++) yes = SameNode(c, r);
+  MPI_Bcast(&yes, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return yes != 0;
+}
+
 // The nodes as the comm split them, the same list on every rank
 // (collective): for each comm rank, the lowest comm rank of its node. Tests
 // pick their roles from it, so that every rank picks alike on any layout.
