@@ -177,8 +177,10 @@ VMMIPC_API vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config
 /* Collective. First frees, in step, the windows and heaps that every rank
  * released (vmmipc_win_release, vmmipc_heap_release). Refused on every rank
  * (the comm stays usable) while windows of it are open, or heaps, that some
- * rank has not released (VMMIPC_ERR_BUSY); on a broken comm, frees it, and
- * what this rank released, locally without waiting. The comm is still open after VMMIPC_ERR_BUSY or
+ * rank has not released (VMMIPC_ERR_BUSY); on a broken or aborted comm,
+ * frees it, and what this rank released, locally without waiting, and
+ * succeeds (unless refused so, or aborted during the call: then
+ * VMMIPC_ERR_ABORTED). The comm is still open after VMMIPC_ERR_BUSY or
  * VMMIPC_ERR_INVALID_ARG (a thread MPI does not allow); after any other
  * result it is freed: an agreement that fails (a peer dead or late) frees
  * it locally and returns why. */
@@ -597,7 +599,8 @@ VMMIPC_API vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t heap);
 /* Collective. First frees, in step, the windows every rank released
  * (vmmipc_win_release). Refused on every rank (VMMIPC_ERR_BUSY, naming how
  * many) while heap windows are open that some rank has not released; on a
- * broken comm, local (released windows of it freed locally first). NULL: nothing. As for
+ * broken or aborted comm, local (released windows of it freed locally
+ * first), and it succeeds as vmmipc_comm_destroy then does. NULL: nothing. As for
  * vmmipc_comm_destroy, the heap is still open after VMMIPC_ERR_BUSY or
  * VMMIPC_ERR_INVALID_ARG, and freed after any other result. */
 VMMIPC_API vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t heap);

@@ -542,6 +542,87 @@ TEST_F(Faults, AnAbortBehindAFullSocketStillReachesThePeer) {
   if (!ran) GTEST_SKIP() << "needs ranks 0 and 1 on one node";
 }
 
+// A rank aborts while idle, and rank 0, which collects the agreements, is
+// on another node (layout 0,1,1, or round robin). vmmipc_comm_abort
+// promises the aborting rank's node peers that their calls fail at once
+// naming it. They tell the collector, whose verdict fails every rank, off-
+// node ones included, with ABORTED naming it: from the agreement, which
+// reads its END frame (heap_create: no exchange), or from the exchange,
+// which read it first (allgather_map). Before, a member watched node
+// peers other than the collector for hang-ups only, and every rank's call
+// ended TIMEOUT after the whole timeout (a helper's heap probe).
+TEST_F(Faults, AnIdleRanksAbortReachesTheCollectorThroughItsNodePeers) {
+  for (int exchange : {0, 1}) {
+    vt::Baseline base;  // before the comm: its destroy frees what it made
+    vmmipc_comm_t c = Create(3000);
+    ASSERT_NE(c, nullptr);
+    const int me = vt::Rank(), f = vt::LastWithPeers(vt::NodeIds(c));
+    vmmipc_buf_t b = vt::PatternBuf(1, 70 + me);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (me == f) ASSERT_VMM_OK(vmmipc_comm_abort(c));
+    MPI_Barrier(MPI_COMM_WORLD);  // the others call after the abort
+    if (f >= 0 && me != f) {  // f is never rank 0: its node peer ranks higher
+      vmmipc_heap_t h = nullptr;
+      vmmipc_win_t w = nullptr;
+      auto t0 = std::chrono::steady_clock::now();
+      vmmipc_result_t r = exchange ? vmmipc_allgather_map(c, b, nullptr, &w) : vmmipc_heap_create(c, nullptr, &h);
+      const double took = Since(t0);
+      const char *what = exchange ? "allgather_map" : "heap_create";
+      EXPECT_LT(took, 1.5) << what << ", rank " << me << ": waited for rank " << f << " past its abort (timeout 3 s)";
+      EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << what << ", rank " << me << ": " << vmmipc_last_error();
+      EXPECT_EQ(h, nullptr);
+      EXPECT_EQ(w, nullptr);
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+      EXPECT_EQ(info.rank, f) << what << ": " << info.message;
+      EXPECT_TRUE(Has(info.message, "rank " + std::to_string(f) + " aborted")) << what << ": " << info.message;
+    }
+    vmmipc_comm_destroy(c);  // local after the abort: the verdict broke the comm
+    vmmipc_buf_free(b);
+    base.Expect(exchange ? "after allgather_map, the abort and the destroys" : "after heap_create, the abort and the destroys");
+    if (f < 0) GTEST_SKIP() << "needs a node with two ranks";
+  }
+}
+
+// The aborted rank's own later calls name it, as its peers' calls do: a
+// collective refused at entry, and win_free, which frees locally and says
+// the comm's failure. The destroys free locally and succeed (vmmipc.h).
+// Before, the calls named no rank (info.rank -1; a helper's heap probe).
+TEST_F(Faults, AnAbortedRanksOwnCallsNameIt) {
+  vt::Baseline base;  // before the comm: its destroy frees what it made
+  vmmipc_comm_t c = Create(1000);  // short: f's peers wait it out when f has none on its node
+  ASSERT_NE(c, nullptr);
+  const int me = vt::Rank(), peers = vt::LastWithPeers(vt::NodeIds(c));
+  const int f = peers >= 0 ? peers : vt::Size() - 1;
+  vmmipc_heap_t h = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_create(c, nullptr, &h));
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &w));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == f) {
+    ASSERT_VMM_OK(vmmipc_comm_abort(c));
+    auto expect = [f](vmmipc_result_t r, const char *what) {
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+      EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << what << ": " << info.message;
+      EXPECT_EQ(info.rank, f) << what << ": " << info.message;
+      EXPECT_TRUE(Has(info.message, "rank " + std::to_string(f) + " aborted")) << what << ": " << info.message;
+    };
+    vmmipc_win_t more = nullptr;
+    expect(vmmipc_heap_alloc(h, kGran, &more), "heap_alloc");
+    EXPECT_EQ(more, nullptr);
+    expect(vmmipc_win_free(w), "win_free");
+    EXPECT_VMM_OK(vmmipc_heap_destroy(h));
+    EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+  } else {  // freed with the destroy, which fails: f's abort
+    EXPECT_VMM_OK(vmmipc_win_release(w));
+    EXPECT_VMM_OK(vmmipc_heap_release(h));
+    EXPECT_NE(vmmipc_comm_destroy(c), VMMIPC_SUCCESS);
+  }
+  base.Expect("after the abort and the frees");
+  MPI_Barrier(MPI_COMM_WORLD);  // the next test's comm: every rank enters its create together
+}
+
 // A rank late past the timeout inside a map collective's second round
 // finds the call decided when it comes to send its descriptors, and sends
 // no fds: its peers have left, and fds in their sockets would hold its

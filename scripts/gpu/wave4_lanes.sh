@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wave 4's long GPU runs, in parallel lanes so that they fit one device call
 # each (docs/dev/gpu-validation.md records what ran):
-#   scripts/gpu/wave4_lanes.sh mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps OUTDIR
+#   scripts/gpu/wave4_lanes.sh mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps|ends OUTDIR
 # mps   under a private MPS daemon (scripts/mps.sh), two lanes at once:
 #         1. the Python suites (python, python_heap) at 2 and 4 ranks, REPEAT (10)
 #            runs in a row each;
@@ -22,6 +22,8 @@
 #       node layouts but the sync and device ones;
 # refuse  without MPS: the failure-path suites (FAULTS_S), then the node layouts but the sync and
 #       device ones; layouts-mps: under MPS, the node layouts (LAYOUTS_SKIP leaves some out);
+# ends  without MPS the failure-path suites and their layouts; under MPS the Python suites, the
+#       layouts of test_faults, test_agree and test_heap, and a campaign in what is left;
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
 # Layout entries that passed are listed in build-real/layouts-passed[-mps].txt, and
@@ -173,6 +175,20 @@ elif [ "$part" = refuse ]; then
     -R '^test_(faults|agree|comm|kill|hostile|transport|coll|heap)[.]'
   LAYOUTS_SKIP="${LAYOUTS_SKIP:+$LAYOUTS_SKIP|}^test_(sync|device|graph|persistent|pdl)"
   layouts "$(($(left) - 10))" 4
+elif [ "$part" = ends ]; then
+  # The ninth session's change (a node peer tells the collector of an abort it saw): without MPS the
+  # failure-path suites and their node layouts; under MPS the Python suites and the same layouts, then a
+  # campaign in what is left.
+  faults_re='^test_(faults|agree|comm|kill|hostile|transport|coll|heap)[.]'
+  step faults-nomps "${FAULTS_S:-150}" "$logs/faults-nomps.log" "${ct[@]}" -j 6 -LE 'layouts|chaos' -R "$faults_re"
+  step faults-layouts-nomps "${LAYOUTS_S:-100}" "$logs/faults-layouts-nomps.log" "${ct[@]}" -j 4 -L layouts \
+    -R '^test_(faults|agree|heap|comm)[.]'
+  mps_on
+  step python-mps "${PY_S:-110}" "$logs/python-mps.log" "${ct[@]}" -j 2 -R "$py"
+  step faults-layouts-mps "${LAYOUTS_S:-100}" "$logs/faults-layouts-mps.log" "${ct[@]}" -j 4 -L layouts \
+    -R '^test_(faults|agree|heap)[.]'
+  [ "$(left)" -gt 60 ] && chaos "$(($(left) - 15))" "${CHAOS_RUNS:-40}" "${CHAOS_SEED0:-13000}"
+  mps_off
 elif [ "$part" = layouts-mps ]; then
   mps_on
   layouts "$(($(left) - 15))" 4

@@ -390,9 +390,11 @@ static vmmipc_result_t apply_verdict(const agree_call_t *a, const unsigned char 
  * those of this agreement mark their rank (earlier ones, of ranks that got
  * their verdict within the grace after all, are dropped). A notice names a
  * rank of the sender's node that died (*dead, the first one), or says that
- * the sender was aborted (*aborter, the first one). Returns whether a
+ * the sender, or a rank of its node, aborted (*aborter, the first one;
+ * *abort_seen_by: who told, when not the aborter). Returns whether a
  * withdrawal or an abort came. */
-static int take_withdrawals(const agree_call_t *a, char *withdrew, int *dead, int *seen_by, int *aborter) {
+static int take_withdrawals(const agree_call_t *a, char *withdrew, int *dead, int *seen_by, int *aborter,
+                            int *abort_seen_by) {
   int any = 0;
   for (;;) {
     int flag = 0;
@@ -404,8 +406,12 @@ static int take_withdrawals(const agree_call_t *a, char *withdrew, int *dead, in
         st.MPI_SOURCE >= a->c->size)
       continue;
     uint32_t d = vmmipc__get32(b + 16);
-    if (vmmipc__get32(b + 20) == NOTICE_ABORT) { /* it was aborted while its verdict was due */
-      if (*aborter < 0) *aborter = st.MPI_SOURCE;
+    if (vmmipc__get32(b + 20) == NOTICE_ABORT) { /* aborted while its verdict was due, or seen by a node peer */
+      if (d > (uint32_t)a->c->size) continue;
+      if (*aborter < 0) {
+        *aborter = d ? (int)d - 1 : st.MPI_SOURCE;
+        *abort_seen_by = d ? st.MPI_SOURCE : -1;
+      }
       any = 1;
     } else if (d == 0) {
       withdrew[st.MPI_SOURCE] = 1;
@@ -439,10 +445,15 @@ static int withdrawals_fresh(const struct vmmipc_comm *c, int any, int64_t *quie
   return *seen && *quiet >= 0 && t - *quiet < grace_ms(c);
 }
 
-/* The verdict after rank r told that it was aborted during the call: every
- * rank fails naming it (the error pack_verdict takes). Returns r. */
-static int blame_abort(int r, vmmipc_result_t *code) {
-  vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort) during the call", r);
+/* The verdict after rank r told that it was aborted during the call, or
+ * rank `seen_by` (>= 0) of its node saw its abort: every rank fails naming
+ * it (the error pack_verdict takes). Returns r. */
+static int blame_abort(int r, int seen_by, vmmipc_result_t *code) {
+  if (seen_by < 0)
+    vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort) during the call", r);
+  else
+    vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort; rank %d, on its node, saw it)",
+                  r, seen_by);
   vmmipc__error_rank(r);
   *code = VMMIPC_ERR_ABORTED;
   return r;
@@ -545,7 +556,7 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     mrc = MPI_Irecv(outcomes + (size_t)r * omax, (int)omax, MPI_BYTE, r, a->tag, c->dup, &recvs[r]);
   int gone = -1;
   vmmipc_result_t gone_code = VMMIPC_ERR_PEER;
-  int w = VMMIPC__WAIT_MPI, dead = -1, seen_by = -1, aborter = -1;
+  int w = VMMIPC__WAIT_MPI, dead = -1, seen_by = -1, aborter = -1, abort_seen_by = -1;
   int64_t quiet = -1, prev = -1; /* withdrawals_fresh's record */
   int seen_w = 0;
   /* In slices, so that a death another node's rank saw (a notice) ends the
@@ -558,7 +569,7 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     w = vmmipc__mpi_wait_watch(c, recvs + 1, n - 1, until, &mrc, watch, &gone, &gone_code);
     if (w != VMMIPC__WAIT_TIMEOUT) break;
     int64_t t = vmmipc__now_ms();
-    int any_w = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+    int any_w = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter, &abort_seen_by);
     withdrawals_fresh(c, any_w, &quiet, &prev, &seen_w, t);
     if (aborter >= 0) { /* decided at once: nothing it waits for can change that */
       w = VMMIPC__WAIT_GONE;
@@ -623,10 +634,10 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     int gone_rank = gone >= 0 ? c->rank_of[gone] : dead;
     if (w != VMMIPC__WAIT_DONE) {
       int64_t t = vmmipc__now_ms();
-      int any_w = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+      int any_w = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter, &abort_seen_by);
       withdrawals_fresh(c, any_w, &quiet, &prev, &seen_w, t);
     }
-    if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, &gone_code);
+    if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, abort_seen_by, &gone_code);
     int fresh = withdrawals_fresh(c, 0, &quiet, &prev, &seen_w, -1);
     len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, fresh);
     /* Tests act here: a collector that stalls between deciding and announcing. */
@@ -641,14 +652,14 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
      * rank; unless the withdrawals are fresh (pack_verdict). */
     {
       int64_t t = vmmipc__now_ms();
-      int any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+      int any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter, &abort_seen_by);
       withdrawals_fresh(c, any, &quiet, &prev, &seen_w, t);
       if (!any) {
         t = vmmipc__now_ms();
-        any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter);
+        any = take_withdrawals(a, withdrew, &dead, &seen_by, &aborter, &abort_seen_by);
         withdrawals_fresh(c, any, &quiet, &prev, &seen_w, t);
       }
-      if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, &gone_code);
+      if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, abort_seen_by, &gone_code);
       int still = withdrawals_fresh(c, 0, &quiet, &prev, &seen_w, -1);
       if (any || still != fresh)
         len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, still);
@@ -724,7 +735,8 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
 
 /* Tells the collector this rank gives up on agreement k of this comm
  * (dead < 0), or that rank `dead` of its node died (a notice), or (kind
- * NOTICE_ABORT) that this rank was aborted. The comm's id goes too: an MPI
+ * NOTICE_ABORT) that this rank (dead < 0) or rank `dead` of its node
+ * aborted. The comm's id goes too: an MPI
  * that reuses a freed communicator's context must not match it to another
  * comm. */
 static void tell_collector_kind(const agree_call_t *a, int dead, uint32_t kind) {
@@ -766,13 +778,25 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
   /* The collector's socket is read (its END frame: an abort or a break);
    * 2: its pid only (the connection is closed). */
   if (root_p >= 0) watch[root_p] = vmmipc__tp_coll_fd(c->tp, root_p) >= 0 ? 1 : 2;
-  /* The other node peers, for hang-ups only (3): a death here is told to
-   * the collector, which may be on another node and not see it. */
+  /* The other node peers, for hang-ups and an END frame queued first (4):
+   * a death or an abort here is told to the collector, which may be on
+   * another node and not see it (an aborted rank's own later calls fail
+   * before they reach it). */
   for (int q = 0; c->tp && q < c->node_size; q++)
-    if (q != root_p && q != c->node_rank) watch[q] = 3;
+    if (q != root_p && q != c->node_rank) watch[q] = 4;
   MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}; /* verdict, outcome */
   int mrc = MPI_Irecv(verdict, (int)vmax, MPI_BYTE, 0, a->tag, c->dup, &reqs[0]);
   if (mrc == MPI_SUCCESS) mrc = MPI_Isend(outcome, len, MPI_BYTE, 0, a->tag, c->dup, &reqs[1]);
+  /* A node peer's abort that an exchange read (its END frame closed the
+   * connection; in this call, or in an earlier one that had succeeded
+   * already): told now, as the wait below would. It never sends an outcome
+   * again, and its END is gone from the socket. */
+  int ab = vmmipc__tp_aborted_by(c->tp);
+  if (mrc == MPI_SUCCESS && ab >= 0 && ab != root_p && ab < c->node_size && watch[ab] &&
+      vmmipc__tp_coll_fd(c->tp, ab) < 0) {
+    watch[ab] = 0;
+    tell_collector_kind(a, c->rank_of[ab], NOTICE_ABORT);
+  }
   int got = 0, withdrawn = 0, gone = -1, told = 0;
   vmmipc_result_t gone_code = VMMIPC_ERR_PEER, ended = VMMIPC_SUCCESS;
   char ended_why[VMMIPC__ERRMSG_MAX] = "";
@@ -811,9 +835,9 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
         rc = vmmipc__error(VMMIPC_ERR_ABORTED, "%s: %s", a->op, why);
         vmmipc__error_rank(c->rank);
       }
-    } else if (w == VMMIPC__WAIT_GONE && gone != root_p) { /* a node peer died: tell the collector */
+    } else if (w == VMMIPC__WAIT_GONE && gone != root_p) { /* a node peer died or aborted: tell the collector */
       watch[gone] = 0;
-      tell_collector(a, c->rank_of[gone]);
+      tell_collector_kind(a, c->rank_of[gone], gone_code == VMMIPC_ERR_ABORTED ? NOTICE_ABORT : 0);
     } else if (w == VMMIPC__WAIT_GONE) {
       pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(c->tp), root_p);
       char why[VMMIPC__ERRMSG_MAX];

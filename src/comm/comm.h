@@ -220,7 +220,9 @@ enum {
 };
 /* vmmipc__mpi_wait that also watches the collective sockets of the node
  * ranks with watch[p] == 1 (NULL: none; 2: only the pid of p; 3: hang-ups
- * and the pid, reading nothing; a hang-up turns 3 into 2): reads them as they become readable
+ * and the pid, reading nothing; 4: as 3, and an abort's END frame queued
+ * first, left queued, ends the wait; a hang-up turns 3 and 4 into 2,
+ * another record first 4 into 3): reads them as they become readable
  * (vmmipc__tp_read_coll), checks their pids every 100 ms, and ends as soon
  * as one is gone or the comm is aborted here. Sleeps in poll() between
  * tests, backing off to 1 ms. */

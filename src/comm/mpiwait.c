@@ -112,7 +112,7 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
         continue;
       }
       int fd = vmmipc__tp_coll_fd(c->tp, p);
-      if (watch[p] == 3) { /* hang-ups only: nothing is read */
+      if (watch[p] >= 3) { /* hang-ups, and (4) an END frame queued first */
         pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p);
         if (check_pids && vmmipc__pid_gone(pid)) {
           vmmipc__error(VMMIPC_ERR_PEER, "rank %d (pid %d) exited", vmmipc__conn_rank(vmmipc__tp_conn(c->tp), p),
@@ -123,7 +123,7 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
         }
         if (fd >= 0) {
           pfd[k].fd = fd;
-          pfd[k].events = 0; /* POLLHUP and POLLERR come anyway */
+          pfd[k].events = watch[p] == 4 ? POLLIN : 0; /* POLLHUP and POLLERR come anyway */
           pfd[k].revents = 0;
           who[k++] = p;
         }
@@ -153,7 +153,26 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
     pause_on(pfd, k, spin, &pause_ns);
     for (nfds_t i = 0; i < k; i++) {
       if (!pfd[i].revents) continue;
-      if (watch[who[i]] == 3) {
+      if (watch[who[i]] == 4 && (pfd[i].revents & POLLIN)) {
+        /* Its END frame, queued first, is only peeked at: left queued, it
+         * fails this rank's next calls that read the connection too, as the
+         * abort promises, whatever this agreement's verdict. An abort ends
+         * the wait; anything else first (a told break, a later call's
+         * frames) leaves hang-ups to watch; an end of file is one. */
+        int end = vmmipc__tp_end_first(c->tp, who[i]);
+        if (end == VMMIPC_ERR_ABORTED) {
+          int R = vmmipc__conn_rank(vmmipc__tp_conn(c->tp), who[i]);
+          vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort)", R);
+          vmmipc__error_rank(R);
+          *gone = who[i];
+          *gone_code = VMMIPC_ERR_ABORTED;
+          rc = VMMIPC__WAIT_GONE;
+          goto out;
+        }
+        if (end >= 0) watch[who[i]] = 3;
+        if (end == -2) pfd[i].revents |= POLLHUP;
+      }
+      if (watch[who[i]] >= 3) {
         /* Hung up: a death once its pid is gone (a peer that freed its
          * comm after its verdict is not one). */
         if (pfd[i].revents & (POLLHUP | POLLERR)) {

@@ -388,6 +388,16 @@ int vmmipc__conn_send(int fd, const void *head, size_t head_len, const void *pay
   }
 }
 
+int vmmipc__conn_peek(int fd, uint64_t *seq, uint32_t *code) {
+  unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
+  ssize_t r = recv(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+  if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -1 : -2;
+  if (r != (ssize_t)sizeof head) return -2;
+  if (seq) *seq = vmmipc__get64(head + 32);
+  if (code) *code = vmmipc__get32(head + 12);
+  return (uint16_t)(head[6] | head[7] << 8);
+}
+
 int vmmipc__conn_recv(int fd, void *buf, size_t cap, vmmipc__rec_t *r) {
   r->len = 0;
   r->truncated = r->ctrunc = r->odd_cmsg = 0;

@@ -93,6 +93,12 @@ int vmmipc__conn_send(int fd, const void *head, size_t head_len, const void *pay
  * a peer sent before it closed are read before its hang-up shows. */
 int vmmipc__conn_recv(int fd, void *buf, size_t cap, vmmipc__rec_t *r);
 
+/* The frame kind of the first record queued on fd (its sequence number in
+ * *seq and its code in *code, each when not NULL); -1 when nothing is
+ * queued yet; -2 at an end of file or for a record shorter than a frame
+ * header. Reads nothing. */
+int vmmipc__conn_peek(int fd, uint64_t *seq, uint32_t *code);
+
 /* 1 if process pid has exited (gone, or a zombie). */
 int vmmipc__pid_gone(pid_t pid);
 /* Builds "<head>: ENAME (text)[; hint: <hint>]" and returns rc. */

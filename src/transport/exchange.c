@@ -194,15 +194,6 @@ static vmmipc_result_t send_refused(xstate_t *s, int p, int e) {
   return gone(s, p, e);
 }
 
-/* The kind of the first record queued on fd; -1 when nothing is yet, -2
- * at an end of file or for a record shorter than a header. Reads nothing. */
-static int first_kind(int fd) {
-  unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
-  ssize_t r = recv(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
-  if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -1 : -2;
-  return r == (ssize_t)sizeof head ? (uint16_t)(head[6] | head[7] << 8) : -2;
-}
-
 static vmmipc_result_t progress(xstate_t *s, int *pending);
 
 /* A point-to-point exchange also watches the collective connection of
@@ -220,7 +211,7 @@ static vmmipc_result_t end_from_peers(xstate_t *s, char *ends, int *pending) {
   for (int p = 0; ends && p < tp->conn->node_size && *pending; p++) {
     if (!ends[p]) continue;
     int fd = tp->conn->fd[VMMIPC__CTX_COLL - 1][p];
-    int kind = fd >= 0 ? first_kind(fd) : -2;
+    int kind = fd >= 0 ? vmmipc__conn_peek(fd, NULL, NULL) : -2;
     if (kind == -1) continue; /* nothing yet: watched on */
     if (kind == VMMIPC__KIND_END) {
       vmmipc_result_t rc = progress(s, pending);

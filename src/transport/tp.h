@@ -110,6 +110,12 @@ typedef enum {
  * stops at an END frame, a hang-up, or a frame of a later collective (left
  * queued for it). */
 vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch);
+/* When p's END frame is the first record queued on its collective
+ * connection: VMMIPC_ERR_ABORTED (p aborted the comm) or VMMIPC_ERR_PEER (p
+ * broke it); else 0 (another record), -1 (nothing yet) or -2 (closed, or
+ * an end of file). Reads nothing: the frame stays queued for the calls
+ * that read the connection. */
+int vmmipc__tp_end_first(const vmmipc__tp_t *tp, int p);
 /* After a failed collective, whose last frames carried `epoch`: drops what
  * the peers sent this rank for it (or an earlier call) that is still queued
  * on the collective connections, and any half-assembled message of those,

@@ -50,12 +50,9 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
   for (;;) {
     /* A frame of the next collective: p had the verdict before this rank
      * (both come over MPI, apart from the socket). It stays queued for it. */
-    unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
-    if (recv(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT) == (ssize_t)sizeof head) {
-      uint16_t kind = (uint16_t)(head[6] | head[7] << 8);
-      if ((kind == VMMIPC__KIND_DATA || kind == VMMIPC__KIND_ABORT) && vmmipc__get64(head + 32) > epoch)
-        return VMMIPC__TP_READ_AHEAD;
-    }
+    uint64_t seq = 0;
+    int kind = vmmipc__conn_peek(fd, &seq, NULL);
+    if ((kind == VMMIPC__KIND_DATA || kind == VMMIPC__KIND_ABORT) && seq > epoch) return VMMIPC__TP_READ_AHEAD;
     vmmipc__rec_t rec;
     int e = vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec);
     if (e == EAGAIN || e == EWOULDBLOCK) return VMMIPC__TP_READ_NOTHING;
@@ -110,6 +107,15 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
   }
 }
 
+int vmmipc__tp_end_first(const vmmipc__tp_t *tp, int p) {
+  int fd = coll_fd(tp, p);
+  uint32_t code = 0;
+  int kind = fd >= 0 ? vmmipc__conn_peek(fd, NULL, &code) : -2;
+  if (kind < 0) return kind;
+  if (kind != VMMIPC__KIND_END) return 0;
+  return code == VMMIPC_ERR_ABORTED ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER; /* a break's code may be any */
+}
+
 void vmmipc__tp_drop_stale(vmmipc__tp_t *tp, uint64_t epoch) {
   if (!tp || !tp->conn) return;
   vmmipc__error_state_t st;
@@ -122,10 +128,9 @@ void vmmipc__tp_drop_stale(vmmipc__tp_t *tp, uint64_t epoch) {
     vmmipc__asm_t *a = &tp->rx[VMMIPC__CTX_COLL - 1][p];
     for (;;) {
       /* Only DATA and ABORT frames of this call or an earlier one. */
-      unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
-      if (recv(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof head) break;
-      uint16_t kind = (uint16_t)(head[6] | head[7] << 8);
-      if ((kind != VMMIPC__KIND_DATA && kind != VMMIPC__KIND_ABORT) || vmmipc__get64(head + 32) > epoch) break;
+      uint64_t seq = 0;
+      int kind = vmmipc__conn_peek(fd, &seq, NULL);
+      if ((kind != VMMIPC__KIND_DATA && kind != VMMIPC__KIND_ABORT) || seq > epoch) break;
       vmmipc__rec_t rec;
       if (vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec) || rec.len == 0) {
         vmmipc__close_fds(rec.fds, rec.nfds);
