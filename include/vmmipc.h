@@ -244,8 +244,9 @@ VMMIPC_API vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t comm, vmmipc_comm_sta
 VMMIPC_API vmmipc_result_t vmmipc_comm_cache_trim(vmmipc_comm_t comm, uint64_t *released);
 /* Local, and callable from any thread while another thread is blocked in a
  * call on `comm`, as ncclCommAbort is: marks the comm aborted, wakes the
- * blocked call (it returns VMMIPC_ERR_ABORTED, unless its outcome was
- * already decided on every rank: then that outcome), tells the node's peers (their
+ * blocked call (it returns VMMIPC_ERR_ABORTED; or, when this rank's outcome
+ * had already gone out, the verdict reached on it, which may be success:
+ * the next call fails), tells the node's peers (their
  * calls fail at once naming this rank), and releases the stream waits
  * enqueued on its windows (docs/sync.md). Every later call on the comm fails
  * with VMMIPC_ERR_ABORTED; vmmipc_comm_destroy (then local) still frees it,
