@@ -116,6 +116,10 @@ int vmmipc__failed(struct vmmipc_comm *c);
 /* The error of a call that freed its object locally on a failed comm:
  * ABORTED, or the comm's broken code, with "<op>: freed locally; ...". */
 vmmipc_result_t vmmipc__freed_locally(struct vmmipc_comm *c, const char *op);
+/* VMMIPC_ERR_ABORTED for a call on a comm aborted on this rank: "<op>:
+ * <what>rank R aborted the communicator", naming this rank as its peers'
+ * calls do. */
+vmmipc_result_t vmmipc__aborted_here(struct vmmipc_comm *c, const char *op, const char *what);
 void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code);
 /* Releases the stream waits on the comm's windows (once; any thread). */
 void vmmipc__release_waits(struct vmmipc_comm *c);

@@ -69,9 +69,7 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
   if (VMMIPC__INJECT("enter_slow")) VMMIPC__STALL(300); /* an abort from another thread lands here */
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
     vmmipc__leave(c);
-    vmmipc__error(VMMIPC_ERR_ABORTED, "%s: rank %d aborted the communicator (vmmipc_comm_abort)", op, c->rank);
-    vmmipc__error_rank(c->rank); /* as its peers' calls name it */
-    return VMMIPC_ERR_ABORTED;
+    return vmmipc__aborted_here(c, op, "");
   }
   if (c->broken) {
     vmmipc__leave(c);
@@ -168,13 +166,14 @@ int vmmipc__failed(struct vmmipc_comm *c) {
   return __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE) || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE);
 }
 
+vmmipc_result_t vmmipc__aborted_here(struct vmmipc_comm *c, const char *op, const char *what) {
+  vmmipc__error(VMMIPC_ERR_ABORTED, "%s: %srank %d aborted the communicator (vmmipc_comm_abort)", op, what, c->rank);
+  vmmipc__error_rank(c->rank);
+  return VMMIPC_ERR_ABORTED;
+}
+
 vmmipc_result_t vmmipc__freed_locally(struct vmmipc_comm *c, const char *op) {
-  if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
-    vmmipc__error(VMMIPC_ERR_ABORTED, "%s: freed locally; rank %d aborted the communicator (vmmipc_comm_abort)", op,
-                  c->rank);
-    vmmipc__error_rank(c->rank);
-    return VMMIPC_ERR_ABORTED;
-  }
+  if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) return vmmipc__aborted_here(c, op, "freed locally; ");
   vmmipc_result_t r = vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER,
                                      "%s: freed locally; the communicator is broken: %s", op, c->broken_msg);
   vmmipc__error_rank(c->broken_rank);
