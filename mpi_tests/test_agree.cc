@@ -142,10 +142,6 @@ TEST_F(Agree, ACollectorThatStallsPastTheGracesNamesItselfNotTheSilentRank) {
   int before = vt::FdCount();
   vmmipc_comm_t c = Create(2000);
   ASSERT_NE(c, nullptr);
-  if (vt::NodeSizeOf(vt::NodeIds(c), 0) == 1) {
-    vt::DestroyInStep(c, before);  // the known defect of the test below
-    GTEST_SKIP() << "known defect: a collector alone on its node that stalls splits the verdict (issue 29 item 2)";
-  }
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
   if (me == last) vmmipc__test_fail_at("agree", 1);
@@ -169,14 +165,6 @@ TEST_F(Agree, ACollectorThatStallsBeforeAnnouncingGivesOneVerdict) {
   int before = vt::FdCount();
   vmmipc_comm_t c = Create(2000);  // a margin of 0.3 x the timeout, as above
   ASSERT_NE(c, nullptr);
-  if (vt::NodeSizeOf(vt::NodeIds(c), 0) == 1) {
-    // Known defect (issue 29 item 2, the agreement's rewrite): no rank
-    // takes the verdict from a socket it can cut, so a withdrawal over MPI
-    // races the collector's look before it announces: rank 0 returned
-    // SUCCESS and the others TIMEOUT on layouts {1,2} and {1,1,1}.
-    vt::DestroyInStep(c, before);
-    GTEST_SKIP() << "known defect: a collector alone on its node that stalls splits the verdict (issue 29 item 2)";
-  }
   if (vt::Rank() == 0) vmmipc__test_fail_at("verdict", 1);
   vmmipc_result_t r = MapAndCheck(c, 2);
   vmmipc__test_fail_at(nullptr, 0);
@@ -251,6 +239,50 @@ TEST_F(Agree, AWithdrawalInTheDestroysAgreementIsTakenBeforeTheCommIsFreed) {
   if (me == last) MPI_Send(&token, 1, MPI_INT, 0, 910, MPI_COMM_WORLD);
   if (me == 0) MPI_Recv(&token, 1, MPI_INT, last, 910, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   ExpectNoStrayMessageInNewComms(me != last);
+}
+
+// The copies MPI made of an attribute (MPI_Comm_idup copies it with the
+// communicator) and has not deleted (MPI_Comm_free deletes it): the
+// communicators a comm made over the attributed one and never freed.
+int g_attr_copies = 0;
+int CountCopy(MPI_Comm, int, void *, void *, void *out, int *flag) {
+  g_attr_copies++;
+  *static_cast<void **>(out) = nullptr;  // a copy: the original holds &g_attr_copies
+  *flag = 1;
+  return MPI_SUCCESS;
+}
+int CountDelete(MPI_Comm, int, void *value, void *) {
+  if (!value) g_attr_copies--;
+  return MPI_SUCCESS;
+}
+
+// Every other rank gives up while the verdict is on its way (a withdrawal
+// the collector receives in the destroy's flush), and every call succeeds:
+// the destroy must free the comm's MPI communicators. Before, a rank that
+// had sent a withdrawal kept them for good, though the flush had received
+// everything (a communicator leaked per such comm). Counted with an
+// attribute of the communicator the comm was made over.
+TEST_F(Agree, AWithdrawalTheFlushReceivedLeavesNoCommunicatorBehind) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  MPI_Comm user = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &user), MPI_SUCCESS);
+  int key = MPI_KEYVAL_INVALID;
+  ASSERT_EQ(MPI_Comm_create_keyval(CountCopy, CountDelete, &key, nullptr), MPI_SUCCESS);
+  ASSERT_EQ(MPI_Comm_set_attr(user, key, &g_attr_copies), MPI_SUCCESS);
+  const int copies = g_attr_copies, before = vt::FdCount();
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = 5000;
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(user, &cfg, &c));
+  ASSERT_EQ(g_attr_copies, copies + 1) << "MPI_Comm_idup did not copy the attribute";
+  if (vt::Rank() != 0) vmmipc__test_fail_at("withdraw", 1);
+  vmmipc_result_t r = MapAndCheck(c, 40);
+  vmmipc__test_fail_at(nullptr, 0);
+  EXPECT_EQ(r, VMMIPC_SUCCESS) << vmmipc_last_error();
+  vt::DestroyInStep(c, before);
+  EXPECT_EQ(g_attr_copies, copies) << "rank " << vt::Rank() << " kept its comm's MPI communicators";
+  MPI_Comm_free(&user);
+  MPI_Comm_free_keyval(&key);
 }
 
 // Rank 0 aborts the comm (vmmipc_comm_abort) and destroys it: locally, with
@@ -461,16 +493,6 @@ TEST_F(Agree, AbortFromAnotherThreadEndsABlockedCollective) {
   vmmipc_comm_t c = Create(timeout_ms);
   ASSERT_NE(c, nullptr);
   int me = vt::Rank();
-  const std::vector<int> ids = vt::NodeIds(c);
-  if (ids[1] != ids[0]) {
-    // Known defect (issue 29 item 2, the agreement's rewrite): rank 1's
-    // outcome (ABORTED) does not mark the verdict broken, and only its node
-    // peers see it hang up: off its node the comm stays usable, and the
-    // destroy that follows waits the whole timeout for rank 1 ({1,2},
-    // {1,1,1}, round robin).
-    vt::DestroyInStep(c, before);
-    GTEST_SKIP() << "known defect: an abort off the collector's node does not break the comm there (issue 29 item 2)";
-  }
   auto t0 = std::chrono::steady_clock::now();
   vmmipc_result_t r;
   int token = 0;

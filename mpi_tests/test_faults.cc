@@ -623,6 +623,45 @@ TEST_F(Faults, AnAbortedRanksOwnCallsNameIt) {
   MPI_Barrier(MPI_COMM_WORLD);  // the next test's comm: every rank enters its create together
 }
 
+// An aborted rank 0, or an aborted rank alone on its node, reaches the
+// ranks of other nodes through its next call: a collective refused at
+// entry, or its local destroy, tells the agreement they wait in over MPI
+// (its node's peers read its END frames). Before, on layouts 0,1,1 and
+// 0,0,1, they waited out the timeout and failed TIMEOUT.
+TEST_F(Faults, AnAbortedRanksNextCallTellsTheRanksOfOtherNodes) {
+  const int me = vt::Rank();
+  for (int f : {0, vt::Size() - 1}) {
+    for (int by_destroy : {0, 1}) {
+      vt::Baseline base;  // before the comm: its destroy frees what it made
+      vmmipc_comm_t c = Create(3000);
+      ASSERT_NE(c, nullptr);
+      const std::string how = std::string(by_destroy ? "destroy" : "refused heap_create") + " after rank " +
+                              std::to_string(f) + "'s abort";
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (me == f) {
+        ASSERT_VMM_OK(vmmipc_comm_abort(c));
+        vmmipc_heap_t h = nullptr;
+        if (!by_destroy) {
+          EXPECT_EQ(vmmipc_heap_create(c, nullptr, &h), VMMIPC_ERR_ABORTED) << how;
+        }
+        EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+      } else {
+        vmmipc_heap_t h = nullptr;
+        vmmipc_result_t r = vmmipc_heap_create(c, nullptr, &h);
+        vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+        ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+        EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << how << ", rank " << me << ": " << info.message;
+        EXPECT_EQ(h, nullptr);
+        EXPECT_EQ(info.rank, f) << how << ": " << info.message;
+        EXPECT_TRUE(Has(info.message, "rank " + std::to_string(f) + " aborted")) << how << ": " << info.message;
+        vmmipc_comm_destroy(c);  // local: the verdict broke the comm
+      }
+      base.Expect(how.c_str());
+      MPI_Barrier(MPI_COMM_WORLD);  // the next comm: every rank enters its create together
+    }
+  }
+}
+
 // A rank late past the timeout inside a map collective's second round
 // finds the call decided when it comes to send its descriptors, and sends
 // no fds: its peers have left, and fds in their sockets would hold its

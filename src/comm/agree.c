@@ -451,6 +451,8 @@ static int withdrawals_fresh(const struct vmmipc_comm *c, int any, int64_t *quie
 static int blame_abort(int r, int seen_by, vmmipc_result_t *code) {
   if (seen_by < 0)
     vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort) during the call", r);
+  else if (seen_by == r) /* vmmipc__agree_tell_aborted */
+    vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort; its next call said so)", r);
   else
     vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort; rank %d, on its node, saw it)",
                   r, seen_by);
@@ -461,9 +463,11 @@ static int blame_abort(int r, int seen_by, vmmipc_result_t *code) {
 
 static int tag_of(uint64_t k) { return AGREE_TAG_BASE + (int)(k % AGREE_TAG_SPAN); }
 
-/* A message that may never be received: sent, its buffer kept. */
+/* A message that may never be received: sent, its buffer kept. The
+ * sender's communicators are not at risk: one that is not received stays
+ * with its receiver, whose flush takes it (vmmipc__agree_flush) or which
+ * keeps its communicators (a flush that did not finish, a broken comm). */
 static void send_kept(struct vmmipc_comm *c, unsigned char *b, int len, int to, int tag) {
-  c->mpi_dirty = 1;
   MPI_Request req = MPI_REQUEST_NULL;
   if (MPI_Isend(b, len, MPI_BYTE, to, tag, c->dup, &req) == MPI_SUCCESS) MPI_Request_free(&req);
 }
@@ -751,6 +755,33 @@ static void tell_collector_kind(const agree_call_t *a, int dead, uint32_t kind) 
 }
 
 static void tell_collector(const agree_call_t *a, int dead) { tell_collector_kind(a, dead, 0); }
+
+/* An abort while this rank was idle, or after its outcome had gone out,
+ * reaches its node's peers as END frames, and through them rank 0 (a
+ * member's wait watches its node peers); the ranks of other nodes, when
+ * this rank is rank 0 or alone on its node, would wait out the timeout.
+ * So its next call tells the agreement they are in, or will be in: the
+ * next one, whose number every rank shares. */
+void vmmipc__agree_tell_aborted(struct vmmipc_comm *c) {
+  if (c->size == 1 || c->dup == MPI_COMM_NULL || c->abort_agreed) return;
+  c->abort_agreed = 1;
+  uint64_t next = c->agreements;
+  if (c->rank != 0) {
+    agree_call_t a = {c, "", next, tag_of(next), AGREE_WITHDRAW_BASE + (int)(next % AGREE_TAG_SPAN), 0, 0, NULL, 0,
+                      NULL};
+    tell_collector_kind(&a, c->rank, NOTICE_ABORT); /* itself: blame_abort says it told after the fact */
+    return;
+  }
+  unsigned char *v = malloc(VERDICT_HEAD + VMMIPC__ERRMSG_MAX);
+  if (!v) return;
+  size_t at = put_head(v, next, VMMIPC_ERR_ABORTED, 0, 1, 0, 0, 0);
+  int n = snprintf((char *)v + at, VMMIPC__ERRMSG_MAX,
+                   "rank 0 aborted the communicator (vmmipc_comm_abort; its next call said so)%s", k_broken_tail);
+  if (n < 0) n = 0;
+  if (n >= VMMIPC__ERRMSG_MAX) n = VMMIPC__ERRMSG_MAX - 1;
+  for (int r = 1; r < c->size; r++) send_kept(c, v, (int)at + n + 1, r, tag_of(next));
+  vmmipc__mpi_keep(v);
+}
 
 static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local, int secondary) {
   struct vmmipc_comm *c = a->c;

@@ -49,7 +49,8 @@ struct vmmipc_comm {
   uint64_t epoch;          /* collective calls so far: every rank, success or not */
   uint64_t agreements;     /* agreements so far (tags their MPI messages) */
   uint64_t id;             /* rank 0's random id for this comm (withdrawals carry it) */
-  int mpi_dirty;           /* a message of this rank may never be received: keep the MPI comms */
+  int mpi_dirty;           /* a message to this rank may still come, or an MPI operation of it is
+                              pending: keep the MPI comms */
   int busy;                /* a thread is inside a call on this comm (__atomic builtins); VMMIPC__BUSY_ABORT:
                               vmmipc_comm_abort tells the peers */
   const char *busy_op;     /* which call, for the refusal message (__atomic builtins) */
@@ -62,6 +63,7 @@ struct vmmipc_comm {
   int aborting;            /* vmmipc_comm_abort calls inside now (abort.c's registry lock) */
   struct vmmipc_comm *live_next; /* the registry of live comms (abort.c) */
   int abort_told;          /* the peers were told (__atomic builtins) */
+  int abort_agreed;        /* the agreement was told over MPI (agree.c; the calling thread's) */
   /* Releases the stream waits enqueued on this comm's windows (set by whoever
    * made the signal pool: sync/release.c); called once the comm fails. */
   void (*release)(struct vmmipc_comm *);
@@ -199,6 +201,11 @@ vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, i
  * message (withdrawals that came after its verdict). Bounded by two graces:
  * a rank that does not finish keeps its communicators (mpi_dirty). */
 void vmmipc__agree_flush(struct vmmipc_comm *c);
+/* This rank aborted: its next call (refused) or its local destroy tells the
+ * ranks off its node over MPI, once, from the caller's thread (where MPI may
+ * be called): rank 0 sends every rank the verdict of the next agreement
+ * (aborted, naming it), a member tells rank 0, which fails every rank. */
+void vmmipc__agree_tell_aborted(struct vmmipc_comm *c);
 
 /* ---- one deadline per call (deadline.c) ---- */
 /* The collector's slack: a tenth of the timeout, at most 1 s. */

@@ -129,8 +129,8 @@ static void comm_free(struct vmmipc_comm *c) {
   /* A broken comm may have messages in flight that nobody will receive:
    * freeing its MPI communicators would let MPI reuse their context for a
    * new comm, where those messages would match. They are left to MPI, as
-   * are those of a comm where this rank sent a withdrawal the collector may
-   * never receive (agree.c), and those of a comm freed locally after an
+   * are those of a comm whose flush did not finish (a peer's message may
+   * still come: agree.c), and those of a comm freed locally after an
    * abort (vmmipc_comm_destroy), whose peers may still send to it. */
   if (!c->broken && !c->mpi_dirty && c->node != MPI_COMM_NULL) MPI_Comm_free(&c->node);
   if (!c->broken && !c->mpi_dirty && c->dup != MPI_COMM_NULL) MPI_Comm_free(&c->dup);
@@ -481,7 +481,21 @@ again:
                            "locally on a broken comm)",
                            op, c->open_windows);
     }
-    if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c); /* once: see below */
+    if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
+      vmmipc__tell_abort(c); /* once: see below */
+      /* The ranks off this node, over MPI, where this thread may call it
+       * (a refusal here is no error of the destroy's). */
+      char keep[VMMIPC__ERRMSG_MAX];
+      vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
+      vmmipc__error_get(&st);
+      snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+      if (!vmmipc__enter_process(c->thread_level, op)) {
+        vmmipc__agree_tell_aborted(c);
+        vmmipc__leave_process();
+      }
+      vmmipc__error_set_raw(keep);
+      vmmipc__error_put(&st);
+    }
     /* No agreement, so no flush: the peers may still send on the MPI
      * communicators. An abort is told over the node's sockets only, so a
      * peer off this node (or one that had sent before the END frame came)

@@ -68,6 +68,7 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
   if (c->check) c->check(c);
   if (VMMIPC__INJECT("enter_slow")) VMMIPC__STALL(300); /* an abort from another thread lands here */
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
+    vmmipc__agree_tell_aborted(c);
     vmmipc__leave(c);
     return vmmipc__aborted_here(c, op, "");
   }
