@@ -248,9 +248,10 @@ VMMIPC_API vmmipc_result_t vmmipc_comm_cache_trim(vmmipc_comm_t comm, uint64_t *
  * had already gone out, the verdict reached on it, which may be success:
  * the next call fails), tells the node's peers (their
  * calls fail at once naming this rank; other nodes' ranks learn it at their
- * next collective from a node peer other than rank 0, or once this rank
- * makes another call on the comm, its destroy included, else at the
- * timeout), and releases the stream waits
+ * next collective from a node peer other than rank 0, or from this rank's
+ * next call on the comm (not a host sync call, nor, under
+ * MPI_THREAD_SERIALIZED, its destroy), else at the timeout), and releases
+ * the stream waits
  * enqueued on its windows (docs/sync.md). Every later call on the comm fails
  * with VMMIPC_ERR_ABORTED; vmmipc_comm_destroy (then local) still frees it,
  * and vmmipc_win_free its windows. A vmmipc_comm_destroy in a call on another

@@ -654,6 +654,7 @@ TEST_F(Faults, AnAbortedRanksNextCallTellsTheRanksOfOtherNodes) {
         EXPECT_EQ(h, nullptr);
         EXPECT_EQ(info.rank, f) << how << ": " << info.message;
         EXPECT_TRUE(Has(info.message, "rank " + std::to_string(f) + " aborted")) << how << ": " << info.message;
+        EXPECT_STREQ(info.operation, "vmmipc_heap_create") << how << ": " << info.message;
         vmmipc_comm_destroy(c);  // local: the verdict broke the comm
       }
       base.Expect(how.c_str());

@@ -64,6 +64,9 @@
  * SUCCESS), next cursor (8); then every rank's input, the freed ids, the
  * message. */
 #define VERDICT_HEAD 48
+/* In the broken word: the text names no call (rank 0 did not know it, as
+ * after its abort): each rank puts its own call first. */
+#define VERDICT_NAME_CALL 2u
 /* A notice to the collector (24 bytes): agreement, comm id, a dead node
  * peer + 1 (0: none), kind. */
 #define NOTICE_ABORT 1u
@@ -376,7 +379,8 @@ static vmmipc_result_t apply_verdict(const agree_call_t *a, const unsigned char 
   at += 8u * nfreed;
   char text[VMMIPC__ERRMSG_MAX];
   int n = (int)(len - at);
-  snprintf(text, sizeof text, "%.*s", n < VMMIPC__ERRMSG_MAX ? n : VMMIPC__ERRMSG_MAX - 1, (const char *)v + at);
+  snprintf(text, sizeof text, "%s%s%.*s", broken & VERDICT_NAME_CALL ? a->op : "", broken & VERDICT_NAME_CALL ? ": " : "",
+           n < VMMIPC__ERRMSG_MAX ? n : VMMIPC__ERRMSG_MAX - 1, (const char *)v + at);
   vmmipc__error_set_raw(text);
   vmmipc_result_t rc = known_code(code);
   /* The failing rank's record, as the message: the same on every rank. */
@@ -542,14 +546,6 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
   }
   char *arrived = flags, *withdrew = flags + n, *watch = flags + 2 * n; /* watch: by node rank */
   MPI_Request *recvs = reqs, *sends = reqs + n;
-  /* Aborted here during the call, as a member is (agree_member): the call
-   * fails naming this rank, even if every outcome is in already. */
-  if (!local && __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
-    local = vmmipc__error(VMMIPC_ERR_ABORTED, "%s: rank 0 aborted the communicator (vmmipc_comm_abort) during the call",
-                          a->op);
-    vmmipc__error_rank(0);
-    secondary = 0;
-  }
   pack_outcome(outcomes, a, a->k, local, secondary ? OF_SECONDARY : 0);
   arrived[0] = 1;
   for (int r = 0; r < 2 * n; r++) reqs[r] = MPI_REQUEST_NULL;
@@ -763,7 +759,10 @@ static void tell_collector(const agree_call_t *a, int dead) { tell_collector_kin
  * So its next call tells the agreement they are in, or will be in: the
  * next one, whose number every rank shares. */
 void vmmipc__agree_tell_aborted(struct vmmipc_comm *c) {
-  if (c->size == 1 || c->dup == MPI_COMM_NULL || c->abort_agreed) return;
+  int finalized = 1; /* a call after MPI_Finalize tells nobody */
+  if (c->size == 1 || c->dup == MPI_COMM_NULL || c->abort_agreed || MPI_Finalized(&finalized) != MPI_SUCCESS ||
+      finalized)
+    return;
   c->abort_agreed = 1;
   uint64_t next = c->agreements;
   if (c->rank != 0) {
@@ -774,7 +773,7 @@ void vmmipc__agree_tell_aborted(struct vmmipc_comm *c) {
   }
   unsigned char *v = malloc(VERDICT_HEAD + VMMIPC__ERRMSG_MAX);
   if (!v) return;
-  size_t at = put_head(v, next, VMMIPC_ERR_ABORTED, 0, 1, 0, 0, 0);
+  size_t at = put_head(v, next, VMMIPC_ERR_ABORTED, 0, 1 | VERDICT_NAME_CALL, 0, 0, 0);
   int n = snprintf((char *)v + at, VMMIPC__ERRMSG_MAX,
                    "rank 0 aborted the communicator (vmmipc_comm_abort; its next call said so)%s", k_broken_tail);
   if (n < 0) n = 0;
@@ -796,14 +795,6 @@ static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local
     return break_tell(a, VMMIPC_ERR_NO_MEMORY, c->rank, a->k);
   }
   unsigned char *outcome = bufs, *verdict = bufs + omax;
-  /* Aborted here since its part of the call ended: the call fails (naming
-   * this rank) rather than succeed on the others alone. */
-  if (!local && __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
-    local = vmmipc__error(VMMIPC_ERR_ABORTED, "%s: rank %d aborted the communicator (vmmipc_comm_abort) during the call",
-                          a->op, c->rank);
-    vmmipc__error_rank(c->rank);
-    secondary = 0;
-  }
   int len = pack_outcome(outcome, a, a->k, local, secondary ? OF_SECONDARY : 0);
   int root_p = node_of(c, 0); /* the collector's node rank, or -1 off-node */
   /* The collector's socket is read (its END frame: an abort or a break);
@@ -968,6 +959,15 @@ vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, i
     int more = 0, n = vmmipc__deferred_collect(c, 0, ids, VMMIPC__DEFERRED_MAX, &more);
     vmmipc__deferred_due(c, ids, n);
   } else {
+    /* Aborted here since its part of the call ended: the call fails naming
+     * this rank rather than succeed on the others alone, even if every
+     * outcome is in already at the collector. */
+    if (!local && __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
+      local = vmmipc__error(VMMIPC_ERR_ABORTED,
+                            "%s: rank %d aborted the communicator (vmmipc_comm_abort) during the call", op, c->rank);
+      vmmipc__error_rank(c->rank);
+      secondary = 0;
+    }
     r = c->rank == 0 ? agree_root(&a, local, secondary) : agree_member(&a, local, secondary);
   }
   /* A failed call keeps nothing: what its peers sent this rank and it never

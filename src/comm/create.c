@@ -460,6 +460,27 @@ static int hold_for_free(struct vmmipc_comm *c) {
   }
 }
 
+/* The local free of an aborted comm tells the ranks off this node over MPI
+ * (vmmipc__agree_tell_aborted) only where this thread may call MPI without
+ * the caller expecting it: MPI still up, and the MPI thread level not
+ * MPI_THREAD_SERIALIZED, under which the application's own MPI call on
+ * another thread may be running (a watchdog's abort and destroy). Its
+ * refusal is no error of the destroy's. */
+static void tell_off_node(struct vmmipc_comm *c, const char *op) {
+  int finalized = 1;
+  if (c->thread_level == MPI_THREAD_SERIALIZED || MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  char keep[VMMIPC__ERRMSG_MAX];
+  vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
+  vmmipc__error_get(&st);
+  snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+  if (!vmmipc__enter_process(c->thread_level, op)) {
+    vmmipc__agree_tell_aborted(c);
+    vmmipc__leave_process();
+  }
+  vmmipc__error_set_raw(keep);
+  vmmipc__error_put(&st);
+}
+
 vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   const char *op = "vmmipc_comm_destroy";
   if (!c) return VMMIPC_SUCCESS; /* like free(NULL) */
@@ -483,18 +504,7 @@ again:
     }
     if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
       vmmipc__tell_abort(c); /* once: see below */
-      /* The ranks off this node, over MPI, where this thread may call it
-       * (a refusal here is no error of the destroy's). */
-      char keep[VMMIPC__ERRMSG_MAX];
-      vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
-      vmmipc__error_get(&st);
-      snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
-      if (!vmmipc__enter_process(c->thread_level, op)) {
-        vmmipc__agree_tell_aborted(c);
-        vmmipc__leave_process();
-      }
-      vmmipc__error_set_raw(keep);
-      vmmipc__error_put(&st);
+      tell_off_node(c, op);
     }
     /* No agreement, so no flush: the peers may still send on the MPI
      * communicators. An abort is told over the node's sockets only, so a
@@ -570,7 +580,13 @@ again:
    * the sockets close, so that they fail at once instead of waiting out
    * their agreement. */
   __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
-  if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c);
+  if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
+    vmmipc__tell_abort(c);
+    /* Aborted after its outcome of a round had gone out (the drain then
+     * stops here): the others may have another round to make. Told before
+     * the flush, which then takes this message if they do not. */
+    vmmipc__agree_tell_aborted(c);
+  }
   /* Every rank shares the verdict: what a peer sent after it (a withdrawal
    * of a rank that gave up as the verdict came) is received before the MPI
    * communicators are freed. */

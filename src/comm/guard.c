@@ -102,8 +102,7 @@ void vmmipc__reap_released(struct vmmipc_comm *c) {
 
 void vmmipc__leave(struct vmmipc_comm *c) {
   vmmipc__reap_released(c);
-  if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__tell_abort(c);
-  vmmipc__seal_failed(c);
+  vmmipc__seal_failed(c); /* an abort's END frames first */
   c->deadline_ms = 0;
   vmmipc__leave_process();
   __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
