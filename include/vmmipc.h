@@ -249,9 +249,10 @@ VMMIPC_API vmmipc_result_t vmmipc_comm_cache_trim(vmmipc_comm_t comm, uint64_t *
  * the next call fails), tells the node's peers (their
  * calls fail at once naming this rank; other nodes' ranks learn it at their
  * next collective from a node peer other than rank 0, or from this rank's
- * next call on the comm (not a host sync call, nor, under
- * MPI_THREAD_SERIALIZED, its destroy), else at the timeout), and releases
- * the stream waits
+ * next collective or point-to-point call on the comm (refused at entry) or
+ * its vmmipc_comm_destroy (not under MPI_THREAD_SERIALIZED), else at the
+ * timeout; vmmipc_win_free and vmmipc_heap_destroy, local then, tell
+ * nobody), and releases the stream waits
  * enqueued on its windows (docs/sync.md). Every later call on the comm fails
  * with VMMIPC_ERR_ABORTED; vmmipc_comm_destroy (then local) still frees it,
  * and vmmipc_win_free its windows. A vmmipc_comm_destroy in a call on another
