@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "desc/desc.h"
 #include "harness/helpers.h"
 #include "transport/codec.h"
 
@@ -716,3 +717,22 @@ TEST_F(Assembler, DropAndResetCloseWhatIsHeld) {
 }
 
 }  // namespace
+
+// A peer's empty point-to-point message (no bytes: the assembler hands over
+// NULL) is a malformed descriptor, the sender's fault: VMMIPC_ERR_INVALID_DESC,
+// its fds closed. Before, the receive returned VMMIPC_ERR_INVALID_ARG
+// ("vmmipc_desc_unpack: bytes is NULL"), as if its caller had erred
+// (fuzz_frame, in CI). The public call still refuses a NULL argument.
+TEST(Codec, AnEmptyDescriptorMessageIsMalformedNotTheCallersError) {
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  int fds[1] = {p[0]};
+  vmmipc_desc_t d = nullptr;
+  EXPECT_EQ(vmmipc__desc_adopt(nullptr, 0, fds, 1, &d), VMMIPC_ERR_INVALID_DESC) << vmmipc_last_error();
+  EXPECT_EQ(d, nullptr);
+  EXPECT_EQ(fcntl(p[0], F_GETFD), -1) << "the message's fd was not closed";
+  close(p[1]);
+  EXPECT_EQ(vmmipc__desc_adopt(nullptr, 0, nullptr, 0, &d), VMMIPC_ERR_INVALID_DESC);
+  EXPECT_EQ(vmmipc_desc_unpack(nullptr, 0, nullptr, 0, &d), VMMIPC_ERR_INVALID_ARG);
+  EXPECT_EQ(d, nullptr);
+}

@@ -663,6 +663,38 @@ TEST_F(Faults, AnAbortedRanksNextCallTellsTheRanksOfOtherNodes) {
   }
 }
 
+// An abort that lands between two rounds of a destroy's drain, after a
+// round that succeeded everywhere (it freed the window every rank had
+// released, so another round follows): the aborted rank's destroy stops
+// there, and tells the ranks of other nodes, which make that round. Before
+// the review's mend they waited out the timeout and failed TIMEOUT where
+// the aborted rank is rank 0 or alone on its node.
+TEST_F(Faults, AnAbortBetweenTheDestroysRoundsReachesOtherNodes) {
+  const int me = vt::Rank();
+  for (int f : {0, vt::Size() - 1}) {
+    vt::Baseline base;  // before the comm: its destroy frees what it made
+    vmmipc_comm_t c = Create(3000);
+    ASSERT_NE(c, nullptr);
+    vmmipc_buf_t b = vt::PatternBuf(1, 90 + me);
+    vmmipc_win_t w = nullptr;
+    ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w));
+    ASSERT_VMM_OK(vmmipc_win_release(w));  // freed by the destroy's first round
+    const std::string how = "rank " + std::to_string(f) + " aborted between the destroy's rounds";
+    if (me == f) vmmipc__test_fail_at("drain_abort", 1);
+    vmmipc_result_t r = vmmipc_comm_destroy(c);
+    vmmipc__test_fail_at(nullptr, 0);
+    if (me != f) {
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+      EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << how << ", rank " << me << ": " << info.message;
+      EXPECT_EQ(info.rank, f) << how << ": " << info.message;
+    }
+    vmmipc_buf_free(b);
+    base.Expect(how.c_str());
+    MPI_Barrier(MPI_COMM_WORLD);  // the next comm: every rank enters its create together
+  }
+}
+
 // A rank late past the timeout inside a map collective's second round
 // finds the call decided when it comes to send its descriptors, and sends
 // no fds: its peers have left, and fds in their sockets would hold its

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "common/testhooks.h"
 
 void vmmipc__deferred_push(struct vmmipc_comm *c, struct vmmipc__deferred *d) {
   pthread_mutex_lock(&c->def_mu);
@@ -139,6 +140,7 @@ vmmipc_result_t vmmipc__agree_drain(struct vmmipc_comm *c, vmmipc_result_t local
   for (int round = 0;; round++) {
     vmmipc_result_t r = vmmipc__agree(c, local, 0, op);
     int named = vmmipc__deferred_reap_due(c);
+    if (VMMIPC__INJECT("drain_abort")) vmmipc_comm_abort(c); /* tests: an abort between two rounds */
     if (r || vmmipc__failed(c) || (!named && c->def_cursor == 0) || round >= 100000) return r;
   }
 }

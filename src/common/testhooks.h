@@ -22,7 +22,9 @@ extern "C" {
  * mapped), "abort_slow" (the next vmmipc_comm_abort pauses 300 ms after it
  * marked the comm and released its waits, as a slow release would),
  * "enter_slow" (the next call that holds a comm pauses 300 ms before it
- * looks whether the comm was aborted). At the
+ * looks whether the comm was aborted), "drain_abort" (this rank aborts its
+ * comm right after a round of the agreements that free released objects,
+ * as another thread's abort could). At the
  * collector of an agreement (comm/agree.c): "verdict" (it stalls 1.5 x the
  * timeout between deciding and announcing), "verdict_slow" /
  * "verdict_stuck" (after sending rank 1 its verdict, it stalls for the

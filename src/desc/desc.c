@@ -181,6 +181,7 @@ vmmipc_result_t vmmipc_desc_unpack(const void *bytes, size_t num_bytes, const in
                                    vmmipc_desc_t *out) {
   if (!out) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_desc_unpack: out is NULL");
   *out = NULL;
+  if (!bytes) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_desc_unpack: bytes is NULL");
   if (num_fds < 0 || (num_fds > 0 && !fds))
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_desc_unpack: %d fds given with fds %s", num_fds,
                          fds ? "set" : "NULL");

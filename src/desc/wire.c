@@ -35,9 +35,9 @@ void vmmipc__desc_encode(const struct vmmipc_desc *d, void *bytes) {
 vmmipc_result_t vmmipc__desc_decode(const void *bytes, size_t num_bytes, vmmipc_desc_t *out) {
   const unsigned char *p = bytes;
   *out = NULL;
-  if (!bytes)
-    return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_desc_unpack: bytes is NULL");
-  if (num_bytes < VMMIPC__DESC_HEADER_BYTES)
+  /* No bytes (a peer's empty message) is a malformed descriptor here; the
+   * public vmmipc_desc_unpack refuses a NULL argument before. */
+  if (!bytes || num_bytes < VMMIPC__DESC_HEADER_BYTES)
     return vmmipc__error(VMMIPC_ERR_INVALID_DESC,
                          "vmmipc_desc_unpack: %zu bytes is shorter than the %u-byte header (truncated)", num_bytes,
                          VMMIPC__DESC_HEADER_BYTES);
