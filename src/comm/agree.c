@@ -179,14 +179,22 @@ static size_t put_head(unsigned char *v, uint64_t k, uint32_t code, int failing,
   return VERDICT_HEAD;
 }
 
-/* A failed, broken verdict of agreement k with the current message, as the
- * collector tells a failure of its own; returns its length. */
-static int pack_failure(unsigned char *v, uint64_t k, vmmipc_result_t code, int rank) {
-  size_t at = put_head(v, k, (uint32_t)code, rank, 1, rank, 0, 0);
-  int n = snprintf((char *)v + at, VMMIPC__ERRMSG_MAX, "%s", vmmipc_last_error());
+/* A failed, broken verdict of agreement k naming `rank`, with `text`
+ * (`broken`: 1, with VERDICT_NAME_CALL when the text names no call);
+ * returns its length. */
+static int pack_failure_text(unsigned char *v, uint64_t k, vmmipc_result_t code, int rank, uint32_t broken,
+                             const char *text) {
+  size_t at = put_head(v, k, (uint32_t)code, rank, (int)broken, rank, 0, 0);
+  int n = snprintf((char *)v + at, VMMIPC__ERRMSG_MAX, "%s", text);
   if (n < 0) n = 0;
   if (n >= VMMIPC__ERRMSG_MAX) n = VMMIPC__ERRMSG_MAX - 1;
   return (int)at + n + 1;
+}
+
+/* The same with the current message, as the collector tells a failure of
+ * its own. */
+static int pack_failure(unsigned char *v, uint64_t k, vmmipc_result_t code, int rank) {
+  return pack_failure_text(v, k, code, rank, 1, vmmipc_last_error());
 }
 
 /* The released ids every rank named (see agree.c's header): exact within
@@ -466,6 +474,7 @@ static int blame_abort(int r, int seen_by, vmmipc_result_t *code) {
 }
 
 static int tag_of(uint64_t k) { return AGREE_TAG_BASE + (int)(k % AGREE_TAG_SPAN); }
+static int wtag_of(uint64_t k) { return AGREE_WITHDRAW_BASE + (int)(k % AGREE_TAG_SPAN); }
 
 /* A message that may never be received: sent, its buffer kept. The
  * sender's communicators are not at risk: one that is not received stays
@@ -766,19 +775,17 @@ void vmmipc__agree_tell_aborted(struct vmmipc_comm *c) {
   c->abort_agreed = 1;
   uint64_t next = c->agreements;
   if (c->rank != 0) {
-    agree_call_t a = {c, "", next, tag_of(next), AGREE_WITHDRAW_BASE + (int)(next % AGREE_TAG_SPAN), 0, 0, NULL, 0,
-                      NULL};
+    agree_call_t a = {c, "", next, tag_of(next), wtag_of(next), 0, 0, NULL, 0, NULL};
     tell_collector_kind(&a, c->rank, NOTICE_ABORT); /* itself: blame_abort says it told after the fact */
     return;
   }
   unsigned char *v = malloc(VERDICT_HEAD + VMMIPC__ERRMSG_MAX);
   if (!v) return;
-  size_t at = put_head(v, next, VMMIPC_ERR_ABORTED, 0, 1 | VERDICT_NAME_CALL, 0, 0, 0);
-  int n = snprintf((char *)v + at, VMMIPC__ERRMSG_MAX,
-                   "rank 0 aborted the communicator (vmmipc_comm_abort; its next call said so)%s", k_broken_tail);
-  if (n < 0) n = 0;
-  if (n >= VMMIPC__ERRMSG_MAX) n = VMMIPC__ERRMSG_MAX - 1;
-  for (int r = 1; r < c->size; r++) send_kept(c, v, (int)at + n + 1, r, tag_of(next));
+  char text[VMMIPC__ERRMSG_MAX];
+  snprintf(text, sizeof text, "rank 0 aborted the communicator (vmmipc_comm_abort; its next call said so)%s",
+           k_broken_tail);
+  int len = pack_failure_text(v, next, VMMIPC_ERR_ABORTED, 0, 1 | VERDICT_NAME_CALL, text);
+  for (int r = 1; r < c->size; r++) send_kept(c, v, len, r, tag_of(next));
   vmmipc__mpi_keep(v);
 }
 
@@ -946,7 +953,7 @@ vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, i
                     op,
                     k,
                     tag_of(k),
-                    AGREE_WITHDRAW_BASE + (int)(k % AGREE_TAG_SPAN),
+                    wtag_of(k),
                     io && io->keyed,
                     io && io->keyed ? io->key : 0,
                     io ? io->mine : NULL,

@@ -469,16 +469,13 @@ static int hold_for_free(struct vmmipc_comm *c) {
 static void tell_off_node(struct vmmipc_comm *c, const char *op) {
   int finalized = 1;
   if (c->thread_level == MPI_THREAD_SERIALIZED || MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
-  char keep[VMMIPC__ERRMSG_MAX];
-  vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
-  vmmipc__error_get(&st);
-  snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+  vmmipc__error_saved_t keep;
+  vmmipc__error_save(&keep);
   if (!vmmipc__enter_process(c->thread_level, op)) {
     vmmipc__agree_tell_aborted(c);
     vmmipc__leave_process();
   }
-  vmmipc__error_set_raw(keep);
-  vmmipc__error_put(&st);
+  vmmipc__error_restore(&keep);
 }
 
 vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {

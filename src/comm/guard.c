@@ -90,14 +90,11 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
 
 void vmmipc__reap_released(struct vmmipc_comm *c) {
   if (!c->due_n && !(vmmipc__deferred_count(c) && vmmipc__failed(c))) return;
-  vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
-  char msg[VMMIPC__ERRMSG_MAX];
-  vmmipc__error_get(&st);
-  snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
+  vmmipc__error_saved_t keep;
+  vmmipc__error_save(&keep);
   vmmipc__deferred_reap_due(c);
   if (vmmipc__failed(c)) vmmipc__deferred_reap_local(c);
-  vmmipc__error_set_raw(msg);
-  vmmipc__error_put(&st);
+  vmmipc__error_restore(&keep);
 }
 
 void vmmipc__leave(struct vmmipc_comm *c) {

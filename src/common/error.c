@@ -11,12 +11,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#define VMMIPC__OP_MAX 64
 
 struct vmmipc__errstate {
   vmmipc_result_t code;
   int rank, driver_error, os_error;
-  char op[VMMIPC__OP_MAX]; /* "" : taken from the message's leading "vmmipc_..." */
+  char op[VMMIPC__ERROP_MAX]; /* "" : taken from the message's leading "vmmipc_..." */
   char msg[VMMIPC__ERRMSG_MAX];
 };
 
@@ -63,6 +62,18 @@ void vmmipc__error_put(const vmmipc__error_state_t *in) {
   vmmipc__st.rank = in->rank;
   vmmipc__st.driver_error = in->driver_error;
   vmmipc__st.os_error = in->os_error;
+}
+
+void vmmipc__error_save(vmmipc__error_saved_t *out) {
+  vmmipc__error_get(&out->st);
+  memcpy(out->op, vmmipc__st.op, sizeof out->op);
+  memcpy(out->msg, vmmipc__st.msg, sizeof out->msg);
+}
+
+void vmmipc__error_restore(const vmmipc__error_saved_t *in) {
+  vmmipc__error_put(&in->st);
+  memcpy(vmmipc__st.op, in->op, sizeof vmmipc__st.op);
+  memcpy(vmmipc__st.msg, in->msg, sizeof vmmipc__st.msg);
 }
 
 vmmipc_result_t vmmipc__error(vmmipc_result_t rc, const char *fmt, ...) {
@@ -124,7 +135,7 @@ static void vmmipc__op_from_message(char *out, size_t cap) {
 }
 
 vmmipc_result_t vmmipc_last_error_info(vmmipc_error_info_t *info) {
-  static _Thread_local char op[VMMIPC__OP_MAX];
+  static _Thread_local char op[VMMIPC__ERROP_MAX];
   if (!info || info->struct_size < offsetof(vmmipc_error_info_t, code) + sizeof info->code)
     return VMMIPC_ERR_INVALID_ARG; /* the record of the last failure stays as it is */
   if (vmmipc__st.op[0])

@@ -10,6 +10,7 @@ extern "C" {
 #endif
 
 #define VMMIPC__ERRMSG_MAX 1024
+#define VMMIPC__ERROP_MAX 64 /* the public call's name */
 /* The highest result code this library knows (codes from peers above it
  * are reported as VMMIPC_ERR_PEER). */
 #define VMMIPC__RESULT_MAX VMMIPC_ERR_ABORTED
@@ -50,6 +51,15 @@ typedef struct vmmipc__error_state {
 /* Save and restore the record (with vmmipc__error_set_raw for the text). */
 void vmmipc__error_get(vmmipc__error_state_t *out);
 void vmmipc__error_put(const vmmipc__error_state_t *in);
+/* The whole record, message and operation included: kept across a step
+ * whose own errors are not the caller's (a cleanup, a best-effort tell). */
+typedef struct vmmipc__error_saved {
+  vmmipc__error_state_t st;
+  char op[VMMIPC__ERROP_MAX];
+  char msg[VMMIPC__ERRMSG_MAX];
+} vmmipc__error_saved_t;
+void vmmipc__error_save(vmmipc__error_saved_t *out);
+void vmmipc__error_restore(const vmmipc__error_saved_t *in);
 /* Name of an errno value ("EMFILE"), or "errno N". */
 const char *vmmipc__errno_name(int err);
 

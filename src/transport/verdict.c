@@ -118,10 +118,8 @@ int vmmipc__tp_end_first(const vmmipc__tp_t *tp, int p) {
 
 void vmmipc__tp_drop_stale(vmmipc__tp_t *tp, uint64_t epoch) {
   if (!tp || !tp->conn) return;
-  vmmipc__error_state_t st;
-  char keep[VMMIPC__ERRMSG_MAX];
-  vmmipc__error_get(&st);
-  snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+  vmmipc__error_saved_t keep;
+  vmmipc__error_save(&keep);
   for (int p = 0; p < tp->conn->node_size; p++) {
     int fd = coll_fd(tp, p);
     if (fd < 0) continue;
@@ -157,8 +155,7 @@ void vmmipc__tp_drop_stale(vmmipc__tp_t *tp, uint64_t epoch) {
     /* A message of this call cut short (the rank failed while it arrived). */
     if (a->active && a->seq <= epoch) vmmipc__asm_drop(a, 0, &tp->stale_fds);
   }
-  vmmipc__error_set_raw(keep);
-  vmmipc__error_put(&st);
+  vmmipc__error_restore(&keep);
 }
 
 vmmipc_result_t vmmipc__tp_end_error(vmmipc__tp_t *tp, int p, const vmmipc__frame_t *f, const unsigned char *text) {

@@ -141,13 +141,10 @@ vmmipc_result_t vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b
 }
 
 void vmmipc__buf_discard(const vmmipc__cu_t *cu, struct vmmipc_buf *b) {
-  char keep[VMMIPC__ERRMSG_MAX];
-  vmmipc__error_state_t st;
-  snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
-  vmmipc__error_get(&st);
+  vmmipc__error_saved_t keep;
+  vmmipc__error_save(&keep);
   (void)vmmipc__buf_destroy(cu, b);
-  vmmipc__error_set_raw(keep);
-  vmmipc__error_put(&st);
+  vmmipc__error_restore(&keep);
 }
 
 vmmipc_result_t vmmipc_buf_ptr(vmmipc_buf_t b, void **ptr, size_t *size) {
