@@ -75,6 +75,9 @@ endif()
 vmmipc_mpi_test(test_wrap NP 1 2 3 4 SOURCES test_wrap.cc LAYOUTS ${VMMIPC_TEST_LAYOUTS})
 vmmipc_mpi_test(test_driver_load NP 1 SOURCES test_driver_load.cc)
 vmmipc_mpi_test(test_caches NP 1 SOURCES test_caches.cc)
+# An aborted comm's calls after MPI_Finalize (its own main), on one node and on two.
+vmmipc_mpi_test(test_after_finalize NP 2 SOURCES test_after_finalize.cc)
+vmmipc_mpi_test(test_after_finalize NP 2 VNODES 1)
 vmmipc_mpi_test(test_heap NP 1 2 4 SOURCES test_heap.cc TIMEOUT 240)
 # On the node layouts, without the two tests of a rank that never comes or
 # comes past the timeout (11 s of waiting a run): they exercise the heap's

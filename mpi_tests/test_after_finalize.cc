@@ -1,0 +1,50 @@
+// An aborted comm's calls after MPI_Finalize make no MPI call (review of
+// 9509df8, mended in f077d82): a call refused at entry and the destroy
+// tell the other ranks of the abort over MPI, but not once MPI is
+// finalized, as at exit (RAII, atexit). Open MPI aborts the job on a call
+// after MPI_Finalize, so the exit status of each rank is the check. Its own
+// main: a gtest process cannot finalize MPI and go on.
+#include <mpi.h>
+#include <vmmipc.h>
+
+#include <cstdio>
+
+namespace {
+
+int g_failures = 0;
+
+void Check(bool ok, int rank, const char *what, vmmipc_result_t r) {
+  if (ok) return;
+  std::fprintf(stderr, "[rank %d] FAILED: %s (result %d: %s)\n", rank, what, (int)r, vmmipc_last_error());
+  g_failures++;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  int provided = 0, rank = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  vmmipc_comm_t c = nullptr, d = nullptr;
+  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c);
+  Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_create (first)", r);
+  r = vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &d);
+  Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_create (second)", r);
+  MPI_Barrier(MPI_COMM_WORLD); // both comms made everywhere before any abort
+  if (c) vmmipc_comm_abort(c);
+  if (d) vmmipc_comm_abort(d);
+  MPI_Finalize();
+  if (c) { // a collective refused at entry, then the destroy
+    vmmipc_heap_t h = nullptr;
+    r = vmmipc_heap_create(c, nullptr, &h);
+    Check(r == VMMIPC_ERR_ABORTED, rank, "vmmipc_heap_create after the abort and MPI_Finalize is ABORTED", r);
+    r = vmmipc_comm_destroy(c);
+    Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_destroy of the first comm after MPI_Finalize", r);
+  }
+  if (d) { // the destroy alone
+    r = vmmipc_comm_destroy(d);
+    Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_destroy of the second comm after MPI_Finalize", r);
+  }
+  if (!g_failures) std::printf("[rank %d] ok: no MPI call after MPI_Finalize\n", rank);
+  return g_failures ? 1 : 0;
+}
