@@ -248,11 +248,13 @@ VMMIPC_API vmmipc_result_t vmmipc_comm_cache_trim(vmmipc_comm_t comm, uint64_t *
  * had already gone out, the verdict reached on it, which may be success:
  * the next call fails), tells the node's peers (their
  * calls fail at once naming this rank; other nodes' ranks learn it at their
- * next collective from a node peer other than rank 0, or from this rank's
- * next collective or point-to-point call on the comm (refused at entry) or
- * its vmmipc_comm_destroy (not under MPI_THREAD_SERIALIZED), else at the
- * timeout; vmmipc_win_free and vmmipc_heap_destroy, local then, tell
- * nobody), and releases the stream waits
+ * next collective: over MPI from this call when no other call holds the
+ * comm and MPI allows this thread a call (MPI_THREAD_MULTIPLE, or MPI's
+ * main thread below MPI_THREAD_SERIALIZED), else from a node peer other
+ * than rank 0, or from this rank's next collective or point-to-point call
+ * on the comm (refused at entry) or its vmmipc_comm_destroy (not under
+ * MPI_THREAD_SERIALIZED), else at the timeout; vmmipc_win_free and
+ * vmmipc_heap_destroy, local then, tell nobody), and releases the stream waits
  * enqueued on its windows (docs/sync.md). Every later call on the comm fails
  * with VMMIPC_ERR_ABORTED; vmmipc_comm_destroy (then local) still frees it,
  * and vmmipc_win_free its windows. A vmmipc_comm_destroy in a call on another

@@ -623,11 +623,12 @@ TEST_F(Faults, AnAbortedRanksOwnCallsNameIt) {
   MPI_Barrier(MPI_COMM_WORLD);  // the next test's comm: every rank enters its create together
 }
 
-// An aborted rank 0, or an aborted rank alone on its node, reaches the
-// ranks of other nodes through its next call: a collective refused at
-// entry, or its local destroy, tells the agreement they wait in over MPI
-// (its node's peers read its END frames). Before, on layouts 0,1,1 and
-// 0,0,1, they waited out the timeout and failed TIMEOUT.
+// An aborted rank 0, or an aborted rank alone on its node, whose abort
+// could not call MPI (hook "abort_quiet": a thread MPI does not allow one)
+// reaches the ranks of other nodes through its next call: a collective
+// refused at entry, or its local destroy, tells the agreement they wait in
+// over MPI (its node's peers read its END frames). Before, on layouts 0,1,1
+// and 0,0,1, they waited out the timeout and failed TIMEOUT.
 TEST_F(Faults, AnAbortedRanksNextCallTellsTheRanksOfOtherNodes) {
   const int me = vt::Rank();
   for (int f : {0, vt::Size() - 1}) {
@@ -639,7 +640,9 @@ TEST_F(Faults, AnAbortedRanksNextCallTellsTheRanksOfOtherNodes) {
                               std::to_string(f) + "'s abort";
       MPI_Barrier(MPI_COMM_WORLD);
       if (me == f) {
+        vmmipc__test_fail_at("abort_quiet", 1);
         ASSERT_VMM_OK(vmmipc_comm_abort(c));
+        vmmipc__test_fail_at(nullptr, 0);
         vmmipc_heap_t h = nullptr;
         if (!by_destroy) {
           EXPECT_EQ(vmmipc_heap_create(c, nullptr, &h), VMMIPC_ERR_ABORTED) << how;
@@ -660,6 +663,39 @@ TEST_F(Faults, AnAbortedRanksNextCallTellsTheRanksOfOtherNodes) {
       base.Expect(how.c_str());
       MPI_Barrier(MPI_COMM_WORLD);  // the next comm: every rank enters its create together
     }
+  }
+}
+
+// An aborted rank 0, or an aborted rank alone on its node, that makes no
+// further call on the comm until the others are done: its abort itself
+// tells the ranks of other nodes over MPI (the suites run under
+// MPI_THREAD_MULTIPLE). Before, they waited out the timeout and failed
+// TIMEOUT on layouts 0,1,1 and 0,0,1 (the next call was the only teller).
+TEST_F(Faults, AnIdleAbortReachesOtherNodesWithoutAFurtherCall) {
+  const int me = vt::Rank();
+  for (int f : {0, vt::Size() - 1}) {
+    vt::Baseline base;  // before the comm: its destroy frees what it made
+    vmmipc_comm_t c = Create(3000);
+    ASSERT_NE(c, nullptr);
+    const std::string how = "rank " + std::to_string(f) + "'s abort, with no call after it";
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (me == f) {
+      ASSERT_VMM_OK(vmmipc_comm_abort(c));
+    } else {
+      vmmipc_heap_t h = nullptr;
+      vmmipc_result_t r = vmmipc_heap_create(c, nullptr, &h);
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+      EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << how << ", rank " << me << ": " << info.message;
+      EXPECT_EQ(h, nullptr);
+      EXPECT_EQ(info.rank, f) << how << ": " << info.message;
+      EXPECT_TRUE(Has(info.message, "rank " + std::to_string(f) + " aborted")) << how << ": " << info.message;
+      EXPECT_STREQ(info.operation, "vmmipc_heap_create") << how << ": " << info.message;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // the aborted rank's first call on the comm comes after the others' call
+    EXPECT_VMM_OK(vmmipc_comm_destroy(c));  // local everywhere: the comm failed
+    base.Expect(how.c_str());
+    MPI_Barrier(MPI_COMM_WORLD);  // the next comm: every rank enters its create together
   }
 }
 

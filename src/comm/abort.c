@@ -6,7 +6,10 @@
  * what they send it after that (it would hold their memory: guard.c,
  * vmmipc__seal_failed). The sockets belong to whichever thread holds the
  * comm: if a call is inside, that thread tells the peers as it leaves
- * (guard.c), else this one does.
+ * (guard.c), else this one does, and tells the ranks off its node over MPI
+ * too where MPI allows this thread a call (vmmipc__tell_aborted_unasked):
+ * an aborted rank 0, or a rank alone on its node, reaches them without a
+ * further call.
  *
  * Lifetime: an abort may run while vmmipc_comm_destroy is blocked on
  * another thread, and that destroy then frees the comm. Live comms are in a
@@ -54,6 +57,18 @@ static void abort_leave(struct vmmipc_comm *c) {
   pthread_mutex_unlock(&live_mu);
 }
 
+void vmmipc__tell_aborted_unasked(struct vmmipc_comm *c, const char *op) {
+  int finalized = 1;
+  if (c->thread_level == MPI_THREAD_SERIALIZED || MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  vmmipc__error_saved_t keep;
+  vmmipc__error_save(&keep);
+  if (!vmmipc__enter_process(c->thread_level, op)) { /* refuses a thread MPI does not allow */
+    vmmipc__agree_tell_aborted(c);
+    vmmipc__leave_process();
+  }
+  vmmipc__error_restore(&keep);
+}
+
 vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t c) {
   if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_comm_abort: comm is NULL");
   if (!abort_enter(c))
@@ -69,6 +84,9 @@ vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t c) {
   if (__atomic_compare_exchange_n(&c->busy, &idle, VMMIPC__BUSY_ABORT, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
     vmmipc__tell_abort(c);
     vmmipc__seal_failed(c);
+    /* And the ranks off this node, over MPI where this thread may call it;
+     * else this rank's next call does (vmmipc__enter, the destroy). */
+    if (!VMMIPC__INJECT("abort_quiet")) vmmipc__tell_aborted_unasked(c, "vmmipc_comm_abort");
     __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
   }
   abort_leave(c);

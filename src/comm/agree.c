@@ -464,7 +464,7 @@ static int blame_abort(int r, int seen_by, vmmipc_result_t *code) {
   if (seen_by < 0)
     vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort) during the call", r);
   else if (seen_by == r) /* vmmipc__agree_tell_aborted */
-    vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort; its next call said so)", r);
+    vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort; it told the other nodes)", r);
   else
     vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort; rank %d, on its node, saw it)",
                   r, seen_by);
@@ -765,8 +765,9 @@ static void tell_collector(const agree_call_t *a, int dead) { tell_collector_kin
  * reaches its node's peers as END frames, and through them rank 0 (a
  * member's wait watches its node peers); the ranks of other nodes, when
  * this rank is rank 0 or alone on its node, would wait out the timeout.
- * So its next call tells the agreement they are in, or will be in: the
- * next one, whose number every rank shares. */
+ * So the abort itself (where MPI allows its thread a call), else its next
+ * call, tells the agreement they are in, or will be in: the next one, whose
+ * number every rank shares. */
 void vmmipc__agree_tell_aborted(struct vmmipc_comm *c) {
   int finalized = 1; /* a call after MPI_Finalize tells nobody */
   if (c->size == 1 || c->dup == MPI_COMM_NULL || c->abort_agreed || MPI_Finalized(&finalized) != MPI_SUCCESS ||
@@ -782,7 +783,7 @@ void vmmipc__agree_tell_aborted(struct vmmipc_comm *c) {
   unsigned char *v = malloc(VERDICT_HEAD + VMMIPC__ERRMSG_MAX);
   if (!v) return;
   char text[VMMIPC__ERRMSG_MAX];
-  snprintf(text, sizeof text, "rank 0 aborted the communicator (vmmipc_comm_abort; its next call said so)%s",
+  snprintf(text, sizeof text, "rank 0 aborted the communicator (vmmipc_comm_abort; it told the other nodes)%s",
            k_broken_tail);
   int len = pack_failure_text(v, next, VMMIPC_ERR_ABORTED, 0, 1 | VERDICT_NAME_CALL, text);
   for (int r = 1; r < c->size; r++) send_kept(c, v, len, r, tag_of(next));

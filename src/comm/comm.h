@@ -201,11 +201,18 @@ vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, i
  * message (withdrawals that came after its verdict). Bounded by two graces:
  * a rank that does not finish keeps its communicators (mpi_dirty). */
 void vmmipc__agree_flush(struct vmmipc_comm *c);
-/* This rank aborted: its next call (refused) or its local destroy tells the
- * ranks off its node over MPI, once, from the caller's thread (where MPI may
- * be called): rank 0 sends every rank the verdict of the next agreement
+/* This rank aborted: the abort, its next call (refused) or its local
+ * destroy tells the ranks off its node over MPI, once, from a thread where
+ * MPI may be called: rank 0 sends every rank the verdict of the next agreement
  * (aborted, naming it), a member tells rank 0, which fails every rank. */
 void vmmipc__agree_tell_aborted(struct vmmipc_comm *c);
+/* The same from a thread the application did not hand an MPI call (the
+ * abort, the local destroy: abort.c), only where MPI allows it: MPI still
+ * up, and any thread under MPI_THREAD_MULTIPLE or MPI's main thread below
+ * MPI_THREAD_SERIALIZED (under SERIALIZED the application's own MPI call may
+ * be running on another thread). Leaves the error record as it was. The
+ * caller holds the comm. */
+void vmmipc__tell_aborted_unasked(struct vmmipc_comm *c, const char *op);
 
 /* ---- one deadline per call (deadline.c) ---- */
 /* The collector's slack: a tenth of the timeout, at most 1 s. */

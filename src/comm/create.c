@@ -460,24 +460,6 @@ static int hold_for_free(struct vmmipc_comm *c) {
   }
 }
 
-/* The local free of an aborted comm tells the ranks off this node over MPI
- * (vmmipc__agree_tell_aborted) only where this thread may call MPI without
- * the caller expecting it: MPI still up, and the MPI thread level not
- * MPI_THREAD_SERIALIZED, under which the application's own MPI call on
- * another thread may be running (a watchdog's abort and destroy). Its
- * refusal is no error of the destroy's. */
-static void tell_off_node(struct vmmipc_comm *c, const char *op) {
-  int finalized = 1;
-  if (c->thread_level == MPI_THREAD_SERIALIZED || MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
-  vmmipc__error_saved_t keep;
-  vmmipc__error_save(&keep);
-  if (!vmmipc__enter_process(c->thread_level, op)) {
-    vmmipc__agree_tell_aborted(c);
-    vmmipc__leave_process();
-  }
-  vmmipc__error_restore(&keep);
-}
-
 vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   const char *op = "vmmipc_comm_destroy";
   if (!c) return VMMIPC_SUCCESS; /* like free(NULL) */
@@ -501,7 +483,7 @@ again:
     }
     if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
       vmmipc__tell_abort(c); /* once: see below */
-      tell_off_node(c, op);
+      vmmipc__tell_aborted_unasked(c, op); /* where MPI allows it */
     }
     /* No agreement, so no flush: the peers may still send on the MPI
      * communicators. An abort is told over the node's sockets only, so a
