@@ -254,7 +254,8 @@ VMMIPC_API vmmipc_result_t vmmipc_comm_cache_trim(vmmipc_comm_t comm, uint64_t *
  * than rank 0, or from this rank's next collective or point-to-point call
  * on the comm (refused at entry) or its vmmipc_comm_destroy (not under
  * MPI_THREAD_SERIALIZED), else at the timeout; vmmipc_win_free and
- * vmmipc_heap_destroy, local then, tell nobody), and releases the stream waits
+ * vmmipc_heap_destroy, local then, tell nobody; so the abort may post a few
+ * small MPI sends: do not run it alongside MPI_Finalize), and releases the stream waits
  * enqueued on its windows (docs/sync.md). Every later call on the comm fails
  * with VMMIPC_ERR_ABORTED; vmmipc_comm_destroy (then local) still frees it,
  * and vmmipc_win_free its windows. A vmmipc_comm_destroy in a call on another

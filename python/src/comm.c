@@ -197,7 +197,7 @@ static PyObject *comm_abort(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
     return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Comm.abort: close() of the comm is in progress on another thread "
                                           "(it ends within the comm's timeout)");
   if (vmp_comm_check(self, "vmmipc.Comm.abort") < 0) return NULL;
-  vmmipc_result_t r = vmmipc_comm_abort(self->h);  /* local, never blocks */
+  vmmipc_result_t r = vmmipc_comm_abort(self->h);  /* local: at most a few nonblocking MPI sends */
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
   self->aborted = 1;
   Py_RETURN_NONE;

@@ -975,6 +975,7 @@ vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, i
                             "%s: rank %d aborted the communicator (vmmipc_comm_abort) during the call", op, c->rank);
       vmmipc__error_rank(c->rank);
       secondary = 0;
+      c->abort_agreed = 1; /* this agreement tells every rank: nothing to tell after it */
     }
     r = c->rank == 0 ? agree_root(&a, local, secondary) : agree_member(&a, local, secondary);
   }

@@ -103,6 +103,10 @@ void vmmipc__leave(struct vmmipc_comm *c);
  * locally. Keeps the thread's message. (vmmipc__leave does it; so does a
  * destroy that frees the comm without leaving it.) */
 void vmmipc__reap_released(struct vmmipc_comm *c);
+/* Takes the comm (its busy flag): refused while a call is inside, but an
+ * abort telling the peers (bounded: a few writes of 100 ms at most, a few
+ * MPI sends) is waited out, up to 2 s. 1: held. */
+int vmmipc__hold(struct vmmipc_comm *c);
 /* The process-wide half of vmmipc__enter, for calls that have no comm yet
  * (vmmipc_comm_create) or free it (vmmipc_comm_destroy): counts this thread
  * as inside a call that may use MPI, and refuses it as vmmipc__enter does

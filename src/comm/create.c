@@ -447,26 +447,13 @@ static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
   return VMMIPC_SUCCESS;
 }
 
-/* Takes the comm for a local free: refused while a call is inside, but an
- * abort telling the peers (bounded: a few writes of 100 ms at most) is
- * waited out. */
-static int hold_for_free(struct vmmipc_comm *c) {
-  for (int64_t until = vmmipc__now_ms() + 2000;;) {
-    int idle = 0;
-    if (__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return 1;
-    if (idle != VMMIPC__BUSY_ABORT || vmmipc__now_ms() >= until) return 0;
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t c) {
   const char *op = "vmmipc_comm_destroy";
   if (!c) return VMMIPC_SUCCESS; /* like free(NULL) */
   int aborted_in_call = 0; /* another thread aborted the comm as this call began */
 again:
   if (c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) { /* nobody to agree with: clean up locally */
-    if (!hold_for_free(c))
+    if (!vmmipc__hold(c))
       return vmmipc__error(VMMIPC_ERR_BUSY, "%s: another thread is inside a call on this comm", op);
     vmmipc__deferred_reap_local(c); /* what this rank released */
     if (c->open_heaps) {

@@ -5,6 +5,7 @@
  * wrong calls, as in MPI. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm.h"
 #include "common/testhooks.h"
@@ -23,6 +24,18 @@ static const char *level_name(int level) {
 }
 
 vmmipc_result_t vmmipc__enter_process(int thread_level, const char *op) {
+  /* A thread MPI does not allow is refused before it is counted: counted,
+   * even for a moment, it would make the main thread's call BUSY. */
+  if (thread_level < MPI_THREAD_SERIALIZED) {
+    int main_thread = 0;
+    MPI_Is_thread_main(&main_thread);
+    if (!main_thread)
+      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                           "%s: called from a thread other than MPI's main thread, and MPI provides %s; hint: call "
+                           "from the thread that initialised MPI, or initialise it with MPI_THREAD_SERIALIZED or "
+                           "higher",
+                           op, level_name(thread_level));
+  }
   int others = __atomic_fetch_add(&g_inside, 1, __ATOMIC_ACQ_REL);
   if (thread_level < MPI_THREAD_MULTIPLE && others > 0) {
     vmmipc__leave_process();
@@ -32,26 +45,25 @@ vmmipc_result_t vmmipc__enter_process(int thread_level, const char *op) {
                          "(MPI_Init_thread)",
                          op, level_name(thread_level));
   }
-  if (thread_level < MPI_THREAD_SERIALIZED) {
-    int main_thread = 0;
-    MPI_Is_thread_main(&main_thread);
-    if (!main_thread) {
-      vmmipc__leave_process();
-      return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
-                           "%s: called from a thread other than MPI's main thread, and MPI provides %s; hint: call "
-                           "from the thread that initialised MPI, or initialise it with MPI_THREAD_SERIALIZED or "
-                           "higher",
-                           op, level_name(thread_level));
-    }
-  }
   return VMMIPC_SUCCESS;
 }
 
 void vmmipc__leave_process(void) { __atomic_fetch_sub(&g_inside, 1, __ATOMIC_ACQ_REL); }
 
+int vmmipc__hold(struct vmmipc_comm *c) {
+  for (int64_t until = vmmipc__now_ms() + 2000;;) {
+    int idle = 0;
+    if (__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return 1;
+    if (idle != VMMIPC__BUSY_ABORT || vmmipc__now_ms() >= until) return 0;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collective) {
-  int idle = 0;
-  if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+  /* An abort telling the peers is waited out: the call then fails ABORTED,
+   * as one that came after it, not BUSY. */
+  if (!vmmipc__hold(c)) {
     const char *other = __atomic_load_n(&c->busy_op, __ATOMIC_RELAXED);
     return vmmipc__error(VMMIPC_ERR_BUSY,
                          "%s: another thread is inside %s on this comm; hint: calls on one comm must not overlap: "
@@ -100,6 +112,15 @@ void vmmipc__reap_released(struct vmmipc_comm *c) {
 void vmmipc__leave(struct vmmipc_comm *c) {
   vmmipc__reap_released(c);
   vmmipc__seal_failed(c); /* an abort's END frames first */
+  /* Aborted from another thread after this call's last agreement (or
+   * between a drain's rounds): the ranks off this node are told over MPI
+   * by this thread, still inside the call, where MPI is the caller's. */
+  if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
+    vmmipc__error_saved_t keep;
+    vmmipc__error_save(&keep);
+    vmmipc__agree_tell_aborted(c);
+    vmmipc__error_restore(&keep);
+  }
   c->deadline_ms = 0;
   vmmipc__leave_process();
   __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
@@ -111,6 +132,7 @@ void vmmipc__leave(struct vmmipc_comm *c) {
       __atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
     vmmipc__tell_abort(c);
     vmmipc__seal_failed(c);
+    vmmipc__tell_aborted_unasked(c, "vmmipc_comm_abort"); /* outside the call now */
     __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
   }
 }
