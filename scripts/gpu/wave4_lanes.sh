@@ -26,6 +26,8 @@
 #       layouts of test_faults, test_agree and test_heap, and a campaign in what is left;
 # tell  without MPS: the failure-path suites, the Python suites, then the layouts of test_faults,
 #       test_agree and test_heap in what is left (the tenth session's change: an aborted rank tells);
+# idle  the eleventh session's abort change: without MPS the failure-path suites, the Python suites and
+#       test_faults' and test_after_finalize's layouts; under MPS the Python suites and test_faults;
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
 # Layout entries that passed are listed in build-real/layouts-passed[-mps].txt, and
@@ -35,7 +37,7 @@
 # Builds build-real/ first (kept on a warm machine). Every lane is bounded by
 # DEADLINE_S (540); OUTDIR gets lanes-PART.txt (summary) and lanes-PART.tgz.
 set -uo pipefail
-part=${1:?mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps|ends|tell} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
+part=${1:?mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps|ends|tell|idle} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 2
 # shellcheck source=scripts/env.sh
@@ -197,6 +199,16 @@ elif [ "$part" = tell ]; then
   step python-nomps "${PY_S:-120}" "$logs/python-nomps.log" "${ct[@]}" -j 2 -R "$py"
   step faults-layouts-nomps "$(($(left) - 10))" "$logs/faults-layouts-nomps.log" "${ct[@]}" -j 4 -L layouts \
     -R '^test_(faults|agree|heap)[.]'
+elif [ "$part" = idle ]; then
+  step faults-nomps "${FAULTS_S:-150}" "$logs/faults-nomps.log" "${ct[@]}" -j 6 -LE 'layouts|chaos' \
+    -R '^test_(faults|agree|comm|kill|hostile|heap|after_finalize)[.]'
+  step python-nomps "${PY_S:-70}" "$logs/python-nomps.log" "${ct[@]}" -j 2 -R "$py"
+  step faults-layouts-nomps "${LAYOUTS_S:-90}" "$logs/faults-layouts-nomps.log" "${ct[@]}" -j 4 -L layouts \
+    -R '^test_(faults|after_finalize)[.]'
+  mps_on
+  step python-mps "${PY_S:-70}" "$logs/python-mps.log" "${ct[@]}" -j 2 -R "$py"
+  step faults-mps "$(($(left) - 15))" "$logs/faults-mps.log" "${ct[@]}" -j 3 -LE layouts -R '^test_faults[.]'
+  mps_off
 elif [ "$part" = layouts-mps ]; then
   mps_on
   layouts "$(($(left) - 15))" 4
