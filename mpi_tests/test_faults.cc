@@ -623,6 +623,28 @@ TEST_F(Faults, AnAbortedRanksOwnCallsNameIt) {
   MPI_Barrier(MPI_COMM_WORLD);  // the next test's comm: every rank enters its create together
 }
 
+// A call's result r (and this thread's error record) on a comm that rank f
+// aborted: ABORTED, naming f, and the call when `call` is given.
+void ExpectAbortedBy(vmmipc_result_t r, int f, const std::string &how, const char *call) {
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+  EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << how << ", rank " << vt::Rank() << ": " << info.message;
+  EXPECT_EQ(info.rank, f) << how << ": " << info.message;
+  EXPECT_TRUE(Has(info.message, "rank " + std::to_string(f) + " aborted")) << how << ": " << info.message;
+  if (call) {
+    EXPECT_STREQ(info.operation, call) << how << ": " << info.message;
+  }
+}
+
+// This rank's heap_create on a comm that rank f aborted fails ABORTED,
+// naming f and the call.
+void ExpectHeapCreateAborted(vmmipc_comm_t c, int f, const std::string &how) {
+  vmmipc_heap_t h = nullptr;
+  vmmipc_result_t r = vmmipc_heap_create(c, nullptr, &h);
+  ExpectAbortedBy(r, f, how, "vmmipc_heap_create");
+  EXPECT_EQ(h, nullptr);
+}
+
 // An aborted rank 0, or an aborted rank alone on its node, whose abort
 // could not call MPI (hook "abort_quiet": a thread MPI does not allow one)
 // reaches the ranks of other nodes through its next call: a collective
@@ -649,15 +671,7 @@ TEST_F(Faults, AnAbortedRanksNextCallTellsTheRanksOfOtherNodes) {
         }
         EXPECT_VMM_OK(vmmipc_comm_destroy(c));
       } else {
-        vmmipc_heap_t h = nullptr;
-        vmmipc_result_t r = vmmipc_heap_create(c, nullptr, &h);
-        vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
-        ASSERT_VMM_OK(vmmipc_last_error_info(&info));
-        EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << how << ", rank " << me << ": " << info.message;
-        EXPECT_EQ(h, nullptr);
-        EXPECT_EQ(info.rank, f) << how << ": " << info.message;
-        EXPECT_TRUE(Has(info.message, "rank " + std::to_string(f) + " aborted")) << how << ": " << info.message;
-        EXPECT_STREQ(info.operation, "vmmipc_heap_create") << how << ": " << info.message;
+        ExpectHeapCreateAborted(c, f, how);
         vmmipc_comm_destroy(c);  // local: the verdict broke the comm
       }
       base.Expect(how.c_str());
@@ -685,15 +699,7 @@ TEST_F(Faults, AnIdleAbortReachesOtherNodesWithoutAFurtherCall) {
     if (me == f) {
       ASSERT_VMM_OK(vmmipc_comm_abort(c));
     } else {
-      vmmipc_heap_t h = nullptr;
-      vmmipc_result_t r = vmmipc_heap_create(c, nullptr, &h);
-      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
-      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
-      EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << how << ", rank " << me << ": " << info.message;
-      EXPECT_EQ(h, nullptr);
-      EXPECT_EQ(info.rank, f) << how << ": " << info.message;
-      EXPECT_TRUE(Has(info.message, "rank " + std::to_string(f) + " aborted")) << how << ": " << info.message;
-      EXPECT_STREQ(info.operation, "vmmipc_heap_create") << how << ": " << info.message;
+      ExpectHeapCreateAborted(c, f, how);
     }
     MPI_Barrier(MPI_COMM_WORLD);  // the aborted rank's first call on the comm comes after the others' call
     EXPECT_VMM_OK(vmmipc_comm_destroy(c));  // local everywhere: the comm failed
@@ -722,12 +728,7 @@ TEST_F(Faults, AnAbortBetweenTheDestroysRoundsReachesOtherNodes) {
     if (me == f) vmmipc__test_fail_at("drain_abort", 1);
     vmmipc_result_t r = vmmipc_comm_destroy(c);
     vmmipc__test_fail_at(nullptr, 0);
-    if (me != f) {
-      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
-      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
-      EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << how << ", rank " << me << ": " << info.message;
-      EXPECT_EQ(info.rank, f) << how << ": " << info.message;
-    }
+    if (me != f) ExpectAbortedBy(r, f, how, "vmmipc_comm_destroy");
     vmmipc_buf_free(b);
     base.Expect(how.c_str());
     MPI_Barrier(MPI_COMM_WORLD);  // the next comm: every rank enters its create together
@@ -755,12 +756,7 @@ TEST_F(Faults, AnAbortBetweenAHeapDestroysRoundsReachesOtherNodes) {
     if (me == f) vmmipc__test_fail_at("drain_abort", 1);
     vmmipc_result_t r = vmmipc_heap_destroy(h);
     vmmipc__test_fail_at(nullptr, 0);
-    if (me != f) {
-      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
-      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
-      EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << how << ", rank " << me << ": " << info.message;
-      EXPECT_EQ(info.rank, f) << how << ": " << info.message;
-    }
+    if (me != f) ExpectAbortedBy(r, f, how, "vmmipc_heap_destroy");
     MPI_Barrier(MPI_COMM_WORLD);  // the aborted rank's next call comes after the others' destroy
     EXPECT_VMM_OK(vmmipc_comm_destroy(c));  // local everywhere: the comm failed
     base.Expect(how.c_str());

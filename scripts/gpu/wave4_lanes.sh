@@ -193,18 +193,16 @@ elif [ "$part" = ends ]; then
     -R '^test_(faults|agree|heap)[.]'
   [ "$(left)" -gt 60 ] && chaos "$(($(left) - 15))" "${CHAOS_RUNS:-40}" "${CHAOS_SEED0:-13000}"
   mps_off
-elif [ "$part" = tell ]; then
-  step faults-nomps "${FAULTS_S:-150}" "$logs/faults-nomps.log" "${ct[@]}" -j 6 -LE 'layouts|chaos' \
-    -R '^test_(faults|agree|comm|kill|hostile|transport|coll|heap|codec|buffers)[.]'
-  step python-nomps "${PY_S:-120}" "$logs/python-nomps.log" "${ct[@]}" -j 2 -R "$py"
-  step faults-layouts-nomps "$(($(left) - 10))" "$logs/faults-layouts-nomps.log" "${ct[@]}" -j 4 -L layouts \
-    -R '^test_(faults|agree|heap)[.]'
-elif [ "$part" = idle ]; then
-  step faults-nomps "${FAULTS_S:-150}" "$logs/faults-nomps.log" "${ct[@]}" -j 6 -LE 'layouts|chaos' \
-    -R '^test_(faults|agree|comm|kill|hostile|heap|after_finalize)[.]'
+elif [ "$part" = tell ] || [ "$part" = idle ]; then
+  # Without MPS: the failure-path suites, Python, then those suites' layouts (in what is left for tell).
+  if [ "$part" = tell ]; then suites='faults|agree|comm|kill|hostile|transport|coll|heap|codec|buffers' lay='faults|agree|heap'
+  else suites='faults|agree|comm|kill|hostile|heap|after_finalize' lay='faults|after_finalize'; fi
+  step faults-nomps "${FAULTS_S:-150}" "$logs/faults-nomps.log" "${ct[@]}" -j 6 -LE 'layouts|chaos' -R "^test_($suites)[.]"
   step python-nomps "${PY_S:-70}" "$logs/python-nomps.log" "${ct[@]}" -j 2 -R "$py"
-  step faults-layouts-nomps "${LAYOUTS_S:-90}" "$logs/faults-layouts-nomps.log" "${ct[@]}" -j 4 -L layouts \
-    -R '^test_(faults|after_finalize)[.]'
+  step faults-layouts-nomps "${LAYOUTS_S:-$(($(left) - 10))}" "$logs/faults-layouts-nomps.log" "${ct[@]}" -j 4 \
+    -L layouts -R "^test_($lay)[.]"
+fi
+if [ "$part" = idle ]; then
   mps_on
   step python-mps "${PY_S:-70}" "$logs/python-mps.log" "${ct[@]}" -j 2 -R "$py"
   step faults-mps "$(($(left) - 15))" "$logs/faults-mps.log" "${ct[@]}" -j 3 -LE layouts -R '^test_faults[.]'
