@@ -69,6 +69,14 @@ void vmmipc__tell_aborted_unasked(struct vmmipc_comm *c, const char *op) {
   vmmipc__error_restore(&keep);
 }
 
+void vmmipc__announce_abort(struct vmmipc_comm *c) {
+  vmmipc__tell_abort(c);
+  vmmipc__seal_failed(c);
+  /* The ranks off this node, over MPI where this thread may call it; else
+   * this rank's next call does (vmmipc__leave, the destroy). */
+  if (!VMMIPC__INJECT("abort_quiet")) vmmipc__tell_aborted_unasked(c, "vmmipc_comm_abort");
+}
+
 vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t c) {
   if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_comm_abort: comm is NULL");
   if (!abort_enter(c))
@@ -82,11 +90,7 @@ vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t c) {
    * as VMMIPC__BUSY_ABORT, which a destroy waits out. */
   int idle = 0;
   if (__atomic_compare_exchange_n(&c->busy, &idle, VMMIPC__BUSY_ABORT, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-    vmmipc__tell_abort(c);
-    vmmipc__seal_failed(c);
-    /* And the ranks off this node, over MPI where this thread may call it;
-     * else this rank's next call does (vmmipc__enter, the destroy). */
-    if (!VMMIPC__INJECT("abort_quiet")) vmmipc__tell_aborted_unasked(c, "vmmipc_comm_abort");
+    vmmipc__announce_abort(c);
     __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
   }
   abort_leave(c);

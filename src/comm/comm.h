@@ -132,6 +132,11 @@ void vmmipc__release_waits(struct vmmipc_comm *c);
 /* Tells the node's peers that this rank aborted the comm, once. The caller
  * holds the comm (its busy flag). */
 void vmmipc__tell_abort(struct vmmipc_comm *c);
+/* What an abort that finds the comm held by nobody tells, from the thread
+ * that holds it now: the node's peers (vmmipc__tell_abort, then
+ * vmmipc__seal_failed) and, where MPI allows this thread a call, the ranks
+ * off this node (vmmipc__tell_aborted_unasked). */
+void vmmipc__announce_abort(struct vmmipc_comm *c);
 /* Once the comm failed here (aborted or broken), refuses what peers send
  * it from now on and drops what they queued (transport/seal.c). The caller
  * holds the comm; after vmmipc__tell_abort. */
@@ -205,10 +210,11 @@ vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, i
  * message (withdrawals that came after its verdict). Bounded by two graces:
  * a rank that does not finish keeps its communicators (mpi_dirty). */
 void vmmipc__agree_flush(struct vmmipc_comm *c);
-/* This rank aborted: the abort, its next call (refused) or its local
- * destroy tells the ranks off its node over MPI, once, from a thread where
- * MPI may be called: rank 0 sends every rank the verdict of the next agreement
- * (aborted, naming it), a member tells rank 0, which fails every rank. */
+/* This rank aborted: the abort, the call it lands in or the next one
+ * (vmmipc__leave), or its local destroy tells the ranks off its node over
+ * MPI, once, from a thread where MPI may be called: rank 0 sends every rank
+ * the verdict of the next agreement (aborted, naming it), a member tells
+ * rank 0, which fails every rank. Best effort: sets no error. */
 void vmmipc__agree_tell_aborted(struct vmmipc_comm *c);
 /* The same from a thread the application did not hand an MPI call (the
  * abort, the local destroy: abort.c), only where MPI allows it: MPI still

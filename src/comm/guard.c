@@ -80,8 +80,7 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
   if (c->check) c->check(c);
   if (VMMIPC__INJECT("enter_slow")) VMMIPC__STALL(300); /* an abort from another thread lands here */
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
-    vmmipc__agree_tell_aborted(c);
-    vmmipc__leave(c);
+    vmmipc__leave(c); /* tells the ranks off this node, once */
     return vmmipc__aborted_here(c, op, "");
   }
   if (c->broken) {
@@ -115,12 +114,7 @@ void vmmipc__leave(struct vmmipc_comm *c) {
   /* Aborted from another thread after this call's last agreement (or
    * between a drain's rounds): the ranks off this node are told over MPI
    * by this thread, still inside the call, where MPI is the caller's. */
-  if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
-    vmmipc__error_saved_t keep;
-    vmmipc__error_save(&keep);
-    vmmipc__agree_tell_aborted(c);
-    vmmipc__error_restore(&keep);
-  }
+  if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__agree_tell_aborted(c);
   c->deadline_ms = 0;
   vmmipc__leave_process();
   __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
@@ -130,9 +124,7 @@ void vmmipc__leave(struct vmmipc_comm *c) {
   int idle = 0;
   if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST) && !__atomic_load_n(&c->abort_told, __ATOMIC_SEQ_CST) &&
       __atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-    vmmipc__tell_abort(c);
-    vmmipc__seal_failed(c);
-    vmmipc__tell_aborted_unasked(c, "vmmipc_comm_abort"); /* outside the call now */
+    vmmipc__announce_abort(c); /* outside the call now, as the abort itself would */
     __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
   }
 }

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 struct vmmipc__errstate {
   vmmipc_result_t code;
   int rank, driver_error, os_error;
