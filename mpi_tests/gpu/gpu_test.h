@@ -51,6 +51,22 @@ inline bool GpuTestStart(int *argc, char ***argv, const char *name, int *size) {
   return true;
 }
 
+// cudaStreamSynchronize with a bound (stream 0: the legacy stream). A
+// stream wait on the memory-operation path has no deadline of its own, so a
+// signal that never comes would hang the program until ctest's timeout;
+// this fails the job instead, naming the rank and the step.
+inline void SyncBounded(cudaStream_t s, const char *what, double seconds = 60) {
+  const double t0 = MPI_Wtime();
+  cudaError_t e;
+  while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
+    if (MPI_Wtime() - t0 > seconds) {
+      std::fprintf(stderr, "rank %d: %s: the stream's work was not done after %.0f s\n", rank_, what, seconds);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  CUDA(e);
+}
+
 // Which host-sync path a window's calls took, from its status counts:
 // "mixed" where both ran (auto under MPS on one GPU: the barrier on kernels,
 // signal and wait on memory operations).

@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
   std::memset(res, 0, 4 * sizeof(int));
   const int iters = 200;
   for (int it = 1; it <= iters; it++) ring_step<<<1, 512>>>(dw, left, right, it, words, res);
-  CUDA(cudaDeviceSynchronize());
+  SyncBounded(0, "ring");
   CHECK(res[0] == 0 && res[1] == 0, "ring: code %d, %d words wrong", res[0], res[1]);
   if (rank == 0) std::printf("ring: %d iterations of %d words checked\n", iters, words);
   MPI_Barrier(MPI_COMM_WORLD);
@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
   // barriers
   std::memset(res, 0, 4 * sizeof(int));
   barriers<<<1, 128>>>(dw, left, right, nbarriers, res);
-  CUDA(cudaDeviceSynchronize());
+  SyncBounded(0, "barriers");
   CHECK(res[0] == 0, "barriers: code %d at barrier %d", res[0], res[1]);
   CHECK(res[2] == 0, "barriers: %d words written before a barrier were not seen after it", res[2]);
   if (rank == 0) std::printf("barriers: %d device barriers, a word per thread checked after every other one\n", nbarriers);
@@ -149,7 +149,7 @@ int main(int argc, char **argv) {
   if (rank == 0) {
     res[0] = -1;
     wait_one<<<1, 1>>>(dw, 1, 1ull << 40, 50ull * 1000000ull, res);
-    CUDA(cudaDeviceSynchronize());
+    SyncBounded(0, "timeout");
     CHECK(res[0] == VMMIPC_DEV_TIMEOUT, "timeout: the wait returned %d", res[0]);
     CHECK(vmmipc_win_signal(win, 1, 1, nullptr) == VMMIPC_ERR_TIMEOUT, "the next host call succeeded");
     CHECK(std::string(vmmipc_last_error()).find("rank 1") != std::string::npos, "%s", vmmipc_last_error());
@@ -169,13 +169,13 @@ int main(int argc, char **argv) {
   if (rank == 0) {
     res[0] = -1;
     wait_one<<<1, 1>>>(dw, 1, hv, kTimeout, res);
-    CUDA(cudaDeviceSynchronize());
+    SyncBounded(0, "mixed: the device wait");
     CHECK(res[0] == VMMIPC_DEV_OK, "mixed: the device wait for a host signal returned %d", res[0]);
     write_and_signal<<<1, 512>>>(dw, 1, dv, words, 7001);
-    CUDA(cudaDeviceSynchronize());
+    SyncBounded(0, "mixed: the device signal");
     VMM(vmmipc_win_wait_host(win, 1, dv + 1, 60000)); // rank 1 read it: write again
     write_and_signal<<<1, 512>>>(dw, 1, dv + 2, words, 7002);
-    CUDA(cudaDeviceSynchronize());
+    SyncBounded(0, "mixed: the second device signal");
   }
   if (rank == 1) {
     VMM(vmmipc_win_wait_host(win, 0, dv, 60000));
@@ -191,7 +191,7 @@ int main(int argc, char **argv) {
     res[3] = 0;
     VMM(vmmipc_win_wait(win, 0, dv + 2, nullptr));
     check_words<<<1, 512>>>(dw, 0, words, 7002, &res[3]);
-    CUDA(cudaDeviceSynchronize());
+    SyncBounded(0, "mixed: the stream wait");
     CHECK(res[3] == 0, "mixed: %d words wrong after a stream wait for a device signal", res[3]);
     vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
     VMM(vmmipc_win_device_status(win, &st));

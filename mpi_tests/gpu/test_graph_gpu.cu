@@ -77,7 +77,7 @@ static void end_capture(Run &run) {
 static int replay_all(Run &run, int replays, volatile int *bad, volatile int *code, const char *what) {
   for (int i = 1; i <= replays; i++) {
     CUDA(cudaGraphLaunch(run.x, run.s));
-    CUDA(cudaStreamSynchronize(run.s));
+    SyncBounded(run.s, what);
     if (*bad || *code) {
       CHECK(false, "%s: replay %d: %d words wrong, code %d", what, i, *bad, *code);
       return i;

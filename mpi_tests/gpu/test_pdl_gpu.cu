@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
     } else if (rank > 1 && barrier) {
       VMM(vmmipc_win_barrier(win, s));
     }
-    CUDA(cudaStreamSynchronize(s));
+    SyncBounded(s, barrier ? "the barrier round" : "the wait round");
     waited = MPI_Wtime() - t1;
     if (rank == 0) {
       CHECK(!early, "round %d: the PDL kernel (%u blocks) after a %s started before rank 1 was told to go on",

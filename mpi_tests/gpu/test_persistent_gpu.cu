@@ -82,8 +82,8 @@ int main(int argc, char **argv) {
   VMM(vmmipc_win_signal(win, rank, 1, hs)); // the kernel's own process's signal
   VMM(vmmipc_win_barrier(win, hs));
   VMM(vmmipc_win_wait_host(win, left, 3, 30000)); // the left kernel's own signal
-  CUDA(cudaStreamSynchronize(hs));
-  CUDA(cudaStreamSynchronize(ks));
+  SyncBounded(hs, "the host's signals and barrier");
+  SyncBounded(ks, "the persistent kernel");
   double s = MPI_Wtime() - t0;
   CHECK(res[0] == VMMIPC_DEV_OK, "the kernel's wait for its own host's signal returned %d", res[0]);
   CHECK(res[1] == VMMIPC_DEV_OK, "the kernel's wait for rank %d's host signal returned %d", left, res[1]);
@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
   VMM(vmmipc_win_device(swin, &sdw));
   off = right;
   invalid_ranks<<<1, 1, 0, ks>>>(sdw, off, res);
-  CUDA(cudaStreamSynchronize(ks));
+  SyncBounded(ks, "the invalid-rank kernel");
   CHECK(res[0] == VMMIPC_DEV_INVALID && res[1] == VMMIPC_DEV_INVALID, "out of range: %d, %d", res[0], res[1]);
   CHECK(res[2] == VMMIPC_DEV_INVALID, "rank %d of another node: %d", off, res[2]);
   CHECK(res[3] == VMMIPC_DEV_OK, "a wait for 0: %d", res[3]);
