@@ -46,8 +46,16 @@ int vmp_buffer_or_none(PyObject *o, const char *what, vmmipc_buf_t *out) {
     vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the buffer is closed", what);
     return -1;
   }
+  if (b->closing) {
+    vmp_refuse_closing(what, "buffer");
+    return -1;
+  }
   *out = b->h;
   return 0;
+}
+
+void vmp_buffer_hold(PyObject *o, int d) {
+  if (o && PyObject_TypeCheck(o, &VmpBuffer_Type)) ((VmpBuffer *)o)->busy += d;
 }
 
 void vmp_release_keep(PyObject *keep, void *dl_managed, int dl_versioned) {
@@ -82,6 +90,9 @@ static void buf_dealloc(VmpBuffer *self) {
 static PyObject *buf_close(VmpBuffer *self, PyObject *Py_UNUSED(ignored)) {
   const char *op = "vmmipc.Buffer.close";
   if (!self->h) Py_RETURN_NONE;
+  if (self->closing) return vmp_refuse_closing(op, "buffer");
+  if (self->busy)
+    return vmp_raise_msg(VMMIPC_ERR_BUSY, "%s: a call on another thread uses the buffer (a map of it)", op);
   if (self->views)
     return vmp_raise_msg(VMMIPC_ERR_BUSY,
                          "%s: %d view(s) of the buffer are live (Mapping objects, DLPack capsules and the tensors "
@@ -97,10 +108,12 @@ static PyObject *buf_close(VmpBuffer *self, PyObject *Py_UNUSED(ignored)) {
   }
   vmmipc_result_t r = VMMIPC_SUCCESS;
   vmmipc_buf_t h = self->h;
+  self->closing = 1;
   Py_BEGIN_ALLOW_THREADS
   if (!how && nev) how = vmp_events_wait(ev, nev, timeout, &rc);
   if (!how) r = vmmipc_buf_free(h);
   Py_END_ALLOW_THREADS
+  self->closing = 0;
   free(ev);
   if (how) return vmp_wait_failed(op, how, rc, timeout);
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
@@ -127,11 +140,13 @@ static PyObject *buf_mapping(VmpBuffer *self, PyObject *args, PyObject *kw) {
   PyObject *dtype = Py_None, *shape = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:mapping", kwlist, &dtype, &shape)) return NULL;
   if (!self->h) return vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "vmmipc.Buffer.mapping: the buffer is closed");
+  if (self->closing) return vmp_refuse_closing("vmmipc.Buffer.mapping", "buffer");
   return vmp_view_new((PyObject *)self, self->ptr, self->size, self->readonly, self->device, dtype, shape);
 }
 
 static PyObject *buf_get_ptr(VmpBuffer *self, void *Py_UNUSED(c)) {
   if (!self->h) return vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "vmmipc.Buffer.ptr: the buffer is closed");
+  if (self->closing) return vmp_refuse_closing("vmmipc.Buffer.ptr", "buffer");
   self->work.handed = 1;
   return PyLong_FromSize_t(self->ptr);
 }
@@ -259,7 +274,7 @@ static PyObject *py_wrap(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
   if (have_n && vmp_size_arg(no, "nbytes", &given) < 0) return NULL;
   uintptr_t ptr = 0;
   void *managed = NULL;
-  int versioned = 0;
+  int versioned = 0, did = -1; /* did: the DLPack producer's device id, -1 unknown */
   PyObject *keep = NULL;
   if (PyLong_Check(obj) && !PyBool_Check(obj)) {
     if (!have_n) {
@@ -295,7 +310,7 @@ static PyObject *py_wrap(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
     Py_XDECREF(meth);
     Py_XDECREF(empty);
     if (!cap) return NULL;
-    int dtype_, did;
+    int dtype_;
     int rc = vmp_dlpack_consume(cap, &ptr, &extent, &dtype_, &did, &managed, &versioned);
     Py_DECREF(cap);
     if (rc < 0) return NULL;
@@ -330,6 +345,7 @@ static PyObject *py_wrap(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
     if (managed) vmp_dlpack_release(managed, versioned);
     return NULL;
   }
+  if (did >= 0) b->device = did; /* the producer's device, whichever is current */
   b->dl_managed = managed;
   b->dl_versioned = versioned;
   Py_XINCREF(keep);

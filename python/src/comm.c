@@ -19,9 +19,20 @@ int vmp_mpi_check(const char *op) {
   return -1;
 }
 
+/* close() of an object releases the GIL while the library frees its handle,
+ * and takes it back only after: a call from another thread meanwhile would
+ * use a handle that may be freed, so it is refused. */
+PyObject *vmp_refuse_closing(const char *op, const char *what) {
+  return vmp_raise_msg(VMMIPC_ERR_BUSY, "%s: close() of the %s is in progress on another thread", op, what);
+}
+
 int vmp_comm_check(VmpComm *c, const char *op) {
   if (!c->h) {
     vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the comm is closed", op);
+    return -1;
+  }
+  if (c->closing) {
+    vmp_refuse_closing(op, "comm");
     return -1;
   }
   return vmp_mpi_check(op);
@@ -33,9 +44,11 @@ int vmp_default_timeout_ms(void) {
   return v > 0 && v < INT_MAX / 2 ? (int)v : 60000;
 }
 
+/* Not while another thread's close() is inside vmmipc_comm_destroy: the
+ * comm may be freed before that close() takes the GIL back. */
 int vmp_comm_abort_once(VmpComm *c) {
   if (c->aborted) return 0;
-  if (!c->h || vmmipc_comm_abort(c->h) != VMMIPC_SUCCESS) return -1;
+  if (!c->h || c->closing || vmmipc_comm_abort(c->h) != VMMIPC_SUCCESS) return -1;
   c->aborted = 1;
   return 0;
 }
@@ -193,10 +206,7 @@ static PyObject *comm_exit(VmpComm *self, PyObject *Py_UNUSED(args)) {
  * the comm may be freed before close() takes the GIL back, and an abort
  * then would touch freed memory; that close() ends within its bound anyway. */
 static PyObject *comm_abort(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
-  if (self->closing)
-    return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Comm.abort: close() of the comm is in progress on another thread "
-                                          "(it ends within the comm's timeout)");
-  if (vmp_comm_check(self, "vmmipc.Comm.abort") < 0) return NULL;
+  if (vmp_comm_check(self, "vmmipc.Comm.abort") < 0) return NULL; /* refused while closing: it ends within the timeout */
   vmmipc_result_t r = vmmipc_comm_abort(self->h);  /* local: at most a few nonblocking MPI sends */
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
   self->aborted = 1;
@@ -219,9 +229,11 @@ static PyObject *comm_allgather_map(VmpComm *self, PyObject *args, PyObject *kw)
   vmmipc_result_t r;
   vmmipc_comm_t h = self->h;
   self->busy++;
+  vmp_buffer_hold(bo, 1);
   Py_BEGIN_ALLOW_THREADS
   r = vmmipc_allgather_map(h, buf, pacc, &w);
   Py_END_ALLOW_THREADS
+  vmp_buffer_hold(bo, -1);
   self->busy--;
   VMP_SWEEP(es);
   if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
@@ -247,9 +259,11 @@ static PyObject *comm_bcast_map(VmpComm *self, PyObject *args, PyObject *kw) {
   vmmipc_result_t r;
   vmmipc_comm_t h = self->h;
   self->busy++;
+  vmp_buffer_hold(bo, 1);
   Py_BEGIN_ALLOW_THREADS
   r = vmmipc_bcast_map(h, buf, root, pacc, &out);
   Py_END_ALLOW_THREADS
+  vmp_buffer_hold(bo, -1);
   self->busy--;
   VMP_SWEEP(es);
   if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
@@ -297,9 +311,11 @@ static PyObject *comm_scatter_map(VmpComm *self, PyObject *args, PyObject *kw) {
   vmmipc_result_t r;
   vmmipc_comm_t h = self->h;
   self->busy++;
+  for (Py_ssize_t i = 0; bufs && i < self->size; i++) vmp_buffer_hold(PySequence_Fast_GET_ITEM(seq, i), 1);
   Py_BEGIN_ALLOW_THREADS
   r = vmmipc_scatter_map(h, bufs, root, pacc, &out);
   Py_END_ALLOW_THREADS
+  for (Py_ssize_t i = 0; bufs && i < self->size; i++) vmp_buffer_hold(PySequence_Fast_GET_ITEM(seq, i), -1);
   self->busy--;
   VMP_SWEEP(es);
   PyMem_Free(bufs);

@@ -9,6 +9,10 @@ int vmp_heap_check(VmpHeap *hp, const char *op) {
     vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the heap is closed", op);
     return -1;
   }
+  if (hp->closing) {
+    vmp_refuse_closing(op, "heap");
+    return -1;
+  }
   return 0;
 }
 
@@ -118,11 +122,13 @@ static PyObject *heap_close(VmpHeap *self, PyObject *Py_UNUSED(ignored)) {
   vmmipc_result_t r;
   vmmipc_heap_t h = self->h;
   self->busy++;
+  self->closing = 1;
   self->comm->busy++;
   Py_BEGIN_ALLOW_THREADS
   r = vmmipc_heap_destroy(h);
   Py_END_ALLOW_THREADS
   self->comm->busy--;
+  self->closing = 0;
   self->busy--;
   VMP_SWEEP(es);
   /* Only a refusal leaves the heap open; any other failure freed it (vmmipc.h). */
@@ -134,15 +140,18 @@ static PyObject *heap_close(VmpHeap *self, PyObject *Py_UNUSED(ignored)) {
   Py_RETURN_NONE;
 }
 
+/* Collective, as alloc: MPI must be usable, and the comm counts it busy. */
 static PyObject *heap_trim(VmpHeap *self, PyObject *Py_UNUSED(ignored)) {
-  if (vmp_heap_check(self, "vmmipc.Heap.trim") < 0) return NULL;
+  if (vmp_heap_check(self, "vmmipc.Heap.trim") < 0 || vmp_mpi_check("vmmipc.Heap.trim") < 0) return NULL;
   vmp_comm_settle(self->comm, 0);
   vmmipc_result_t r;
   vmmipc_heap_t h = self->h;
   self->busy++;
+  self->comm->busy++;
   Py_BEGIN_ALLOW_THREADS
   r = vmmipc_heap_trim(h);
   Py_END_ALLOW_THREADS
+  self->comm->busy--;
   self->busy--;
   VMP_SWEEP(es);
   if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);

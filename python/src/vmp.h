@@ -76,7 +76,7 @@ typedef struct {
   int rank, size;
   int busy;           /* calls in progress with the GIL released */
   int aborted;        /* vmmipc_comm_abort was called here */
-  int closing;        /* close() is inside vmmipc_comm_destroy: abort() is refused meanwhile */
+  int closing;        /* close() is inside vmmipc_comm_destroy: every call, abort() too, is refused */
   int timeout_ms;     /* the comm's bound on a wait for a peer, as the library resolved it */
   vmp_pending *pending; /* collected windows whose work is not done yet (release.c) */
 } VmpComm;
@@ -92,6 +92,8 @@ typedef struct {
   void *dl_managed;   /* a consumed DLPack tensor to release (or NULL) */
   int dl_versioned;
   int views;          /* live Mapping views of it: close() is refused meanwhile */
+  int busy;           /* calls using it with the GIL released (a map of it, close()): close() is refused */
+  int closing;        /* close() is inside its wait or vmmipc_buf_free: every use is refused */
   vmp_work work;
 } VmpBuffer;
 
@@ -107,6 +109,7 @@ typedef struct {
   int readonly;       /* peers mapped read-only */
   int device;         /* current device when it was made (-1 unknown) */
   int busy;
+  int closing;        /* close() is inside vmmipc_win_free: every call is refused (the handle may be freed) */
   int views;          /* live Mapping views of it here, each pinning it (vmmipc_win_pin) */
   vmp_work work;      /* what close() waits for */
 } VmpWindow;
@@ -118,6 +121,7 @@ struct VmpHeap {
   VmpComm *comm;      /* strong */
   int readonly;
   int busy;
+  int closing;        /* close() is inside vmmipc_heap_destroy: every call is refused */
 };
 
 extern PyTypeObject VmpComm_Type, VmpBuffer_Type, VmpWindow_Type, VmpHeap_Type, VmpView_Type;
@@ -221,7 +225,8 @@ void vmp_release_orphans(void);
 
 /* comm.c */
 int vmp_comm_init(PyObject *module);
-int vmp_comm_check(VmpComm *c, const char *op);   /* open, and MPI not finalized, else raises */
+int vmp_comm_check(VmpComm *c, const char *op);   /* open, not closing, and MPI not finalized, else raises */
+PyObject *vmp_refuse_closing(const char *op, const char *what); /* raises BUSY: close() of it runs elsewhere */
 int vmp_mpi_check(const char *op);                 /* MPI initialized and not finalized, else raises */
 /* The library's default bound on a wait: VMMIPC_TIMEOUT_MS, else 60 s. */
 int vmp_default_timeout_ms(void);
@@ -239,6 +244,9 @@ int vmp_comm_abort_once(VmpComm *c);
 int vmp_buffer_init(PyObject *module);
 PyObject *vmp_buffer_new(vmmipc_buf_t h, int readonly);  /* steals h; frees it on failure */
 int vmp_buffer_or_none(PyObject *o, const char *what, vmmipc_buf_t *out);
+/* Counts a call that uses Buffer o (any other object: nothing) with the GIL
+ * released: d is +1 before, -1 after; its close() is refused meanwhile. */
+void vmp_buffer_hold(PyObject *o, int d);
 /* Frees what a Buffer owns besides its handle (the wrapped object, a DLPack tensor). */
 void vmp_release_keep(PyObject *keep, void *dl_managed, int dl_versioned);
 extern PyMethodDef vmp_buffer_functions[];

@@ -26,6 +26,10 @@ int vmp_window_check(VmpWindow *w, const char *op) {
     vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the window is closed", op);
     return -1;
   }
+  if (w->closing) {
+    vmp_refuse_closing(op, "window");
+    return -1;
+  }
   return 0;
 }
 
@@ -104,6 +108,7 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   vmp_test_wait_outcome = 0;
   vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
   self->busy++;
+  self->closing = 1;
   c->busy++;
   Py_BEGIN_ALLOW_THREADS
   if (!how && nev) how = vmp_events_wait(ev, nev, timeout, &rc);
@@ -124,6 +129,7 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   }
   Py_END_ALLOW_THREADS
   c->busy--;
+  self->closing = 0;
   self->busy--;
   free(ev);
   if (freed) {

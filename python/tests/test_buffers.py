@@ -83,6 +83,32 @@ def test_wrap_dlpack_producer():
         assert b.views == 0
 
 
+def test_wrap_keeps_the_dlpack_producers_device():
+    # A producer on another device than the current one: the Buffer's views
+    # name the producer's device, not the current one (a consumer would
+    # otherwise label one device's memory as another's).
+    if vmmipc.device_count() < 2:
+        pytest.skip("needs two devices")
+    here = vmmipc.current_device()
+    other = (here + 1) % vmmipc.device_count()
+    vmmipc.set_device(other)
+    try:
+        b = vmmipc.alloc(1 << 21)
+        view = b.mapping(dtype="float32")
+    finally:
+        vmmipc.set_device(here)
+    w = vmmipc.wrap(view)
+    del view
+    m = w.mapping()
+    got = m.__dlpack_device__()
+    del m
+    w.close()
+    vmmipc.set_device(other)
+    b.close()
+    vmmipc.set_device(here)
+    assert got == (2, other)
+
+
 def test_wrap_bad_input():
     with pytest.raises(TypeError):
         vmmipc.wrap(12345)             # a pointer needs nbytes

@@ -123,11 +123,13 @@ import vmmipc
 vmmipc.set_device(0)
 comm = vmmipc.Comm(MPI.COMM_SELF, timeout_ms=5000)
 win = comm.allgather_map(vmmipc.alloc(1 << 21))
-MPI.Finalize()                      # by hand, with the window and comm open
-try:
-    win.close()
-except vmmipc.Error as e:
-    print("child: close after MPI_Finalize:", e.code.name, flush=True)
+heap = comm.heap()
+MPI.Finalize()                      # by hand, with the window, heap and comm open
+for what, call in (("trim", heap.trim), ("close", win.close)):
+    try:
+        call()
+    except vmmipc.Error as e:
+        print("child:", what, "after MPI_Finalize:", e.code.name, flush=True)
 """
 
 
@@ -166,7 +168,8 @@ def test_close_after_mpi_finalize_is_refused(tmp_path):
     ok, detail = True, None
     if RANK == 0:
         p, detail = run_child(tmp_path, CHILD_FINALIZED, "-W", "always::ResourceWarning")
-        ok = p.returncode == 0 and "close after MPI_Finalize: MPI" in p.stdout
+        ok = (p.returncode == 0 and "close after MPI_Finalize: MPI" in p.stdout and
+              "trim after MPI_Finalize: MPI" in p.stdout)
     assert all_true(ok), detail
 
 

@@ -1,0 +1,95 @@
+"""Calls from another thread while close() (or a map) is inside the library.
+
+close() releases the GIL while the library frees the handle, and takes it
+back only after: a call from another thread meanwhile must be refused
+(BUSY), never made on a handle that may be freed. Rank 0 closes on the main
+thread; a helper thread waits until that close is inside the library, makes
+its calls, and only then lets the other ranks join the close, so rank 0's
+close is still blocked in the library while the helper calls.
+"""
+import threading
+import time
+
+import pytest
+from mpi4py import MPI
+
+import vmmipc
+from conftest import RANK, SIZE, TIMEOUT_MS, WORLD, all_true
+
+TAG = 33
+
+
+def needs_threads():
+    if SIZE < 2 or MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+        pytest.skip("needs two ranks and MPI_THREAD_MULTIPLE (the helper thread sends)")
+
+
+def race(busy, blocking, calls):
+    """Rank 0 runs blocking() while a helper makes each of calls once
+    busy() is true; the other ranks run blocking() after the helper.
+    Returns {name: "ran" or (code, message)} on rank 0, {} elsewhere."""
+    got = {}
+    if RANK == 0:
+        def helper():
+            while not busy():           # until blocking() is inside the library
+                time.sleep(0)           # hands the GIL over; not a wait for time
+            for name, call in calls:
+                try:
+                    call()
+                    got[name] = "ran"
+                except vmmipc.Error as e:
+                    got[name] = (e.code, str(e))
+            for r in range(1, SIZE):    # only now may the peers join
+                WORLD.send(True, dest=r, tag=TAG)
+        t = threading.Thread(target=helper)
+        t.start()
+        blocking()
+        t.join(60)
+        assert not t.is_alive()
+    else:
+        WORLD.recv(source=0, tag=TAG)
+        blocking()
+    return got
+
+
+def refused(got, what):
+    return all(v != "ran" and v[0] == vmmipc.Result.BUSY and
+               f"close() of the {what} is in progress on another thread" in v[1] for v in got.values())
+
+
+def test_window_calls_during_its_close_are_refused():
+    needs_threads()
+    with vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS) as c, vmmipc.alloc(1 << 21) as buf:
+        win = c.allgather_map(buf)
+        got = race(lambda: win._busy, win.close,
+                   [("query", lambda: win.query(0)), ("mapping", lambda: win.mapping(0)),
+                    ("signal", lambda: win.signal(0, 1)), ("barrier", lambda: win.barrier()),
+                    ("wait_host", lambda: win.wait_host(0, 0, timeout_ms=100))])
+        assert all_true(win.closed and refused(got, "window")), got
+
+
+def test_heap_calls_during_its_close_are_refused():
+    needs_threads()
+    with vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS) as c:
+        heap = c.heap()
+        got = race(lambda: c._busy, heap.close, [("stats", heap.stats), ("trim", heap.trim)])
+        assert all_true(heap.closed and refused(got, "heap")), got
+
+
+def test_comm_calls_during_its_close_are_refused():
+    needs_threads()
+    c = vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS)
+    got = race(lambda: c._busy, c.close,
+               [("stats", c.stats), ("allgather_map", lambda: c.allgather_map(None)), ("abort", c.abort)])
+    assert all_true(c.closed and refused(got, "comm")), got
+
+
+def test_closing_a_buffer_that_a_map_uses_is_refused():
+    needs_threads()
+    with vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS) as c, vmmipc.alloc(1 << 21) as buf:
+        made = []
+        got = race(lambda: c._busy, lambda: made.append(c.allgather_map(buf)), [("close", buf.close)])
+        ok = not buf.closed and all(v != "ran" and v[0] == vmmipc.Result.BUSY and "uses the buffer" in v[1]
+                                    for v in got.values())
+        made[0].close()
+    assert all_true(ok and buf.closed), got
