@@ -3,11 +3,15 @@
 // tell the other ranks of the abort over MPI, but not once MPI is
 // finalized, as at exit (RAII, atexit). Open MPI aborts the job on a call
 // after MPI_Finalize, so the exit status of each rank is the check. Its own
-// main: a gtest process cannot finalize MPI and go on.
+// main: a gtest process cannot finalize MPI and go on. TEST_THREAD_LEVEL=
+// funneled initialises MPI with MPI_THREAD_FUNNELED, where the entry's
+// main-thread check (MPI_Is_thread_main) is itself an MPI call.
 #include <mpi.h>
 #include <vmmipc.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 namespace {
 
@@ -23,7 +27,9 @@ void Check(bool ok, int rank, const char *what, vmmipc_result_t r) {
 
 int main(int argc, char **argv) {
   int provided = 0, rank = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  const char *level = std::getenv("TEST_THREAD_LEVEL");
+  const bool funneled = level && std::strcmp(level, "funneled") == 0;
+  MPI_Init_thread(&argc, &argv, funneled ? MPI_THREAD_FUNNELED : MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   vmmipc_comm_t c = nullptr, d = nullptr;
   vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c);

@@ -25,8 +25,13 @@ static const char *level_name(int level) {
 
 vmmipc_result_t vmmipc__enter_process(int thread_level, const char *op) {
   /* A thread MPI does not allow is refused before it is counted: counted,
-   * even for a moment, it would make the main thread's call BUSY. */
-  if (thread_level < MPI_THREAD_SERIALIZED) {
+   * even for a moment, it would make the main thread's call BUSY. After
+   * MPI_Finalize the check is itself a call MPI forbids (Open MPI aborts the
+   * job), and the call makes no MPI call: an aborted or broken comm's calls
+   * are refused, its destroy is local. */
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (thread_level < MPI_THREAD_SERIALIZED && !finalized) {
     int main_thread = 0;
     MPI_Is_thread_main(&main_thread);
     if (!main_thread)
