@@ -708,6 +708,50 @@ TEST_F(Faults, AnIdleAbortReachesOtherNodesWithoutAFurtherCall) {
   }
 }
 
+// The last rank aborts with no call after it, and its abort calls no MPI
+// (hook "abort_quiet", as from a thread MPI does not allow one); a node peer
+// of it reads the abort in a receive from it, which breaks the comm there,
+// so that peer's next collective is refused at entry and never reaches an
+// agreement whose wait would tell rank 0. The receive tells the ranks of
+// other nodes itself. Before, on layouts 0,1,1 and 1,0,0, they waited out
+// the timeout and failed TIMEOUT naming that peer.
+TEST_F(Faults, AnAbortSeenInAPointToPointCallReachesOtherNodes) {
+  const int me = vt::Rank(), f = vt::Size() - 1;
+  vt::Baseline base;  // before the comm: its destroy frees what it made
+  vmmipc_comm_t c = Create(3000);
+  ASSERT_NE(c, nullptr);
+  const std::vector<int> ids = vt::NodeIds(c);
+  int peer = -1;  // f's lowest node peer
+  for (int r = 0; r < f && peer < 0; r++)
+    if (ids[r] == ids[f]) peer = r;
+  if (peer < 0) {
+    EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+    MPI_Barrier(MPI_COMM_WORLD);
+    GTEST_SKIP() << "the last rank has no node peer";
+  }
+  const std::string how = "rank " + std::to_string(f) + "'s abort, read by rank " + std::to_string(peer) +
+                          " in a receive";
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == f) {
+    vmmipc__test_fail_at("abort_quiet", 1);
+    ASSERT_VMM_OK(vmmipc_comm_abort(c));
+    vmmipc__test_fail_at(nullptr, 0);
+  } else if (me == peer) {
+    vmmipc_desc_t d = nullptr;
+    ExpectAbortedBy(vmmipc_recv(c, f, &d), f, how, "vmmipc_recv");
+    EXPECT_EQ(d, nullptr);
+    ExpectHeapCreateAborted(c, f, how);  // refused at entry: the comm broke in the receive
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    ExpectHeapCreateAborted(c, f, how);
+    EXPECT_LT(Since(t0), 1.5) << how << ": told, not left to wait out the 3 s timeout";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // the aborted rank's first call on the comm comes after the others' call
+  EXPECT_VMM_OK(vmmipc_comm_destroy(c));  // local everywhere: the comm failed
+  base.Expect(how.c_str());
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // An abort that lands between two rounds of a destroy's drain, after a
 // round that succeeded everywhere (it freed the window every rank had
 // released, so another round follows): the aborted rank's destroy stops
@@ -1094,6 +1138,43 @@ TEST_F(Faults, AnAbortAsHeapDestroyBeginsEndsItTheSameWay) {
   ASSERT_VMM_OK(vmmipc_heap_create(c, nullptr, &h));
   AbortDuringDestroy(c, "vmmipc_heap_destroy", [h] { return vmmipc_heap_destroy(h); }, "enter_slow", 3000);
   EXPECT_VMM_OK(vmmipc_comm_destroy(c));  // local now: aborted on rank 0, broken on the others
+}
+
+// A call that lets the comm go must touch it no more: a destroy on another
+// thread may take it at once and free it. Here the call is one refused at
+// entry (the comm is aborted, so the destroy is local); "leave_linger"
+// holds it 300 ms before it lets the comm go, so that the destroy is
+// refused (BUSY) first, and 300 ms right after. Without the
+// destroy's wait for the leaving call, the free came first and the call
+// read the freed comm (ASan: heap-use-after-free in vmmipc__leave).
+TEST_F(Faults, ADestroyOnAnotherThreadWaitsForACallLeavingTheComm) {
+  vmmipc_comm_t c = Create(3000);
+  ASSERT_NE(c, nullptr);
+  ASSERT_VMM_OK(vmmipc_comm_abort(c));  // every rank: each destroy is local
+  vmmipc_result_t r = VMMIPC_SUCCESS;
+  std::string msg;
+  std::thread caller([&] {
+    vmmipc__test_fail_at("leave_linger", 1);  // per thread
+    vmmipc_heap_t h = nullptr;
+    r = vmmipc_heap_create(c, nullptr, &h);
+    msg = vmmipc_last_error();
+    vmmipc__test_fail_at(nullptr, 0);
+  });
+  for (;;) {  // the call holds the comm
+    const char *in = __atomic_load_n(&c->busy_op, __ATOMIC_ACQUIRE);
+    if (in && std::string(in) == "vmmipc_heap_create") break;
+    std::this_thread::yield();
+  }
+  vmmipc_result_t d = VMMIPC_ERR_BUSY;
+  int refused = 0;
+  while ((d = vmmipc_comm_destroy(c)) == VMMIPC_ERR_BUSY) refused++;
+  std::string dmsg = vmmipc_last_error();
+  caller.join();
+  EXPECT_EQ(d, VMMIPC_SUCCESS) << dmsg;
+  EXPECT_GT(refused, 0) << "the destroy came while the call held the comm";
+  EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << msg;
+  EXPECT_TRUE(Has(msg, "vmmipc_heap_create") && Has(msg, "aborted the communicator")) << msg;
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace

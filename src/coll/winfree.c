@@ -12,21 +12,22 @@ vmmipc_result_t vmmipc__win_free(struct vmmipc_win *w, vmmipc_result_t local) {
   vmmipc_result_t r = vmmipc__failed(c) ? VMMIPC_ERR_PEER : vmmipc__enter(c, op, 1);
   if (r && !vmmipc__failed(c)) return r; /* refused here (another thread inside): still open */
   int pins = __atomic_load_n(&w->pins, __ATOMIC_ACQUIRE);
-  if (r) { /* a failed comm: nobody to agree with; it frees locally, holding the comm */
-    int idle = 0;
-    if (!__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+  if (r) { /* a failed comm: nobody to agree with; it frees locally, holding the comm (an abort's
+             * announcing is waited out); its result is made before the comm is let go */
+    if (!vmmipc__hold(c))
       return vmmipc__error(VMMIPC_ERR_BUSY, "%s: another thread is inside a call on this comm; the window is still open",
                            op);
     if (pins) {
-      __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
-      return vmmipc__error(VMMIPC_ERR_BUSY,
-                           "%s: the window is pinned %d time(s) on rank %d (vmmipc_win_pin); it stays open, though "
-                           "the communicator failed; hint: unpin it, then free it (locally)",
-                           op, pins, c->rank);
+      r = vmmipc__error(VMMIPC_ERR_BUSY,
+                        "%s: the window is pinned %d time(s) on rank %d (vmmipc_win_pin); it stays open, though "
+                        "the communicator failed; hint: unpin it, then free it (locally)",
+                        op, pins, c->rank);
+    } else {
+      w->reap(w, 0);
+      r = vmmipc__freed_locally(c, op);
     }
-    w->reap(w, 0);
     __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
-    return vmmipc__freed_locally(c, op);
+    return r;
   }
   double t0 = vmmipc__now();
   if (!local && pins) {
@@ -44,11 +45,12 @@ vmmipc_result_t vmmipc__win_free(struct vmmipc_win *w, vmmipc_result_t local) {
     w->reap(w, 1); /* its slots are zeroed only now: no peer can still signal into them */
   } else if (c->broken) { /* the comm broke in the agreement: freed locally, if nothing here pins it */
     if (pins) {
+      r = vmmipc__error(VMMIPC_ERR_BUSY,
+                        "%s: the communicator broke in this call (%s), and the window is pinned %d time(s) here; "
+                        "it stays open",
+                        op, c->broken_msg, pins);
       vmmipc__leave(c);
-      return vmmipc__error(VMMIPC_ERR_BUSY,
-                           "%s: the communicator broke in this call (%s), and the window is pinned %d time(s) here; "
-                           "it stays open",
-                           op, c->broken_msg, pins);
+      return r;
     }
     w->reap(w, 0);
     if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) { /* freed: never a code that means "still open" */

@@ -15,7 +15,10 @@
  * another thread, and that destroy then frees the comm. Live comms are in a
  * registry: an abort finds its comm there (by address, touching nothing of
  * it) and counts itself in under the registry's lock; the free takes the
- * comm out of the registry and then waits until no abort is in it. */
+ * comm out of the registry and then waits until nothing is counted in it.
+ * A call that lets the comm go counts itself in the same way for the few
+ * steps it takes after (vmmipc__linger): a destroy on another thread may
+ * take the comm at once. */
 #include <pthread.h>
 
 #include "comm/comm.h"
@@ -37,7 +40,19 @@ void vmmipc__live_remove(struct vmmipc_comm *c) {
   struct vmmipc_comm **pp = &live_head;
   while (*pp && *pp != c) pp = &(*pp)->live_next;
   if (*pp) *pp = c->live_next;
-  while (c->aborting > 0) pthread_cond_wait(&live_cv, &live_mu);
+  while (c->lingering > 0) pthread_cond_wait(&live_cv, &live_mu);
+  pthread_mutex_unlock(&live_mu);
+}
+
+void vmmipc__linger(struct vmmipc_comm *c) {
+  pthread_mutex_lock(&live_mu);
+  c->lingering++;
+  pthread_mutex_unlock(&live_mu);
+}
+
+void vmmipc__unlinger(struct vmmipc_comm *c) {
+  pthread_mutex_lock(&live_mu);
+  if (--c->lingering == 0) pthread_cond_broadcast(&live_cv);
   pthread_mutex_unlock(&live_mu);
 }
 
@@ -46,15 +61,9 @@ static int abort_enter(struct vmmipc_comm *c) {
   pthread_mutex_lock(&live_mu);
   struct vmmipc_comm *x = live_head;
   while (x && x != c) x = x->live_next;
-  if (x) c->aborting++;
+  if (x) c->lingering++;
   pthread_mutex_unlock(&live_mu);
   return x != NULL;
-}
-
-static void abort_leave(struct vmmipc_comm *c) {
-  pthread_mutex_lock(&live_mu);
-  if (--c->aborting == 0) pthread_cond_broadcast(&live_cv);
-  pthread_mutex_unlock(&live_mu);
 }
 
 void vmmipc__tell_aborted_unasked(struct vmmipc_comm *c, const char *op) {
@@ -93,6 +102,6 @@ vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t c) {
     vmmipc__announce_abort(c);
     __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
   }
-  abort_leave(c);
+  vmmipc__unlinger(c);
   return VMMIPC_SUCCESS;
 }

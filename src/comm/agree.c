@@ -790,6 +790,28 @@ void vmmipc__agree_tell_aborted(struct vmmipc_comm *c) {
   vmmipc__mpi_keep(v);
 }
 
+void vmmipc__agree_tell_peer_aborted(struct vmmipc_comm *c, int aborter) {
+  int finalized = 1;
+  if (c->size == 1 || c->dup == MPI_COMM_NULL || c->peer_abort_told || aborter < 0 || aborter >= c->size ||
+      MPI_Finalized(&finalized) != MPI_SUCCESS || finalized)
+    return;
+  c->peer_abort_told = 1;
+  uint64_t next = c->agreements;
+  if (c->rank != 0) {
+    agree_call_t a = {c, "", next, tag_of(next), wtag_of(next), 0, 0, NULL, 0, NULL};
+    tell_collector_kind(&a, aborter, NOTICE_ABORT); /* blame_abort: "rank <me>, on its node, saw it" */
+    return;
+  }
+  unsigned char *v = malloc(VERDICT_HEAD + VMMIPC__ERRMSG_MAX);
+  if (!v) return;
+  char text[VMMIPC__ERRMSG_MAX];
+  snprintf(text, sizeof text, "rank %d aborted the communicator (vmmipc_comm_abort; rank 0, on its node, saw it)%s",
+           aborter, k_broken_tail);
+  int len = pack_failure_text(v, next, VMMIPC_ERR_ABORTED, aborter, 1 | VERDICT_NAME_CALL, text);
+  for (int r = 1; r < c->size; r++) send_kept(c, v, len, r, tag_of(next));
+  vmmipc__mpi_keep(v);
+}
+
 static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local, int secondary) {
   struct vmmipc_comm *c = a->c;
   int64_t deadline = vmmipc__deadline(c); /* the call's (deadline.c) */

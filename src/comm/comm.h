@@ -60,10 +60,12 @@ struct vmmipc_comm {
   char broken_msg[VMMIPC__ERRMSG_MAX];
   int broken_rank;             /* the rank its failure named (-1: none), named again by every later call */
   int aborted;             /* vmmipc_comm_abort was called (__atomic builtins; any thread) */
-  int aborting;            /* vmmipc_comm_abort calls inside now (abort.c's registry lock) */
+  int lingering;           /* threads outside a call that still touch it: aborts, calls letting it go (abort.c's
+                              registry lock); its free waits for none */
   struct vmmipc_comm *live_next; /* the registry of live comms (abort.c) */
   int abort_told;          /* the peers were told (__atomic builtins) */
   int abort_agreed;        /* the agreement was told over MPI (agree.c; the calling thread's) */
+  int peer_abort_told;     /* a node peer's abort, read outside an agreement, was told over MPI (agree.c) */
   /* Releases the stream waits enqueued on this comm's windows (set by whoever
    * made the signal pool: sync/release.c); called once the comm fails. */
   void (*release)(struct vmmipc_comm *);
@@ -97,6 +99,8 @@ struct vmmipc_comm {
  * a broken comm; a collective also advances the epoch and clears the
  * timings. On success vmmipc__leave must follow. */
 vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collective);
+/* Lets the comm go: the caller must not touch c after it (a destroy on
+ * another thread may free it at once), so a call makes its result first. */
 void vmmipc__leave(struct vmmipc_comm *c);
 /* Released objects: those the call's agreements found released by every
  * rank go now, in step; on a failed comm, every one that is ready goes
@@ -172,6 +176,10 @@ vmmipc_result_t vmmipc__agree_drain(struct vmmipc_comm *c, vmmipc_result_t local
  * no abort is inside it. */
 void vmmipc__live_add(struct vmmipc_comm *c);
 void vmmipc__live_remove(struct vmmipc_comm *c);
+/* Counts this thread in as still touching c after it let c go (free waits
+ * for it); unlinger is the thread's last touch of c. */
+void vmmipc__linger(struct vmmipc_comm *c);
+void vmmipc__unlinger(struct vmmipc_comm *c);
 
 /* ---- agreement (agree.c) ---- */
 /* All-or-nothing outcome of a collective over comm->dup, bounded by the
@@ -216,6 +224,12 @@ void vmmipc__agree_flush(struct vmmipc_comm *c);
  * the verdict of the next agreement (aborted, naming it), a member tells
  * rank 0, which fails every rank. Best effort: sets no error. */
 void vmmipc__agree_tell_aborted(struct vmmipc_comm *c);
+/* The same for rank `aborter` of this rank's node, whose abort a
+ * point-to-point call read (its END frame) and which broke the comm here:
+ * outside an agreement, where a member's wait would have told rank 0, and
+ * this rank's next collective is refused at entry. Once; the calling
+ * thread is inside a call. */
+void vmmipc__agree_tell_peer_aborted(struct vmmipc_comm *c, int aborter);
 /* The same from a thread the application did not hand an MPI call (the
  * abort, the local destroy: abort.c), only where MPI allows it: MPI still
  * up, and any thread under MPI_THREAD_MULTIPLE or MPI's main thread below

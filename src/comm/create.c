@@ -513,22 +513,24 @@ again:
    * Released objects are freed in the rounds of the agreement. */
   r = vmmipc__agree_drain(c, local, op);
   if (!r && (c->open_windows || c->open_heaps)) { /* pinned after it was released: a misuse */
+    r = vmmipc__error(VMMIPC_ERR_BUSY,
+                      "%s: %d window(s) and %d heap(s) of this comm are still open on rank %d (pinned after they "
+                      "were released?); the comm stays open",
+                      op, c->open_windows, c->open_heaps, c->rank);
     vmmipc__leave(c);
-    return vmmipc__error(VMMIPC_ERR_BUSY,
-                         "%s: %d window(s) and %d heap(s) of this comm are still open on rank %d (pinned after they "
-                         "were released?); the comm stays open",
-                         op, c->open_windows, c->open_heaps, c->rank);
+    return r;
   }
   if (r && !c->broken) { /* refused everywhere: the comm stays usable */
     vmmipc__leave(c);
     return r;
   }
   if (local) { /* it broke meanwhile, but windows or heaps of it are still open here */
+    r = vmmipc__error(VMMIPC_ERR_BUSY,
+                      "%s: the comm broke in this call, and %d window(s) and %d heap(s) of it are still open here; "
+                      "hint: free them (locally now), then destroy the comm",
+                      op, c->open_windows, c->open_heaps);
     vmmipc__leave(c);
-    return vmmipc__error(VMMIPC_ERR_BUSY,
-                         "%s: the comm broke in this call, and %d window(s) and %d heap(s) of it are still open here; "
-                         "hint: free them (locally now), then destroy the comm",
-                         op, c->open_windows, c->open_heaps);
+    return r;
   }
   /* What every rank released went in the agreement's rounds; on a comm
    * that failed in them, what this rank released goes now, locally (a

@@ -85,15 +85,16 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
   if (c->check) c->check(c);
   if (VMMIPC__INJECT("enter_slow")) VMMIPC__STALL(300); /* an abort from another thread lands here */
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
+    vmmipc_result_t a = vmmipc__aborted_here(c, op, "");
     vmmipc__leave(c); /* tells the ranks off this node, once */
-    return vmmipc__aborted_here(c, op, "");
+    return a;
   }
   if (c->broken) {
-    vmmipc__leave(c);
-    vmmipc_result_t r = vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER,
+    vmmipc_result_t b = vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER,
                                       "%s: the communicator is broken: %s", op, c->broken_msg);
     vmmipc__error_rank(c->broken_rank);
-    return r;
+    vmmipc__leave(c);
+    return b;
   }
   if (collective) {
     c->epoch++; /* on every rank, whatever the outcome: frames of this call carry it */
@@ -122,16 +123,24 @@ void vmmipc__leave(struct vmmipc_comm *c) {
   if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) vmmipc__agree_tell_aborted(c);
   c->deadline_ms = 0;
   vmmipc__leave_process();
+  const int linger = VMMIPC__INJECT("leave_linger");
+  if (linger) VMMIPC__STALL(300); /* still holding the comm */
+  /* Counted in before letting go: a destroy on another thread may take the
+   * comm at once, and its free then waits for this thread (abort.c). */
+  vmmipc__linger(c);
   __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
   __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
+  if (linger) VMMIPC__STALL(300); /* a destroy on another thread takes the comm here */
   /* vmmipc_comm_abort from another thread while this call held the comm,
-   * after the test above: it could not tell the peers, so this thread does. */
+   * after the test above: it could not tell the peers, so this thread does,
+   * holding the comm as an abort does (a destroy waits that out). */
   int idle = 0;
   if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST) && !__atomic_load_n(&c->abort_told, __ATOMIC_SEQ_CST) &&
-      __atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+      __atomic_compare_exchange_n(&c->busy, &idle, VMMIPC__BUSY_ABORT, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
     vmmipc__announce_abort(c); /* outside the call now, as the abort itself would */
     __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
   }
+  vmmipc__unlinger(c); /* this thread's last touch of c */
 }
 
 void vmmipc__tell_abort(struct vmmipc_comm *c) {

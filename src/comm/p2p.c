@@ -8,11 +8,16 @@
 /* A peer that aborted the comm, or a connection now closed (the partner's,
  * or that of the node peer whose END frame ended the call: it broke the
  * comm there), fails the comm (its stream waits are released); a slow peer
- * (a timeout, or its ABORT of one message) does not. */
+ * (a timeout, or its ABORT of one message) does not. A node peer's abort
+ * read here is told to the ranks of other nodes, as an agreement's wait
+ * would tell it: this rank's next collective is refused at entry. */
 static void fail_if_gone(vmmipc_comm_t c, int peer, const vmmipc__tp_xchg_t *x, vmmipc_result_t r) {
   vmmipc__conn_t *conn = vmmipc__tp_conn(c->tp);
   int ended = x->aborted_by >= 0 && conn->fd[VMMIPC__CTX_COLL - 1][x->aborted_by] < 0;
   if (r == VMMIPC_ERR_ABORTED || conn->fd[VMMIPC__CTX_P2P - 1][peer] < 0 || ended) vmmipc__break_code(c, r);
+  int aborter = x->aborted_by >= 0 ? x->aborted_by : peer;
+  if (r == VMMIPC_ERR_ABORTED && !__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
+    vmmipc__agree_tell_peer_aborted(c, c->rank_of[aborter]);
 }
 
 vmmipc_result_t vmmipc_send(vmmipc_comm_t c, vmmipc_desc_t d, int dest) {

@@ -24,7 +24,9 @@ extern "C" {
  * "abort_quiet" (the next vmmipc_comm_abort tells nobody over MPI, as one
  * from a thread MPI does not allow a call: the next call tells),
  * "enter_slow" (the next call that holds a comm pauses 300 ms before it
- * looks whether the comm was aborted), "drain_abort" (this rank aborts its
+ * looks whether the comm was aborted), "leave_linger" (the next call that
+ * leaves a comm pauses 300 ms before it lets the comm go, and 300 ms
+ * after), "drain_abort" (this rank aborts its
  * comm right after a round of the agreements that free released objects,
  * as another thread's abort could). At the
  * collector of an agreement (comm/agree.c): "verdict" (it stalls 1.5 x the

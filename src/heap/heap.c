@@ -189,16 +189,6 @@ static vmmipc_result_t refuse_live(struct vmmipc_heap *h, int unreleased, const 
   return r;
 }
 
-/* Frees, locally, what this rank released (its windows of h among them),
- * if no other thread holds the comm: a failed comm has nobody to agree with. */
-static void reap_local(struct vmmipc_comm *c) {
-  int idle = 0;
-  if (!vmmipc__deferred_count(c) ||
-      !__atomic_compare_exchange_n(&c->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-    return;
-  vmmipc__deferred_reap_local(c);
-  __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
-}
 
 vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
   const char *op = "vmmipc_heap_destroy";
@@ -211,13 +201,22 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
     entered = !r;
     if (r && (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG || !vmmipc__failed(c))) return r; /* refused */
   }
-  if (!entered) { /* nobody to agree with (it may have failed meanwhile): locally */
-    reap_local(c);
-    if (h->live) return refuse_live(h, h->live - vmmipc__deferred_count_of(c, 0, h), op);
-    vmmipc_result_t t = heap_teardown(h, op);
-    /* An abort of this rank's during the call (after the test above) ends
-     * it as it ends a blocked one, as vmmipc_comm_destroy does. */
-    if (!t && r && __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) return vmmipc__freed_locally(c, op);
+  if (!entered) { /* nobody to agree with (it may have failed meanwhile): locally, holding the comm (an
+                   * abort's announcing is waited out), the result made before the comm is let go */
+    if (!vmmipc__hold(c))
+      return vmmipc__error(VMMIPC_ERR_BUSY, "%s: another thread is inside a call on this comm; the heap is still open",
+                           op);
+    vmmipc__deferred_reap_local(c); /* what this rank released: its windows of h among them */
+    vmmipc_result_t t;
+    if (h->live) {
+      t = refuse_live(h, h->live - vmmipc__deferred_count_of(c, 0, h), op);
+    } else {
+      t = heap_teardown(h, op);
+      /* An abort of this rank's during the call (after the test above) ends
+       * it as it ends a blocked one, as vmmipc_comm_destroy does. */
+      if (!t && r && __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) t = vmmipc__freed_locally(c, op);
+    }
+    __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
     return t;
   }
   /* Windows every rank released go first, in step; the others refuse. */
@@ -232,15 +231,16 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
   }
   if (c->broken) vmmipc__deferred_reap_local(c);
   if (h->live) { /* the comm broke in the agreement, or a window is still pinned here: the windows need the heap */
+    r = refuse_live(h, h->live - vmmipc__deferred_count_of(c, 0, h), op);
     vmmipc__leave(c);
-    return refuse_live(h, h->live - vmmipc__deferred_count_of(c, 0, h), op);
+    return r;
   }
   vmmipc_result_t t = heap_teardown(h, op);
-  vmmipc__leave(c);
   if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) { /* freed now: never a code that means "still open" */
     r = c->broken_code ? c->broken_code : VMMIPC_ERR_PEER;
     vmmipc__error_code(r);
   }
+  vmmipc__leave(c);
   return r ? r : t;
 }
 
