@@ -194,24 +194,34 @@ typedef struct {
     DLManagedTensorVersioned versioned;
   } m;
   int64_t shape[VMP_MAX_NDIM], strides[VMP_MAX_NDIM];
+  void *consumer;      /* the stream given to __dlpack__ (a handle), or NULL */
 } vmp_dl_block;
 
-static void dl_drop_view(void *ctx) {
+static vmp_work *owner_work(VmpView *v) {
+  return PyObject_TypeCheck(v->owner, &VmpWindow_Type) ? &((VmpWindow *)v->owner)->work
+                                                       : &((VmpBuffer *)v->owner)->work;
+}
+
+/* The consumer lets the view go: all its work on the memory is queued on its
+ * stream by now, which is recorded here, while the stream surely lives
+ * (CuPy and numba destroy a stream with its object, often right after). */
+static void dl_drop_view(void *ctx, void *consumer) {
   /* Consumers may call the deleter from any thread, with or without the GIL;
      after interpreter shutdown the view is left alone. */
   if (!ctx || !Py_IsInitialized()) return;
   PyGILState_STATE g = PyGILState_Ensure();
+  if (consumer) vmp_work_consumer_done(owner_work((VmpView *)ctx), consumer);
   Py_DECREF((PyObject *)ctx);
   PyGILState_Release(g);
 }
 
 static void dl_deleter_classic(DLManagedTensor *m) {
-  dl_drop_view(m->manager_ctx);
+  dl_drop_view(m->manager_ctx, ((vmp_dl_block *)m)->consumer);
   PyMem_RawFree(m);
 }
 
 static void dl_deleter_versioned(DLManagedTensorVersioned *m) {
-  dl_drop_view(m->manager_ctx);
+  dl_drop_view(m->manager_ctx, ((vmp_dl_block *)m)->consumer);
   PyMem_RawFree(m);
 }
 
@@ -271,12 +281,6 @@ static PyObject *view_dlpack(VmpView *self, PyObject *args, PyObject *kw) {
       consumer = sv == -1 ? NULL : sv == 0 ? VMP_CU_LEGACY : (void *)(uintptr_t)sv;
     }
   }
-  /* Nothing is pending on any stream on the producer's side: the memory's
-   * writers synchronise through the window (signal, wait, barrier). The
-   * owner's close() waits for the consumer's stream. */
-  vmp_work *work = PyObject_TypeCheck(self->owner, &VmpWindow_Type) ? &((VmpWindow *)self->owner)->work
-                                                                     : &((VmpBuffer *)self->owner)->work;
-  if (consumer && vmp_work_consumer(work, consumer) < 0) return NULL;
   int versioned = 0;
   if (maxv != Py_None) {
     PyObject *major = PyTuple_Check(maxv) && PyTuple_GET_SIZE(maxv) == 2 ? PyTuple_GET_ITEM(maxv, 0) : NULL;
@@ -308,8 +312,14 @@ static PyObject *view_dlpack(VmpView *self, PyObject *args, PyObject *kw) {
                                        "(max_version), which can be told it is read-only");
     return NULL;
   }
+  /* Nothing is pending on any stream on the producer's side: the memory's
+   * writers synchronise through the window (signal, wait, barrier). The
+   * owner's close() waits for the consumer's stream, recorded when the
+   * consumer lets the view go (registered only for a call that succeeds). */
+  if (consumer && vmp_work_consumer(owner_work(self), consumer) < 0) return NULL;
   vmp_dl_block *b = PyMem_RawCalloc(1, sizeof *b);
   if (!b) return PyErr_NoMemory();
+  b->consumer = consumer == VMP_CU_LEGACY ? NULL : consumer;  /* the legacy stream: recorded at close anyway */
   PyObject *cap;
   Py_INCREF(self);  /* released by the deleter */
   if (versioned) {

@@ -36,8 +36,9 @@
 
 /* The device work a Window or Buffer handed out, which close() waits for
  * (work.c): an event per stream that the window's signal, wait and barrier
- * used (recorded after each), and the streams recorded only at close: the
- * consumer streams given to __dlpack__(stream=...) and the legacy default
+ * used (recorded after each), the consumer streams given to
+ * __dlpack__(stream=...) (recorded when the consumer lets the view go, else
+ * at close), and the streams recorded only at close: the legacy default
  * stream. */
 typedef struct {
   void *stream;
@@ -181,6 +182,9 @@ int vmp_access_arg(PyObject *o, vmmipc_access_t *storage, const vmmipc_access_t 
 void vmp_work_op(vmp_work *w, void *stream);
 /* A consumer will use stream (DLPack): recorded at close. -1: MemoryError set. */
 int vmp_work_consumer(vmp_work *w, void *stream);
+/* The consumer of a __dlpack__(stream=...) capsule let it go: its stream is
+ * recorded now (not at close, when it may be destroyed). */
+void vmp_work_consumer_done(vmp_work *w, void *stream);
 /* Records what is recorded at close and gives the events to wait for (a
  * malloc'd array in *events, freed by the caller). 0, or the failing CUresult
  * (> 0), or -1 out of memory. */

@@ -10,6 +10,7 @@
 #include "vmp.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 typedef int (*vmp_cu_event_create)(void **ev, unsigned flags);
@@ -91,6 +92,20 @@ int vmp_work_consumer(vmp_work *w, void *stream) {
   return 0;
 }
 
+void vmp_work_consumer_done(vmp_work *w, void *stream) {
+  /* Every entry of the stream (other capsules' and the window's operations
+   * on it too) is recorded again now, and waited for at close. A stream that
+   * is gone already (destroyed before its consumer let go) cannot be waited
+   * for: left out, rather than recorded at close on a handle that may name
+   * another stream by then. */
+  for (int i = 0; i < w->n; i++) {
+    vmp_tracked *e = &w->t[i];
+    if (e->stream != stream) continue;
+    if (record(e) != 0) e->recorded = 0;
+    e->at_close = 0;
+  }
+}
+
 int vmp_work_begin(vmp_work *w, void ***events, int *n) {
   *events = NULL;
   *n = 0;
@@ -166,17 +181,19 @@ void vmp_work_free(vmp_work *w) {
 }
 
 PyObject *vmp_wait_failed(const char *op, int how, int rc, int timeout_ms) {
+  /* A Buffer's close is local: it stays open here; a Window's, everywhere. */
+  const int buffer = strstr(op, "Buffer") != NULL;
+  const char *what = buffer ? "buffer" : "window", *where = buffer ? "" : " on every rank";
   if (how == VMP_WAIT_TIMEOUT)
     return vmp_raise_msg(VMMIPC_ERR_TIMEOUT,
-                         "%s: the device work on the window's streams (its signals, waits and barriers, the consumer "
+                         "%s: the device work on the %s's streams (its signals, waits and barriers, the consumer "
                          "streams given to __dlpack__, the legacy default stream) was not done within %d ms; the "
-                         "window stays open on every rank; hint: is a kernel or a stream wait still waiting for a "
-                         "peer's signal?",
-                         op, timeout_ms);
+                         "%s stays open%s; hint: is a kernel or a stream wait still waiting for a peer's signal?",
+                         op, what, timeout_ms, what, where);
   return vmp_raise_msg(VMMIPC_ERR_CUDA,
-                       "%s: waiting for the device work on the window's streams: the driver returned CUresult %d "
-                       "(a kernel may have faulted; the context is then lost); the window stays open",
-                       op, rc);
+                       "%s: waiting for the device work on the %s's streams: the driver returned CUresult %d "
+                       "(a kernel may have faulted; the context is then lost); the %s stays open",
+                       op, what, rc, what);
 }
 
 /* _test_fail_next_close_wait(how): the next Window.close()'s wait reports a

@@ -135,6 +135,52 @@ def test_dlpack_stream_argument(comm):
         del m
 
 
+def driver_fn(name, *argtypes):
+    """An entry point of the driver vmmipc loads (cuGetProcAddress, CUDA 12
+    ABI), for streams of a consumer's own."""
+    import os
+    lib = ctypes.CDLL(os.environ.get("VMMIPC_CUDA_DRIVER") or "libcuda.so.1")
+    get = lib.cuGetProcAddress_v2
+    get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p]
+    fn, status = ctypes.c_void_p(), ctypes.c_int()
+    assert get(name.encode(), ctypes.byref(fn), 12000, 0, ctypes.byref(status)) == 0 and fn.value, name
+    return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(fn.value)
+
+
+def test_a_consumer_stream_destroyed_after_its_capsule_does_not_fail_close():
+    # CuPy and numba destroy a stream with its object, often right after the
+    # tensor made on it. The consumer's stream is recorded when it lets the
+    # view go; before, it was recorded at close, on the destroyed handle:
+    # close() failed (the stand-in: CUDA_ERROR_INVALID_HANDLE) and the
+    # buffer stayed open for good.
+    create = driver_fn("cuStreamCreate", ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint)
+    destroy = driver_fn("cuStreamDestroy", ctypes.c_void_p)
+    stream = ctypes.c_void_p()
+    assert create(ctypes.byref(stream), 1) == 0                 # CU_STREAM_NON_BLOCKING
+    buf = vmmipc.alloc(1 << 21)
+    m = buf.mapping()
+    cap = m.__dlpack__(stream=stream.value)
+    del cap, m                                  # let go unconsumed: the deleter runs
+    assert destroy(stream) == 0
+    try:
+        buf.close()
+        err = None
+    except vmmipc.Error as e:
+        err = str(e)
+    assert all_true(buf.closed), err
+
+
+def test_a_refused_dlpack_call_registers_no_stream():
+    # A __dlpack__ call that fails its checks leaves nothing for close().
+    buf = vmmipc.alloc(1 << 21)
+    m = buf.mapping()
+    with pytest.raises(BufferError):
+        m.__dlpack__(stream=0x1234000, copy=True)   # never a copy; the stream is no real one
+    del m
+    buf.close()
+    assert all_true(buf.closed)
+
+
 @pytest.mark.skipif(not STANDIN, reason="device memory is host-visible only on the stand-in")
 def test_memoryview_and_numpy_on_standin(comm):
     np = pytest.importorskip("numpy")
