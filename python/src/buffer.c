@@ -71,10 +71,14 @@ static void buf_release_keep(VmpBuffer *b) {
 
 /* Local. Open windows hold a reference to the buffers they expose; one the
  * garbage collector released may still expose it until the library frees
- * it in step: then the buffer (and what it wraps) waits for that. */
+ * it in step: then the buffer (and what it wraps) waits for that. So does a
+ * buffer whose pointer or views went out to device work (unmapped under that
+ * work, a kernel would fault): its work is recorded and waited for after a
+ * later collective call, as a collected window's (release.c), since nothing
+ * that needs a context runs here. */
 static void buf_dealloc(VmpBuffer *self) {
-  if (self->h && vmmipc_buf_free(self->h) == VMMIPC_ERR_BUSY && !vmp_finalized) {
-    vmp_defer_buffer(self->h, self->keep, self->dl_managed, self->dl_versioned);
+  if (self->h && !vmp_finalized && (self->work.handed || vmmipc_buf_free(self->h) == VMMIPC_ERR_BUSY)) {
+    vmp_defer_buffer(self->h, self->keep, self->dl_managed, self->dl_versioned, &self->work, self->device);
     self->keep = NULL;
     self->dl_managed = NULL;
   }

@@ -132,13 +132,17 @@ typedef struct vmp_deferred {
   PyObject *keep;
   void *dl_managed;
   int dl_versioned;
+  vmp_work work;      /* the work it handed out, and its events once recorded */
+  void **events;
+  int nevents, begun, device;
 } vmp_deferred;
 
 static vmp_deferred *deferred;
 
-void vmp_defer_buffer(vmmipc_buf_t h, PyObject *keep, void *dl_managed, int dl_versioned) {
-  vmp_deferred *d = malloc(sizeof *d);
-  if (!d) {  /* leaked rather than freed under a peer's mapping */
+void vmp_defer_buffer(vmmipc_buf_t h, PyObject *keep, void *dl_managed, int dl_versioned, vmp_work *work,
+                      int device) {
+  vmp_deferred *d = calloc(1, sizeof *d);
+  if (!d) {  /* leaked rather than freed under a peer's mapping or running work */
     Py_XDECREF(keep);
     return;
   }
@@ -146,16 +150,35 @@ void vmp_defer_buffer(vmmipc_buf_t h, PyObject *keep, void *dl_managed, int dl_v
   d->keep = keep;
   d->dl_managed = dl_managed;
   d->dl_versioned = dl_versioned;
+  d->work = *work;
+  memset(work, 0, sizeof *work);
+  d->device = device;
   d->next = deferred;
   deferred = d;
+}
+
+/* Whether a deferred buffer's work is done: recorded at the first look,
+ * with a context (this runs after a collective call, on its thread); a
+ * driver error means nothing runs any more (the context is lost). */
+static int deferred_idle(vmp_deferred *d) {
+  if (!d->work.handed) return 1;
+  if (!d->begun) {
+    d->begun = 1;
+    VMP_ERR_SAVE(saved);
+    int rc = vmp_ensure_context(d->device) == 0 ? vmp_work_begin(&d->work, &d->events, &d->nevents) : -1;
+    PyErr_Clear();
+    VMP_ERR_RESTORE(saved);
+    if (rc) return 1;
+  }
+  return vmp_events_done(d->events, d->nevents) != 0;
 }
 
 void vmp_sweep_buffers(void) {
   vmp_deferred **pp = &deferred, *done = NULL;
   while (*pp) {
     vmp_deferred *d = *pp;
-    if (vmmipc_buf_free(d->h) == VMMIPC_ERR_BUSY) { /* a released window still exposes it */
-      pp = &d->next;
+    if (!deferred_idle(d) || vmmipc_buf_free(d->h) == VMMIPC_ERR_BUSY) {
+      pp = &d->next; /* its work still runs, or a released window still exposes it */
       continue;
     }
     *pp = d->next;
@@ -166,6 +189,8 @@ void vmp_sweep_buffers(void) {
     vmp_deferred *d = done;
     done = d->next;
     vmp_release_keep(d->keep, d->dl_managed, d->dl_versioned);
+    vmp_work_free(&d->work);
+    free(d->events);
     free(d);
   }
 }

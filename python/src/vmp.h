@@ -215,9 +215,12 @@ int vmp_comm_settle(VmpComm *c, int wait_ms);
 void vmp_comm_settle_all(VmpComm *c);
 /* Drops the queue of a comm that is gone (its windows went with it). */
 void vmp_comm_forget(VmpComm *c);
-/* A buffer still exposed by a released window when it was collected: freed
- * by vmp_sweep_buffers once the library freed that window. */
-void vmp_defer_buffer(vmmipc_buf_t h, PyObject *keep, void *dl_managed, int dl_versioned);
+/* A buffer collected while a released window still exposes it, or after
+ * it handed out device work (*work, moved here): freed by vmp_sweep_buffers
+ * once that window is freed and that work, recorded at the first sweep, is
+ * done. */
+void vmp_defer_buffer(vmmipc_buf_t h, PyObject *keep, void *dl_managed, int dl_versioned, vmp_work *work,
+                      int device);
 /* Frees the deferred buffers that nothing exposes any more; after every
  * collective call. */
 void vmp_sweep_buffers(void);

@@ -2,6 +2,7 @@
 driver copies, data patterns, and ctypes mirrors of the DLPack ABI for
 decoding capsules as a consumer does."""
 import ctypes
+import os
 
 import vmmipc
 
@@ -14,6 +15,24 @@ def write(ptr, data):
 def read(ptr, n):
     """Device memory to host bytes, through the driver vmmipc loaded."""
     return vmmipc.copy_from_device(ptr, n)
+
+
+def driver_fn(name, *argtypes):
+    """An entry point of the driver vmmipc loads (cuGetProcAddress, CUDA 12
+    ABI), for streams of a consumer's own."""
+    lib = ctypes.CDLL(os.environ.get("VMMIPC_CUDA_DRIVER") or "libcuda.so.1")
+    get = lib.cuGetProcAddress_v2
+    get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p]
+    fn, status = ctypes.c_void_p(), ctypes.c_int()
+    assert get(name.encode(), ctypes.byref(fn), 12000, 0, ctypes.byref(status)) == 0 and fn.value, name
+    return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(fn.value)
+
+
+def mapped(ptr):
+    """Whether device address ptr lies in a live mapping, as the driver sees it."""
+    attr = driver_fn("cuPointerGetAttribute", ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64)
+    size = ctypes.c_size_t()
+    return attr(ctypes.byref(size), 18, ptr) == 0       # CU_POINTER_ATTRIBUTE_MAPPING_SIZE
 
 
 def pattern(rank, n):

@@ -11,6 +11,7 @@ import pytest
 
 import vmmipc
 from conftest import NODE, NXT, PREV, RANK, SIZE, STANDIN, all_true, capsule_tensor, consume, pattern, read, write
+from support import driver_fn
 
 HOLDER = SIZE - 1        # the one rank that holds a view in the one-rank tests
 
@@ -133,18 +134,6 @@ def test_dlpack_stream_argument(comm):
         with pytest.raises(TypeError):
             m.__dlpack__(stream=True)
         del m
-
-
-def driver_fn(name, *argtypes):
-    """An entry point of the driver vmmipc loads (cuGetProcAddress, CUDA 12
-    ABI), for streams of a consumer's own."""
-    import os
-    lib = ctypes.CDLL(os.environ.get("VMMIPC_CUDA_DRIVER") or "libcuda.so.1")
-    get = lib.cuGetProcAddress_v2
-    get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p]
-    fn, status = ctypes.c_void_p(), ctypes.c_int()
-    assert get(name.encode(), ctypes.byref(fn), 12000, 0, ctypes.byref(status)) == 0 and fn.value, name
-    return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(fn.value)
 
 
 def test_a_consumer_stream_destroyed_after_its_capsule_does_not_fail_close():
