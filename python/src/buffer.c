@@ -124,6 +124,7 @@ static PyObject *buf_close(VmpBuffer *self, PyObject *Py_UNUSED(ignored)) {
   self->h = NULL;
   buf_release_keep(self);
   vmp_work_free(&self->work);
+  vmp_sweep_buffers();
   Py_RETURN_NONE;
 }
 
@@ -155,6 +156,7 @@ static PyObject *buf_get_ptr(VmpBuffer *self, void *Py_UNUSED(c)) {
   return PyLong_FromSize_t(self->ptr);
 }
 static PyObject *buf_get_views(VmpBuffer *self, void *Py_UNUSED(c)) { return PyLong_FromLong(self->views); }
+static PyObject *buf_get_tracked(VmpBuffer *self, void *Py_UNUSED(c)) { return PyLong_FromLong(self->work.n); }
 static PyObject *buf_get_size(VmpBuffer *self, void *Py_UNUSED(c)) { return PyLong_FromSize_t(self->h ? self->size : 0); }
 static PyObject *buf_get_closed(VmpBuffer *self, void *Py_UNUSED(c)) { return PyBool_FromLong(!self->h); }
 static PyObject *buf_get_readonly(VmpBuffer *self, void *Py_UNUSED(c)) { return PyBool_FromLong(self->readonly); }
@@ -186,6 +188,7 @@ static PyGetSetDef buf_getset[] = {
     {"closed", (getter)buf_get_closed, NULL, "Whether close() ran.", NULL},
     {"readonly", (getter)buf_get_readonly, NULL, "Whether it is a read-only mapping.", NULL},
     {"views", (getter)buf_get_views, NULL, "Live views (Mapping objects) of the buffer.", NULL},
+    {"_tracked", (getter)buf_get_tracked, NULL, "Streams whose work close() waits for (for tests).", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject VmpBuffer_Type = {
@@ -205,6 +208,7 @@ static PyObject *py_alloc(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) 
   PyObject *no;
   size_t n;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "O:alloc", kwlist, &no) || vmp_size_arg(no, "nbytes", &n) < 0) return NULL;
+  vmp_sweep_buffers(); /* collected buffers whose work is done go first: their memory comes back */
   vmmipc_buf_t h = NULL;
   vmmipc_result_t r;
   Py_BEGIN_ALLOW_THREADS
@@ -276,6 +280,7 @@ static PyObject *py_wrap(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
   size_t given = 0, extent = 0;
   int have_n = no != Py_None;
   if (have_n && vmp_size_arg(no, "nbytes", &given) < 0) return NULL;
+  vmp_sweep_buffers();
   uintptr_t ptr = 0;
   void *managed = NULL;
   int versioned = 0, did = -1; /* did: the DLPack producer's device id, -1 unknown */

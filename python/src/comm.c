@@ -283,9 +283,12 @@ static PyObject *comm_scatter_map(VmpComm *self, PyObject *args, PyObject *kw) {
   if (vmp_rank_arg(rooto, self->size, "root", &root) < 0) return vmp_join_failed(self, VMP_JOIN_SCATTER, -1);
   if (vmp_access_arg(ao, &acc, &pacc, &ro) < 0) return vmp_join_failed(self, VMP_JOIN_SCATTER, root);
   vmmipc_buf_t *bufs = NULL;
-  PyObject *seq = NULL;  /* holds the Buffers during the call */
+  PyObject *seq = NULL;  /* a tuple of its own: holds the Buffers during the call, whatever other threads do
+                            to the caller's list meanwhile */
   if (self->rank == root && bo != Py_None) {  /* read at the root only, as in C; None: refused collectively */
-    seq = PySequence_Fast(bo, "bufs must be a sequence of Buffer or None (one per rank) at the root");
+    PyObject *fast = PySequence_Fast(bo, "bufs must be a sequence of Buffer or None (one per rank) at the root");
+    seq = fast ? PySequence_Tuple(fast) : NULL;
+    Py_XDECREF(fast);
     if (!seq) return vmp_join_failed(self, VMP_JOIN_SCATTER, root);
     if (PySequence_Fast_GET_SIZE(seq) != self->size) {
       PyErr_Format(PyExc_ValueError, "bufs has %zd entries; the comm has %d ranks", PySequence_Fast_GET_SIZE(seq),

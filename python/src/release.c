@@ -165,10 +165,15 @@ static int deferred_idle(vmp_deferred *d) {
   if (!d->begun) {
     d->begun = 1;
     VMP_ERR_SAVE(saved);
-    int rc = vmp_ensure_context(d->device) == 0 ? vmp_work_begin(&d->work, &d->events, &d->nevents) : -1;
+    int rc = vmp_ensure_context(d->device) == 0 ? vmp_work_begin(&d->work, &d->events, &d->nevents) : 1;
     PyErr_Clear();
     VMP_ERR_RESTORE(saved);
-    if (rc) return 1;
+    if (rc < 0) { /* no memory for the records: tried again at the next sweep */
+      d->begun = 0;
+      return 0;
+    }
+    /* A stream that could not be recorded (gone) is not waited for; the
+     * events that were recorded are. */
   }
   return vmp_events_done(d->events, d->nevents) != 0;
 }

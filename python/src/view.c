@@ -210,7 +210,7 @@ static void dl_drop_view(void *ctx, void *consumer) {
      after interpreter shutdown the view is left alone. */
   if (!ctx || !Py_IsInitialized()) return;
   PyGILState_STATE g = PyGILState_Ensure();
-  if (consumer) vmp_work_consumer_done(owner_work((VmpView *)ctx), consumer);
+  if (consumer && !vmp_finalized) vmp_work_consumer_done(owner_work((VmpView *)ctx), consumer);
   Py_DECREF((PyObject *)ctx);
   PyGILState_Release(g);
 }
@@ -316,7 +316,6 @@ static PyObject *view_dlpack(VmpView *self, PyObject *args, PyObject *kw) {
    * writers synchronise through the window (signal, wait, barrier). The
    * owner's close() waits for the consumer's stream, recorded when the
    * consumer lets the view go (registered only for a call that succeeds). */
-  if (consumer && vmp_work_consumer(owner_work(self), consumer) < 0) return NULL;
   vmp_dl_block *b = PyMem_RawCalloc(1, sizeof *b);
   if (!b) return PyErr_NoMemory();
   b->consumer = consumer == VMP_CU_LEGACY ? NULL : consumer;  /* the legacy stream: recorded at close anyway */
@@ -341,7 +340,13 @@ static PyObject *view_dlpack(VmpView *self, PyObject *args, PyObject *kw) {
   if (!cap) {
     Py_DECREF(self);
     PyMem_RawFree(b);
+    return NULL;
   }
+  if (b->consumer && vmp_work_consumer(owner_work(self), b->consumer) < 0) {
+    Py_DECREF(cap); /* its deleter drops the view; nothing was registered */
+    return NULL;
+  }
+  if (!b->consumer && consumer) owner_work(self)->handed = 1; /* the legacy stream: recorded at close */
   return cap;
 }
 

@@ -217,12 +217,12 @@ void vmp_comm_settle_all(VmpComm *c);
 void vmp_comm_forget(VmpComm *c);
 /* A buffer collected while a released window still exposes it, or after
  * it handed out device work (*work, moved here): freed by vmp_sweep_buffers
- * once that window is freed and that work, recorded at the first sweep, is
- * done. */
+ * (after collective calls, alloc, wrap and Buffer.close) once that window
+ * is freed and that work, recorded at the first sweep, is done. */
 void vmp_defer_buffer(vmmipc_buf_t h, PyObject *keep, void *dl_managed, int dl_versioned, vmp_work *work,
                       int device);
-/* Frees the deferred buffers that nothing exposes any more; after every
- * collective call. */
+/* Frees the deferred buffers that nothing exposes any more and whose work
+ * is done; after every collective call, alloc, wrap and Buffer.close. */
 void vmp_sweep_buffers(void);
 /* A comm collected open: kept (with what it queued) until exit, where it is
  * released locally; the collective close cannot run from the collector. */

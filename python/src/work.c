@@ -85,6 +85,9 @@ int vmp_work_consumer(vmp_work *w, void *stream) {
   w->handed = 1;
   if (stream == NULL) stream = VMP_CU_LEGACY;  /* recorded at close anyway */
   if (stream == VMP_CU_LEGACY) return 0;
+  /* One entry per stream: a view exported on it every iteration adds none. */
+  for (int i = 0; i < w->n; i++)
+    if (w->t[i].stream == stream) return 0;
   if (!find(w, stream, 1)) {
     PyErr_NoMemory();
     return -1;
@@ -93,16 +96,21 @@ int vmp_work_consumer(vmp_work *w, void *stream) {
 }
 
 void vmp_work_consumer_done(vmp_work *w, void *stream) {
-  /* Every entry of the stream (other capsules' and the window's operations
-   * on it too) is recorded again now, and waited for at close. A stream that
-   * is gone already (destroyed before its consumer let go) cannot be waited
-   * for: left out, rather than recorded at close on a handle that may name
-   * another stream by then. */
+  /* The stream's entry (shared with other capsules and the window's
+   * operations on it) is recorded again now, and waited for at close. If
+   * that fails (this thread has no context, or another device's: deleters
+   * run anywhere), it is recorded at close instead, as before, and what it
+   * recorded earlier still stands. */
   for (int i = 0; i < w->n; i++) {
     vmp_tracked *e = &w->t[i];
     if (e->stream != stream) continue;
-    if (record(e) != 0) e->recorded = 0;
-    e->at_close = 0;
+    int was = e->recorded;
+    if (record(e) == 0) {
+      e->at_close = 0;
+    } else {
+      e->recorded = was;
+      e->at_close = 1;
+    }
   }
 }
 

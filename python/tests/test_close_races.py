@@ -93,3 +93,23 @@ def test_closing_a_buffer_that_a_map_uses_is_refused():
                                     for v in got.values())
         made[0].close()
     assert all_true(ok and buf.closed), got
+
+
+def test_a_scatter_holds_its_own_list_of_buffers():
+    # The root's bufs list is another thread's to change while the scatter
+    # runs without the GIL: the call keeps a copy. Before, a list cleared
+    # meanwhile was read again after the call (a crash), and a changed entry
+    # left one buffer counted busy for good.
+    needs_threads()
+    with vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS) as c:
+        mine = [vmmipc.alloc(1 << 21) for _ in range(SIZE)] if RANK == 0 else None
+        bufs = list(mine) if RANK == 0 else None
+        got = []
+        race(lambda: c._busy, lambda: got.append(c.scatter_map(bufs, 0)), [("clear", lambda: bufs.clear())])
+        if got[0] is not None:
+            got[0].close()
+        closed = True
+        for b in mine or []:
+            b.close()                          # none is left counted busy
+            closed &= b.closed
+    assert all_true(closed)

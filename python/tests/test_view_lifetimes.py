@@ -225,3 +225,24 @@ def test_torch_tensor_keeps_its_window(comm):
     assert all_true(ok)
     win.close()                                 # waits for the torch stream's work, then frees
     buf.close()
+
+
+def test_exporting_on_one_stream_again_and_again_tracks_it_once():
+    # A view exported on the same consumer stream every iteration: close()
+    # tracks that stream once, however many capsules came and went (each
+    # deleter recorded it again); before, every export added an entry and a
+    # CUDA event, kept until close.
+    create = driver_fn("cuStreamCreate", ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint)
+    destroy = driver_fn("cuStreamDestroy", ctypes.c_void_p)
+    stream = ctypes.c_void_p()
+    assert create(ctypes.byref(stream), 1) == 0
+    buf = vmmipc.alloc(1 << 21)
+    m = buf.mapping()
+    for _ in range(50):
+        cap = m.__dlpack__(stream=stream.value)
+        del cap                               # the consumer lets go: its deleter records the stream
+    tracked = buf._tracked                    # the stream, and the legacy one once close looked
+    del m
+    buf.close()
+    assert destroy(stream) == 0
+    assert all_true(tracked == 1 and buf.closed), tracked

@@ -455,17 +455,20 @@ again:
     if (!vmmipc__hold(c))
       return vmmipc__error(VMMIPC_ERR_BUSY, "%s: another thread is inside a call on this comm", op);
     vmmipc__deferred_reap_local(c); /* what this rank released */
-    if (c->open_heaps) {
-      __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
-      return vmmipc__error(VMMIPC_ERR_BUSY, "%s: %d heap(s) of this comm are live; hint: vmmipc_heap_destroy them first",
+    /* Refused: the message is made before the comm is let go (another
+     * thread may free it at once). */
+    vmmipc_result_t busy = VMMIPC_SUCCESS;
+    if (c->open_heaps)
+      busy = vmmipc__error(VMMIPC_ERR_BUSY, "%s: %d heap(s) of this comm are live; hint: vmmipc_heap_destroy them first",
                            op, c->open_heaps);
-    }
-    if (c->open_windows) {
-      __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
-      return vmmipc__error(VMMIPC_ERR_BUSY,
+    else if (c->open_windows)
+      busy = vmmipc__error(VMMIPC_ERR_BUSY,
                            "%s: %d window(s) of this comm are open; hint: vmmipc_win_free them first (it frees them "
                            "locally on a broken comm)",
                            op, c->open_windows);
+    if (busy) {
+      __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+      return busy;
     }
     if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
       vmmipc__tell_abort(c); /* once: see below */

@@ -189,7 +189,6 @@ static vmmipc_result_t refuse_live(struct vmmipc_heap *h, int unreleased, const 
   return r;
 }
 
-
 vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
   const char *op = "vmmipc_heap_destroy";
   if (!h) return VMMIPC_SUCCESS; /* like free(NULL) */
