@@ -34,14 +34,8 @@ PyObject *vmp_buffer_new(vmmipc_buf_t h, int readonly) {
   return (PyObject *)b;
 }
 
-int vmp_buffer_or_none(PyObject *o, const char *what, vmmipc_buf_t *out) {
-  *out = NULL;
-  if (o == Py_None) return 0;
-  if (!PyObject_TypeCheck(o, &VmpBuffer_Type)) {
-    PyErr_Format(PyExc_TypeError, "%s must be a vmmipc.Buffer or None, not %.100s", what, Py_TYPE(o)->tp_name);
-    return -1;
-  }
-  VmpBuffer *b = (VmpBuffer *)o;
+/* Open, and no close() of it in progress on another thread, else raises. */
+static int buf_check(VmpBuffer *b, const char *what) {
   if (!b->h) {
     vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the buffer is closed", what);
     return -1;
@@ -50,6 +44,18 @@ int vmp_buffer_or_none(PyObject *o, const char *what, vmmipc_buf_t *out) {
     vmp_refuse_closing(what, "buffer");
     return -1;
   }
+  return 0;
+}
+
+int vmp_buffer_or_none(PyObject *o, const char *what, vmmipc_buf_t *out) {
+  *out = NULL;
+  if (o == Py_None) return 0;
+  if (!PyObject_TypeCheck(o, &VmpBuffer_Type)) {
+    PyErr_Format(PyExc_TypeError, "%s must be a vmmipc.Buffer or None, not %.100s", what, Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  VmpBuffer *b = (VmpBuffer *)o;
+  if (buf_check(b, what) < 0) return -1;
   *out = b->h;
   return 0;
 }
@@ -144,14 +150,12 @@ static PyObject *buf_mapping(VmpBuffer *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"dtype", "shape", NULL};
   PyObject *dtype = Py_None, *shape = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:mapping", kwlist, &dtype, &shape)) return NULL;
-  if (!self->h) return vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "vmmipc.Buffer.mapping: the buffer is closed");
-  if (self->closing) return vmp_refuse_closing("vmmipc.Buffer.mapping", "buffer");
+  if (buf_check(self, "vmmipc.Buffer.mapping") < 0) return NULL;
   return vmp_view_new((PyObject *)self, self->ptr, self->size, self->readonly, self->device, dtype, shape);
 }
 
 static PyObject *buf_get_ptr(VmpBuffer *self, void *Py_UNUSED(c)) {
-  if (!self->h) return vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "vmmipc.Buffer.ptr: the buffer is closed");
-  if (self->closing) return vmp_refuse_closing("vmmipc.Buffer.ptr", "buffer");
+  if (buf_check(self, "vmmipc.Buffer.ptr") < 0) return NULL;
   self->work.handed = 1;
   return PyLong_FromSize_t(self->ptr);
 }

@@ -4,17 +4,49 @@
  *   device work it handed out is done, checked without waiting at the start
  *   of every collective call on its comm; the library then frees it in step
  *   at a collective that starts after every rank released it;
- * - a Buffer collected while a released window still exposes it is freed
- *   after a later collective call, once the library freed that window;
+ * - a Buffer collected while a released window still exposes it, or after
+ *   its pointer or views went out, is freed after a later collective call
+ *   (or alloc, wrap, Buffer.close) once the library freed that window and
+ *   the work it handed out is done (checked as a window's);
  * - a Comm collected open is kept to the exit handler, which releases it
  *   locally (its collective close cannot run from the collector).
  * All of it with the GIL held; nothing here needs a CUDA context except
- * recording a collected window's events, done at the next call on its comm. */
+ * recording the collected objects' events, done at a later call. */
 #include "vmp.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Takes over *work (left empty) for a later look. */
+static void collected_take(vmp_collected *cw, vmp_work *work, int device) {
+  cw->work = *work;
+  memset(work, 0, sizeof *work);
+  cw->device = device;
+}
+
+static void collected_free(vmp_collected *cw) {
+  vmp_work_free(&cw->work);
+  free(cw->events);
+  cw->events = NULL;
+}
+
+/* One look, never waiting: 1 once the work is done. */
+static int collected_done(vmp_collected *cw) {
+  if (!cw->work.handed) return 1;
+  if (!cw->begun) {
+    VMP_ERR_SAVE(saved); /* a caller's exception stays as it was */
+    int ctx = vmp_ensure_context(cw->device);
+    int rc = ctx < 0 ? 0 : vmp_work_begin(&cw->work, &cw->events, &cw->nevents);
+    PyErr_Clear();
+    VMP_ERR_RESTORE(saved);
+    if (ctx < 0) return 1; /* no context to record in: nothing of ours can run there */
+    if (rc < 0) return 0;  /* out of memory: tried again at the next look */
+    cw->begun = 1;         /* a stream that could not be recorded (gone) is not waited for; the others are */
+  }
+  /* A driver error (a lost context) leaves nothing running. */
+  return vmp_events_done(cw->events, cw->nevents) != 0;
+}
 
 void vmp_window_collected(VmpWindow *w) {
   VmpComm *c = w->comm;
@@ -27,44 +59,23 @@ void vmp_window_collected(VmpWindow *w) {
     return;
   }
   p->h = w->h;
-  p->work = w->work;
-  p->device = w->device;
+  collected_take(&p->work, &w->work, w->device);
   p->buf = w->buf;  /* the references move to the queue */
   p->heap = (PyObject *)w->heap;
   w->buf = NULL;
   w->heap = NULL;
-  memset(&w->work, 0, sizeof w->work);
   p->next = c->pending;
   c->pending = p;
 }
 
 static void pending_release(vmp_pending *p) {
   vmmipc_win_release(p->h);
-  vmp_work_free(&p->work);
-  free(p->events);
+  collected_free(&p->work);
   PyObject *buf = p->buf, *heap = p->heap;
   free(p);
   /* Last: these may run deallocators, which may queue more. */
   Py_XDECREF(buf);
   Py_XDECREF(heap);
-}
-
-/* One pass: 1 if p can be released now. */
-static int pending_done(vmp_pending *p) {
-  if (!p->begun) {
-    if (vmp_ensure_context(p->device) < 0) {
-      PyErr_Clear();
-      return 1;  /* no context to record in: nothing of ours can run there */
-    }
-    int rc = vmp_work_begin(&p->work, &p->events, &p->nevents);
-    if (rc < 0) {
-      PyErr_Clear();
-      return 0;  /* out of memory: tried again at the next call */
-    }
-    p->begun = 1;
-  }
-  /* A driver error (a lost context) leaves nothing running: released. */
-  return vmp_events_done(p->events, p->nevents) != 0;
 }
 
 int vmp_comm_settle(VmpComm *c, int wait_ms) {
@@ -76,7 +87,7 @@ int vmp_comm_settle(VmpComm *c, int wait_ms) {
     int left = 0;
     while (*pp) {
       vmp_pending *p = *pp;
-      if (pending_done(p)) {
+      if (collected_done(&p->work)) {
         *pp = p->next;
         p->next = done;
         done = p;
@@ -107,8 +118,7 @@ void vmp_comm_forget(VmpComm *c) {
     vmp_pending *p = c->pending;
     c->pending = p->next;
     p->h = NULL;
-    vmp_work_free(&p->work);
-    free(p->events);
+    collected_free(&p->work);
     PyObject *buf = p->buf, *heap = p->heap;
     free(p);
     Py_XDECREF(buf);
@@ -132,9 +142,7 @@ typedef struct vmp_deferred {
   PyObject *keep;
   void *dl_managed;
   int dl_versioned;
-  vmp_work work;      /* the work it handed out, and its events once recorded */
-  void **events;
-  int nevents, begun, device;
+  vmp_collected work; /* the work it handed out */
 } vmp_deferred;
 
 static vmp_deferred *deferred;
@@ -150,39 +158,16 @@ void vmp_defer_buffer(vmmipc_buf_t h, PyObject *keep, void *dl_managed, int dl_v
   d->keep = keep;
   d->dl_managed = dl_managed;
   d->dl_versioned = dl_versioned;
-  d->work = *work;
-  memset(work, 0, sizeof *work);
-  d->device = device;
+  collected_take(&d->work, work, device);
   d->next = deferred;
   deferred = d;
-}
-
-/* Whether a deferred buffer's work is done: recorded at the first look,
- * with a context (this runs after a collective call, on its thread); a
- * driver error means nothing runs any more (the context is lost). */
-static int deferred_idle(vmp_deferred *d) {
-  if (!d->work.handed) return 1;
-  if (!d->begun) {
-    d->begun = 1;
-    VMP_ERR_SAVE(saved);
-    int rc = vmp_ensure_context(d->device) == 0 ? vmp_work_begin(&d->work, &d->events, &d->nevents) : 1;
-    PyErr_Clear();
-    VMP_ERR_RESTORE(saved);
-    if (rc < 0) { /* no memory for the records: tried again at the next sweep */
-      d->begun = 0;
-      return 0;
-    }
-    /* A stream that could not be recorded (gone) is not waited for; the
-     * events that were recorded are. */
-  }
-  return vmp_events_done(d->events, d->nevents) != 0;
 }
 
 void vmp_sweep_buffers(void) {
   vmp_deferred **pp = &deferred, *done = NULL;
   while (*pp) {
     vmp_deferred *d = *pp;
-    if (!deferred_idle(d) || vmmipc_buf_free(d->h) == VMMIPC_ERR_BUSY) {
+    if (!collected_done(&d->work) || vmmipc_buf_free(d->h) == VMMIPC_ERR_BUSY) {
       pp = &d->next; /* its work still runs, or a released window still exposes it */
       continue;
     }
@@ -194,8 +179,7 @@ void vmp_sweep_buffers(void) {
     vmp_deferred *d = done;
     done = d->next;
     vmp_release_keep(d->keep, d->dl_managed, d->dl_versioned);
-    vmp_work_free(&d->work);
-    free(d->events);
+    collected_free(&d->work);
     free(d);
   }
 }

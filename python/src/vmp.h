@@ -55,13 +55,20 @@ typedef struct {
 
 /* A window the garbage collector took while open, on its comm's list until
  * its work is done and it is released (release.c). */
-typedef struct vmp_pending {
-  struct vmp_pending *next;
-  vmmipc_win_t h;
+/* The work a collected Window or Buffer handed out, waited for without
+ * blocking (release.c): its events are recorded at the first look, after a
+ * later call, where a context can be made current. */
+typedef struct {
   vmp_work work;
   void **events;     /* the events to wait for, once recorded */
   int nevents, begun;
   int device;
+} vmp_collected;
+
+typedef struct vmp_pending {
+  struct vmp_pending *next;
+  vmmipc_win_t h;
+  vmp_collected work;
   PyObject *buf, *heap;  /* kept until the release */
 } vmp_pending;
 

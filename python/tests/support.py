@@ -28,6 +28,20 @@ def driver_fn(name, *argtypes):
     return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(fn.value)
 
 
+class Stream:
+    """A non-blocking stream of the driver vmmipc loaded, made and destroyed
+    as a consumer library (CuPy, numba) does; .handle is what __dlpack__
+    and the window calls take."""
+    def __init__(self):
+        create = driver_fn("cuStreamCreate", ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint)
+        self._s = ctypes.c_void_p()
+        assert create(ctypes.byref(self._s), 1) == 0     # CU_STREAM_NON_BLOCKING
+        self.handle = self._s.value
+
+    def destroy(self):
+        return driver_fn("cuStreamDestroy", ctypes.c_void_p)(self._s)
+
+
 def mapped(ptr):
     """Whether device address ptr lies in a live mapping, as the driver sees it."""
     attr = driver_fn("cuPointerGetAttribute", ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64)

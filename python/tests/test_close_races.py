@@ -77,6 +77,7 @@ def test_heap_calls_during_its_close_are_refused():
 
 
 def test_comm_calls_during_its_close_are_refused():
+    # abort() among them: the comm may be freed before close() takes the GIL back
     needs_threads()
     c = vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS)
     got = race(lambda: c._busy, c.close,

@@ -124,11 +124,8 @@ def test_a_collected_buffer_waits_for_the_work_it_handed_out():
     # A Buffer collected while device work it handed out still runs is freed
     # once that work is done (at a later collective call), as close() would
     # wait for it; before, it was unmapped at once, under the work.
-    from support import driver_fn, mapped
-    create = driver_fn("cuStreamCreate", ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint)
-    destroy = driver_fn("cuStreamDestroy", ctypes.c_void_p)
-    side = ctypes.c_void_p()
-    assert create(ctypes.byref(side), 1) == 0             # non-blocking: not ordered after the legacy stream
+    from support import Stream, mapped
+    side = Stream()                                       # non-blocking: not ordered after the legacy stream
     with vmmipc.Comm(MPI.COMM_SELF, timeout_ms=TIMEOUT_MS) as own, own.allgather_map(None) as win:
         buf = vmmipc.alloc(1 << 21)
         ptr = buf.ptr                         # handed out: work on it may follow on any stream
@@ -137,10 +134,10 @@ def test_a_collected_buffer_waits_for_the_work_it_handed_out():
         with own.allgather_map(None):         # a later collective looks: the work is queued still
             pass
         kept = mapped(ptr)
-        win.signal(0, 1, stream=side.value)   # lets the legacy stream go
+        win.signal(0, 1, stream=side.handle)  # lets the legacy stream go
         vmmipc.synchronize()
         with own.allgather_map(None):         # the next one frees it
             pass
         gone = not mapped(ptr)
-    assert destroy(side) == 0
+    assert side.destroy() == 0
     assert all_true(kept and gone), (kept, gone)

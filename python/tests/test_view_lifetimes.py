@@ -11,7 +11,7 @@ import pytest
 
 import vmmipc
 from conftest import NODE, NXT, PREV, RANK, SIZE, STANDIN, all_true, capsule_tensor, consume, pattern, read, write
-from support import driver_fn
+from support import Stream
 
 HOLDER = SIZE - 1        # the one rank that holds a view in the one-rank tests
 
@@ -142,15 +142,12 @@ def test_a_consumer_stream_destroyed_after_its_capsule_does_not_fail_close():
     # view go; before, it was recorded at close, on the destroyed handle:
     # close() failed (the stand-in: CUDA_ERROR_INVALID_HANDLE) and the
     # buffer stayed open for good.
-    create = driver_fn("cuStreamCreate", ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint)
-    destroy = driver_fn("cuStreamDestroy", ctypes.c_void_p)
-    stream = ctypes.c_void_p()
-    assert create(ctypes.byref(stream), 1) == 0                 # CU_STREAM_NON_BLOCKING
+    stream = Stream()
     buf = vmmipc.alloc(1 << 21)
     m = buf.mapping()
-    cap = m.__dlpack__(stream=stream.value)
+    cap = m.__dlpack__(stream=stream.handle)
     del cap, m                                  # let go unconsumed: the deleter runs
-    assert destroy(stream) == 0
+    assert stream.destroy() == 0
     try:
         buf.close()
         err = None
@@ -232,17 +229,14 @@ def test_exporting_on_one_stream_again_and_again_tracks_it_once():
     # tracks that stream once, however many capsules came and went (each
     # deleter recorded it again); before, every export added an entry and a
     # CUDA event, kept until close.
-    create = driver_fn("cuStreamCreate", ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint)
-    destroy = driver_fn("cuStreamDestroy", ctypes.c_void_p)
-    stream = ctypes.c_void_p()
-    assert create(ctypes.byref(stream), 1) == 0
+    stream = Stream()
     buf = vmmipc.alloc(1 << 21)
     m = buf.mapping()
     for _ in range(50):
-        cap = m.__dlpack__(stream=stream.value)
+        cap = m.__dlpack__(stream=stream.handle)
         del cap                               # the consumer lets go: its deleter records the stream
     tracked = buf._tracked                    # the stream, and the legacy one once close looked
     del m
     buf.close()
-    assert destroy(stream) == 0
+    assert stream.destroy() == 0
     assert all_true(tracked == 1 and buf.closed), tracked

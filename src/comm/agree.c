@@ -761,6 +761,34 @@ static void tell_collector_kind(const agree_call_t *a, int dead, uint32_t kind) 
 
 static void tell_collector(const agree_call_t *a, int dead) { tell_collector_kind(a, dead, 0); }
 
+/* Whether this rank may tell over MPI now: other ranks, and MPI still up
+ * (a call after MPI_Finalize tells nobody). */
+static int may_tell(const struct vmmipc_comm *c) {
+  int finalized = 1;
+  return c->size > 1 && c->dup != MPI_COMM_NULL && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized;
+}
+
+/* Tells the next agreement that rank `aborter` aborted, `how` said in the
+ * verdict's text: rank 0 sends every rank that agreement's verdict, a
+ * member sends rank 0 an "aborted" notice (its verdict names the member as
+ * the one that saw it, or says the aborter told). */
+static void tell_next_aborted(struct vmmipc_comm *c, int aborter, const char *how) {
+  uint64_t next = c->agreements;
+  if (c->rank != 0) {
+    agree_call_t a = {c, "", next, tag_of(next), wtag_of(next), 0, 0, NULL, 0, NULL};
+    tell_collector_kind(&a, aborter, NOTICE_ABORT); /* blame_abort words it */
+    return;
+  }
+  unsigned char *v = malloc(VERDICT_HEAD + VMMIPC__ERRMSG_MAX);
+  if (!v) return;
+  char text[VMMIPC__ERRMSG_MAX];
+  snprintf(text, sizeof text, "rank %d aborted the communicator (vmmipc_comm_abort; %s)%s", aborter, how,
+           k_broken_tail);
+  int len = pack_failure_text(v, next, VMMIPC_ERR_ABORTED, aborter, 1 | VERDICT_NAME_CALL, text);
+  for (int r = 1; r < c->size; r++) send_kept(c, v, len, r, tag_of(next));
+  vmmipc__mpi_keep(v);
+}
+
 /* An abort while this rank was idle, or after its outcome had gone out,
  * reaches its node's peers as END frames, and through them rank 0 (a
  * member's wait watches its node peers); the ranks of other nodes, when
@@ -769,47 +797,15 @@ static void tell_collector(const agree_call_t *a, int dead) { tell_collector_kin
  * call, tells the agreement they are in, or will be in: the next one, whose
  * number every rank shares. */
 void vmmipc__agree_tell_aborted(struct vmmipc_comm *c) {
-  int finalized = 1; /* a call after MPI_Finalize tells nobody */
-  if (c->size == 1 || c->dup == MPI_COMM_NULL || c->abort_agreed || MPI_Finalized(&finalized) != MPI_SUCCESS ||
-      finalized)
-    return;
+  if (c->abort_agreed || !may_tell(c)) return;
   c->abort_agreed = 1;
-  uint64_t next = c->agreements;
-  if (c->rank != 0) {
-    agree_call_t a = {c, "", next, tag_of(next), wtag_of(next), 0, 0, NULL, 0, NULL};
-    tell_collector_kind(&a, c->rank, NOTICE_ABORT); /* itself: blame_abort says it told after the fact */
-    return;
-  }
-  unsigned char *v = malloc(VERDICT_HEAD + VMMIPC__ERRMSG_MAX);
-  if (!v) return;
-  char text[VMMIPC__ERRMSG_MAX];
-  snprintf(text, sizeof text, "rank 0 aborted the communicator (vmmipc_comm_abort; it told the other nodes)%s",
-           k_broken_tail);
-  int len = pack_failure_text(v, next, VMMIPC_ERR_ABORTED, 0, 1 | VERDICT_NAME_CALL, text);
-  for (int r = 1; r < c->size; r++) send_kept(c, v, len, r, tag_of(next));
-  vmmipc__mpi_keep(v);
+  tell_next_aborted(c, c->rank, "it told the other nodes");
 }
 
 void vmmipc__agree_tell_peer_aborted(struct vmmipc_comm *c, int aborter) {
-  int finalized = 1;
-  if (c->size == 1 || c->dup == MPI_COMM_NULL || c->peer_abort_told || aborter < 0 || aborter >= c->size ||
-      MPI_Finalized(&finalized) != MPI_SUCCESS || finalized)
-    return;
+  if (c->peer_abort_told || aborter < 0 || aborter >= c->size || !may_tell(c)) return;
   c->peer_abort_told = 1;
-  uint64_t next = c->agreements;
-  if (c->rank != 0) {
-    agree_call_t a = {c, "", next, tag_of(next), wtag_of(next), 0, 0, NULL, 0, NULL};
-    tell_collector_kind(&a, aborter, NOTICE_ABORT); /* blame_abort: "rank <me>, on its node, saw it" */
-    return;
-  }
-  unsigned char *v = malloc(VERDICT_HEAD + VMMIPC__ERRMSG_MAX);
-  if (!v) return;
-  char text[VMMIPC__ERRMSG_MAX];
-  snprintf(text, sizeof text, "rank %d aborted the communicator (vmmipc_comm_abort; rank 0, on its node, saw it)%s",
-           aborter, k_broken_tail);
-  int len = pack_failure_text(v, next, VMMIPC_ERR_ABORTED, aborter, 1 | VERDICT_NAME_CALL, text);
-  for (int r = 1; r < c->size; r++) send_kept(c, v, len, r, tag_of(next));
-  vmmipc__mpi_keep(v);
+  tell_next_aborted(c, aborter, "rank 0, on its node, saw it");
 }
 
 static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local, int secondary) {
