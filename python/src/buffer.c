@@ -35,17 +35,7 @@ PyObject *vmp_buffer_new(vmmipc_buf_t h, int readonly) {
 }
 
 /* Open, and no close() of it in progress on another thread, else raises. */
-static int buf_check(VmpBuffer *b, const char *what) {
-  if (!b->h) {
-    vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the buffer is closed", what);
-    return -1;
-  }
-  if (b->closing) {
-    vmp_refuse_closing(what, "buffer");
-    return -1;
-  }
-  return 0;
-}
+static int buf_check(VmpBuffer *b, const char *what) { return vmp_open_check(b->h, b->closing, what, "buffer"); }
 
 int vmp_buffer_or_none(PyObject *o, const char *what, vmmipc_buf_t *out) {
   *out = NULL;

@@ -26,15 +26,20 @@ PyObject *vmp_refuse_closing(const char *op, const char *what) {
   return vmp_raise_msg(VMMIPC_ERR_BUSY, "%s: close() of the %s is in progress on another thread", op, what);
 }
 
+int vmp_open_check(const void *h, int closing, const char *op, const char *what) {
+  if (!h) {
+    vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the %s is closed", op, what);
+    return -1;
+  }
+  if (closing) {
+    vmp_refuse_closing(op, what);
+    return -1;
+  }
+  return 0;
+}
+
 int vmp_comm_check(VmpComm *c, const char *op) {
-  if (!c->h) {
-    vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the comm is closed", op);
-    return -1;
-  }
-  if (c->closing) {
-    vmp_refuse_closing(op, "comm");
-    return -1;
-  }
+  if (vmp_open_check(c->h, c->closing, op, "comm") < 0) return -1;
   return vmp_mpi_check(op);
 }
 

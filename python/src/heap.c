@@ -5,15 +5,7 @@
 
 int vmp_heap_check(VmpHeap *hp, const char *op);
 int vmp_heap_check(VmpHeap *hp, const char *op) {
-  if (!hp->h) {
-    vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the heap is closed", op);
-    return -1;
-  }
-  if (hp->closing) {
-    vmp_refuse_closing(op, "heap");
-    return -1;
-  }
-  return 0;
+  return vmp_open_check(hp->h, hp->closing, op, "heap");
 }
 
 PyObject *vmp_comm_heap(VmpComm *c, PyObject *args, PyObject *kw) {

@@ -241,6 +241,9 @@ void vmp_release_orphans(void);
 int vmp_comm_init(PyObject *module);
 int vmp_comm_check(VmpComm *c, const char *op);   /* open, not closing, and MPI not finalized, else raises */
 PyObject *vmp_refuse_closing(const char *op, const char *what); /* raises BUSY: close() of it runs elsewhere */
+/* Raises "<op>: the <what> is closed" for a NULL handle h, and BUSY while
+ * its close() runs on another thread; 0 if neither. */
+int vmp_open_check(const void *h, int closing, const char *op, const char *what);
 int vmp_mpi_check(const char *op);                 /* MPI initialized and not finalized, else raises */
 /* The library's default bound on a wait: VMMIPC_TIMEOUT_MS, else 60 s. */
 int vmp_default_timeout_ms(void);

@@ -22,15 +22,7 @@ PyObject *vmp_window_new(vmmipc_win_t h, VmpComm *comm, PyObject *buf, VmpHeap *
 }
 
 int vmp_window_check(VmpWindow *w, const char *op) {
-  if (!w->h) {
-    vmp_raise_msg(VMMIPC_ERR_INVALID_ARG, "%s: the window is closed", op);
-    return -1;
-  }
-  if (w->closing) {
-    vmp_refuse_closing(op, "window");
-    return -1;
-  }
-  return 0;
+  return vmp_open_check(w->h, w->closing, op, "window");
 }
 
 static void window_drop_refs(VmpWindow *w) {
