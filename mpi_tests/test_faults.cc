@@ -4,9 +4,11 @@
 // the rank the message names, and fd counts.
 #include <cuda.h>
 #include <mpi.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -1175,6 +1177,70 @@ TEST_F(Faults, ADestroyOnAnotherThreadWaitsForACallLeavingTheComm) {
   EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << msg;
   EXPECT_TRUE(Has(msg, "vmmipc_heap_create") && Has(msg, "aborted the communicator")) << msg;
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A receiver out of fds (RLIMIT_NOFILE) in a collective has a shortage of
+// its own: the call fails VMMIPC_ERR_RESOURCE on every rank and the comm
+// stays sound, wherever the rest of the cut message is read (the exchange,
+// the agreement's wait, the drop after the call); the next call maps. The
+// agreement's read alone: Transport.TruncatedFdsWhileAgreeingKeepTheConnection.
+TEST_F(Faults, AReceiversFdLimitFailsTheCallNotTheComm) {
+  const char *pre = std::getenv("LD_PRELOAD");
+  if (vt::Size() != 2 || vt::AnyRank(pre && std::strstr(pre, "valgrind")))
+    GTEST_SKIP() << "2 ranks, without valgrind (it does not apply a lowered RLIMIT_NOFILE to received fds)";
+  vmmipc_comm_t c = Create(20000);
+  ASSERT_NE(c, nullptr);
+  if (!vt::EveryRank(Same(c, 1 - vt::Rank()))) {
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    GTEST_SKIP() << "needs both ranks on one node";
+  }
+  const int me = vt::Rank();
+  vt::Baseline base;
+  // 300 chunks: 300 fds, two frames (253 and 47), at root 1; a tag at the
+  // start of each chunk (filling 600 MiB would take seconds).
+  constexpr int kChunks = 300;
+  vmmipc_buf_t b = nullptr;
+  if (me == 1) {
+    ASSERT_VMM_OK(vmmipc_alloc(kGran, &b));
+    for (int k = 2; k <= kChunks; k++) ASSERT_VMM_OK(vmmipc_grow(b, k * kGran));
+    void *p = nullptr;
+    size_t sz = 0;
+    ASSERT_VMM_OK(vmmipc_buf_ptr(b, &p, &sz));
+    for (int k = 0; k < kChunks; k++) vt::CopyToDevice(static_cast<char *>(p) + k * kGran, &k, sizeof k);
+  }
+  vmmipc_buf_t out = nullptr;
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  if (me == 0) {
+    rlimit low = old;
+    low.rlim_cur = static_cast<rlim_t>(vt::FdCount() + 16);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  }
+  vmmipc_result_t r = vmmipc_bcast_map(c, b, 1, nullptr, &out);
+  std::string msg = vmmipc_last_error();
+  if (me == 0) setrlimit(RLIMIT_NOFILE, &old);
+  EXPECT_EQ(r, VMMIPC_ERR_RESOURCE) << msg;
+  EXPECT_TRUE(Has(msg, "RLIMIT_NOFILE")) << msg;
+  EXPECT_EQ(out, nullptr);
+  vmmipc_comm_stats_t s = VMMIPC_COMM_STATS_INIT;
+  ASSERT_VMM_OK(vmmipc_comm_stats(c, &s));
+  EXPECT_EQ(s.broken, 0) << "the fd limit of rank 0 broke the comm";
+  ASSERT_VMM_OK(vmmipc_bcast_map(c, b, 1, nullptr, &out));
+  if (me == 0) {
+    void *p = nullptr;
+    size_t sz = 0;
+    ASSERT_VMM_OK(vmmipc_buf_ptr(out, &p, &sz));
+    ASSERT_EQ(sz, kChunks * kGran);
+    for (int k = 0; k < kChunks; k++) {
+      int tag = -1;
+      vt::CopyToHost(&tag, static_cast<char *>(p) + k * kGran, sizeof tag);
+      EXPECT_EQ(tag, k) << "chunk " << k;
+    }
+    ASSERT_VMM_OK(vmmipc_buf_free(out));
+  }
+  if (b) ASSERT_VMM_OK(vmmipc_buf_free(b));
+  base.Expect("after the calls");
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
 }  // namespace

@@ -1842,3 +1842,66 @@ TEST(Transport, PointToPointNumbersSkipGapsAndDropHalfMessages) {
   EXPECT_EQ(vt::FdCount(), base) << "fds leaked";
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+// =====================================================================================
+// Reading the collective connection in the agreement (verdict.c)
+// =====================================================================================
+
+// The agreement after a receive whose fds were cut short (RLIMIT_NOFILE)
+// reads the rest of that message (frame 1, its fds cut short too) through
+// vmmipc__tp_read_coll. A shortage of this rank is not the peer's fault:
+// the record is dropped (fds closed and counted) and the connection kept,
+// as the exchange and vmmipc__tp_drop_stale do; the next epoch's message
+// arrives.
+TEST(Transport, TruncatedFdsWhileAgreeingKeepTheConnection) {
+  WarmMpi();
+  if (!AllRanks(!UnderValgrind()))
+    GTEST_SKIP() << "valgrind runs here: it does not apply a lowered RLIMIT_NOFILE to fds the kernel installs, so "
+                    "MSG_CTRUNC cannot be provoked";
+  const int base = vt::FdCount();
+  {
+    World w;
+    ASSERT_NE(w.tp, nullptr);
+    const int rank = vt::Rank();
+    if (rank == 1) {  // 300 fds: 253 in frame 0, 47 in frame 1; both fit in the socket
+      auto big = MakeMsg(1, 0, 1, 1000, 300);
+      Result x = Xchg(w.tp, kColl, 2, {big->To(0)}, nullptr);
+      EXPECT_EQ(x.rc, VMMIPC_SUCCESS) << x.err;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // both frames are queued at rank 0
+    if (rank == 0) {
+      const int before = vt::FdCount();
+      Recvs r{1};
+      Result x;
+      vmmipc__tp_read_t rd;
+      std::string rd_err;
+      {
+        NofileLimit low(static_cast<rlim_t>(before + 16));
+        ASSERT_TRUE(low.ok());
+        x = Xchg(w.tp, kColl, 2, {}, &r);  // frame 0 cut short
+        rd = vmmipc__tp_read_coll(w.tp, 1, 2);  // frame 1 cut short, as the agreement's wait reads it
+        rd_err = LastError();
+      }
+      EXPECT_EQ(x.rc, VMMIPC_ERR_RESOURCE) << x.err;
+      EXPECT_EQ(rd, VMMIPC__TP_READ_NOTHING) << rd_err;
+      EXPECT_NE(w.conn()->fd[kColl - 1][1], -1) << "the connection with rank 1 was dropped: " << rd_err;
+      EXPECT_NE(w.conn()->fd[kP2P - 1][1], -1);
+      EXPECT_EQ(vt::FdCount(), before) << "fds leaked, or the connection was dropped";
+      EXPECT_EQ(w.Stats().stale_frames, 1u) << "frame 1";
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1) {
+      auto m = MakeMsg(1, 0, 2, 5, 2);
+      Result x = Xchg(w.tp, kColl, 3, {m->To(0)}, nullptr);
+      EXPECT_EQ(x.rc, VMMIPC_SUCCESS) << x.err;
+    } else if (rank == 0) {
+      Recvs r{1};
+      Result x = Xchg(w.tp, kColl, 3, {}, &r);
+      EXPECT_EQ(x.rc, VMMIPC_SUCCESS) << x.err;
+      EXPECT_TRUE(CheckMsg(r[0], 1, 0, 2, 5, 2));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  EXPECT_EQ(vt::FdCount(), base) << "fds leaked";
+  MPI_Barrier(MPI_COMM_WORLD);
+}

@@ -64,10 +64,21 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
       vmmipc__error(VMMIPC_ERR_PEER, "%s; hint: rank %d has probably failed or destroyed its communicator", why, R);
       return VMMIPC__TP_READ_GONE;
     }
+    if (rec.ctrunc) {
+      /* Fds cut short (RLIMIT_NOFILE) are this rank's shortage, not p's
+       * fault: dropped with the rest of their message, as the exchange and
+       * vmmipc__tp_drop_stale do; the connection stays. */
+      uint64_t s = rec.len >= VMMIPC__FRAME_HEADER_BYTES ? vmmipc__get64(tp->rbuf + 32) : 0;
+      tp->stale_fds += (uint64_t)rec.nfds;
+      vmmipc__close_fds(rec.fds, rec.nfds);
+      vmmipc__asm_skip(a, s, &tp->stale_fds);
+      tp->stale_frames++;
+      continue;
+    }
     vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id,
                                    (uint16_t)VMMIPC__CTX_COLL};
     vmmipc__frame_t f;
-    int bad = rec.truncated || rec.odd_cmsg || rec.ctrunc;
+    int bad = rec.truncated || rec.odd_cmsg;
     if (bad) snprintf(why, sizeof why, "a malformed record while this rank waited for the agreement");
     if (!bad && vmmipc__frame_decode(tp->rbuf, rec.len, rec.nfds, &want, &f, why, sizeof why) != 0) bad = 1;
     if (!bad && f.kind == VMMIPC__KIND_END) {
