@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/testhooks.h"
 #include "harness/helpers.h"
 #include "transport/tp.h"
 
@@ -1899,6 +1900,52 @@ TEST(Transport, TruncatedFdsWhileAgreeingKeepTheConnection) {
       Result x = Xchg(w.tp, kColl, 3, {}, &r);
       EXPECT_EQ(x.rc, VMMIPC_SUCCESS) << x.err;
       EXPECT_TRUE(CheckMsg(r[0], 1, 0, 2, 5, 2));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  EXPECT_EQ(vt::FdCount(), base) << "fds leaked";
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Rank 1 sends its message of epoch 3 now, while rank 0 is between its peek
+// and its read (the test hook), and says when it is queued.
+static void PeerSendsTheNextEpochNow(void *) {
+  int token = 0;
+  MPI_Send(&token, 1, MPI_INT, 1, 77, MPI_COMM_WORLD);
+  MPI_Recv(&token, 1, MPI_INT, 1, 78, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+}
+
+// vmmipc__tp_read_coll peeks at the connection, then reads. A frame of the
+// next collective (the peer had its verdict first) that comes after a peek
+// that saw nothing stays queued for that collective: it is no break of the
+// protocol, and the connection stays.
+TEST(Transport, AFrameOfTheNextCollectiveAfterThePeekStaysQueued) {
+  WarmMpi();
+  const int base = vt::FdCount();
+  {
+    World w;
+    ASSERT_NE(w.tp, nullptr);
+    const int rank = vt::Rank();
+    if (rank == 1) {
+      int token = 0;
+      MPI_Recv(&token, 1, MPI_INT, 0, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      auto m = MakeMsg(1, 0, 3, 100, 2);
+      Result x = Xchg(w.tp, kColl, 3, {m->To(0)}, nullptr);  // fits in the socket: queued when it returns
+      EXPECT_EQ(x.rc, VMMIPC_SUCCESS) << x.err;
+      MPI_Send(&token, 1, MPI_INT, 0, 78, MPI_COMM_WORLD);
+    } else if (rank == 0) {
+      vmmipc__test_on_peeked(PeerSendsTheNextEpochNow, nullptr);
+      vmmipc__tp_read_t rd = vmmipc__tp_read_coll(w.tp, 1, 2);
+      std::string err = LastError();
+      vmmipc__test_on_peeked(nullptr, nullptr);
+      EXPECT_EQ(rd, VMMIPC__TP_READ_NOTHING) << err;
+      EXPECT_NE(w.conn()->fd[kColl - 1][1], -1) << "the connection with rank 1 was dropped: " << err;
+      EXPECT_EQ(vmmipc__tp_read_coll(w.tp, 1, 2), VMMIPC__TP_READ_AHEAD) << "left queued: " << LastError();
+      Recvs r{1};
+      Result x = Xchg(w.tp, kColl, 3, {}, &r);
+      EXPECT_EQ(x.rc, VMMIPC_SUCCESS) << x.err;
+      EXPECT_TRUE(CheckMsg(r[0], 1, 0, 3, 100, 2));
+      EXPECT_EQ(w.Stats().stale_frames, 0u);
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }

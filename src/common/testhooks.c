@@ -47,6 +47,20 @@ void vmmipc__test_inside(void) {
   if (fn) fn(vmmipc__inside_arg);
 }
 
+static _Thread_local void (*vmmipc__peeked_fn)(void *);
+static _Thread_local void *vmmipc__peeked_arg;
+
+void vmmipc__test_on_peeked(void (*fn)(void *), void *arg) {
+  vmmipc__peeked_fn = fn;
+  vmmipc__peeked_arg = arg;
+}
+
+void vmmipc__test_peeked(void) {
+  void (*fn)(void *) = vmmipc__peeked_fn;
+  vmmipc__peeked_fn = NULL;
+  if (fn) fn(vmmipc__peeked_arg);
+}
+
 static int vmmipc__pool_cap;
 
 void vmmipc__test_pool_slices(int max) { __atomic_store_n(&vmmipc__pool_cap, max > 0 ? max : 0, __ATOMIC_RELAXED); }

@@ -49,17 +49,24 @@ void vmmipc__test_sleep_ms(int ms);
  * comm is held): lets a test act at a known point of a call. */
 void vmmipc__test_on_inside(void (*fn)(void *), void *arg);
 void vmmipc__test_inside(void);
+/* Runs fn(arg) once, on this thread, in its next vmmipc__tp_read_coll
+ * between the peek at the connection and the read (fn NULL: disarms): a
+ * test sends a peer's frame at that very point. */
+void vmmipc__test_on_peeked(void (*fn)(void *), void *arg);
+void vmmipc__test_peeked(void);
 /* Caps the slices of the signal pools made from now on in this process
  * (0: no cap), so that a test can walk every slice of one in a few calls. */
 void vmmipc__test_pool_slices(int max);
 int vmmipc__test_pool_cap(void);
 #define VMMIPC__INSIDE() vmmipc__test_inside()
+#define VMMIPC__PEEKED() vmmipc__test_peeked()
 #define VMMIPC__LATE(ms) vmmipc__test_late(ms)
 #define VMMIPC__STALL(ms) vmmipc__test_sleep_ms(ms)
 #define VMMIPC__POOL_CAP() vmmipc__test_pool_cap()
 #else
 #define VMMIPC__INJECT(step) 0
 #define VMMIPC__INSIDE() ((void)0)
+#define VMMIPC__PEEKED() ((void)0)
 #define VMMIPC__LATE(ms) ((void)0)
 #define VMMIPC__STALL(ms) ((void)0)
 #define VMMIPC__POOL_CAP() 0
