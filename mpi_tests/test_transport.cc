@@ -1462,9 +1462,13 @@ static void KilledPeer(bool hold_open) {
     EXPECT_TRUE(CheckMsg(r[0], 7, 5, 0, 5000, 7));
   }
   {
+    const int before = vt::FdCount();
     Recvs r{1};
     Result x = Xchg(tp, kColl, 2, {}, &r);
     EXPECT_EQ(x.rc, VMMIPC_ERR_PEER) << x.err;
+    if (!hold_open) {  // the hang-up drops the connections, and the half message with them
+      EXPECT_EQ(vt::FdCount(), before - 2) << "the 5 fds of the half message are held";
+    }
     EXPECT_LE(x.ms, timeout_ms + 1000) << x.err;
     EXPECT_TRUE(Has(x.err, "rank 7")) << x.err;
     if (hold_open) {
@@ -1946,6 +1950,48 @@ TEST(Transport, AFrameOfTheNextCollectiveAfterThePeekStaysQueued) {
       EXPECT_EQ(x.rc, VMMIPC_SUCCESS) << x.err;
       EXPECT_TRUE(CheckMsg(r[0], 1, 0, 3, 100, 2));
       EXPECT_EQ(w.Stats().stale_frames, 0u);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  EXPECT_EQ(vt::FdCount(), base) << "fds leaked";
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// =====================================================================================
+// Dropped connections
+// =====================================================================================
+
+// Rank 1 sends frame 0 (253 fds) of a 260-fd message, then aborts (END).
+// Rank 0's exchange fails ABORTED and drops the connections with rank 1;
+// the half message goes with them (its fds hold rank 1's memory), not at
+// the comm's destroy: nothing reads that connection again, so neither
+// vmmipc__tp_drop_stale nor vmmipc__tp_seal would.
+TEST(Transport, AHalfMessageGoesWithItsDroppedConnection) {
+  WarmMpi();
+  const int base = vt::FdCount();
+  {
+    World w;
+    ASSERT_NE(w.tp, nullptr);
+    const int rank = vt::Rank();
+    if (rank == 1) {
+      auto part = MakeMsg(1, 0, 93, 0, 253);
+      vmmipc__frame_t f = Frame(w.conn(), 0, kColl, VMMIPC__KIND_DATA, 2, 40000, 260, 0);
+      EXPECT_EQ(Inject(w.conn(), 0, kColl, f, part->fds.data(), 253), 0);
+      vmmipc__tp_abort_all(w.tp, VMMIPC_ERR_ABORTED, "rank 1 aborted (test)");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // both records are queued at rank 0
+    if (rank == 0) {
+      const int before = vt::FdCount();
+      Recvs r{1};
+      Result x = Xchg(w.tp, kColl, 2, {}, &r);
+      EXPECT_EQ(x.rc, VMMIPC_ERR_ABORTED) << x.err;
+      EXPECT_EQ(x.aborted_by, 1);
+      EXPECT_TRUE(RecvIsEmpty(r[0]));
+      EXPECT_EQ(w.conn()->fd[kColl - 1][1], -1);
+      vmmipc__tp_drop_stale(w.tp, 2);  // what a failed collective does next
+      vmmipc__tp_seal(w.tp);           // and a comm that failed
+      EXPECT_EQ(vt::FdCount(), before - 2) << "the half message's 253 fds are closed with the 2 connections";
+      EXPECT_EQ(w.Stats().stale_fds, 253u);
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }

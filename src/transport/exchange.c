@@ -78,6 +78,11 @@ void vmmipc__tp_close(vmmipc__tp_t *tp) {
 
 vmmipc__conn_t *vmmipc__tp_conn(vmmipc__tp_t *tp) { return tp->conn; }
 
+void vmmipc__tp_drop_peer(vmmipc__tp_t *tp, int p, const char *why) {
+  vmmipc__conn_drop(tp->conn, p, why);
+  for (int k = 0; k < 2; k++) vmmipc__asm_drop(&tp->rx[k][p], 0, &tp->stale_fds);
+}
+
 void vmmipc__tp_stats(const vmmipc__tp_t *tp, vmmipc__tp_stats_t *s) {
   s->stale_frames = tp->stale_frames;
   s->stale_fds = tp->stale_fds;
@@ -127,7 +132,7 @@ static vmmipc_result_t hung_up(vmmipc__tp_t *tp, int p, int e) {
   int R = tp_rank(tp, p);
   char why[160];
   snprintf(why, sizeof why, "rank %d hung up (%s)", R, e ? vmmipc__errno_name(e) : "end of file");
-  vmmipc__conn_drop(tp->conn, p, why);
+  vmmipc__tp_drop_peer(tp, p, why);
   vmmipc__error(VMMIPC_ERR_PEER, "%s; hint: rank %d has probably failed or destroyed its communicator; check its output",
                 why, R);
   vmmipc__error_os(e);
@@ -278,7 +283,7 @@ static vmmipc_result_t bad_stream(vmmipc__tp_t *tp, int p, const char *why) {
   int R = tp_rank(tp, p);
   char reason[400];
   snprintf(reason, sizeof reason, "rank %d broke the protocol: %s", R, why);
-  vmmipc__conn_drop(tp->conn, p, reason);
+  vmmipc__tp_drop_peer(tp, p, reason);
   vmmipc__error(VMMIPC_ERR_INVALID_DESC,
                 "receiving from rank %d: %s; the connection was closed; hint: every rank must run the same "
                 "vmmipc build",

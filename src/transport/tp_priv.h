@@ -22,6 +22,12 @@ struct vmmipc__tp {
   int aborted_by;           /* node rank whose END frame (comm aborted) arrived, or -1 */
 };
 
+/* Closes both connections to node rank p (vmmipc__conn_drop) and drops
+ * the half messages of p's streams with them, their fds closed and counted
+ * as stale: nothing reads those connections again, so no later call or
+ * cleanup would (each fd holds p's device memory). */
+void vmmipc__tp_drop_peer(struct vmmipc__tp *tp, int p, const char *why);
+
 /* The error of an END frame from p (decoded, its text after the header):
  * an abort (VMMIPC_ERR_ABORTED, tp->aborted_by set) or a break
  * (VMMIPC_ERR_PEER with the breaking rank's text); drops the connection. */

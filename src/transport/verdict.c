@@ -65,7 +65,7 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
     if (e || rec.len == 0) {
       vmmipc__close_fds(rec.fds, rec.nfds);
       snprintf(why, sizeof why, "rank %d hung up (%s)", R, e ? vmmipc__errno_name(e) : "end of file");
-      vmmipc__conn_drop(tp->conn, p, why);
+      vmmipc__tp_drop_peer(tp, p, why);
       vmmipc__error(VMMIPC_ERR_PEER, "%s; hint: rank %d has probably failed or destroyed its communicator", why, R);
       return VMMIPC__TP_READ_GONE;
     }
@@ -117,7 +117,7 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
     vmmipc__close_fds(rec.fds, rec.nfds);
     char reason[480];
     snprintf(reason, sizeof reason, "rank %d broke the protocol: %s", R, why);
-    vmmipc__conn_drop(tp->conn, p, reason);
+    vmmipc__tp_drop_peer(tp, p, reason);
     vmmipc__error(VMMIPC_ERR_INVALID_DESC, "receiving from rank %d: %s; the connection was closed", R, why);
     return VMMIPC__TP_READ_GONE;
   }
@@ -184,7 +184,7 @@ vmmipc_result_t vmmipc__tp_end_error(vmmipc__tp_t *tp, int p, const vmmipc__fram
   } else { /* it broke the comm on its own; its text says why, naming it */
     snprintf(why, sizeof why, "%.*s", (int)f->frame_bytes, (const char *)text);
   }
-  vmmipc__conn_drop(tp->conn, p, why);
+  vmmipc__tp_drop_peer(tp, p, why);
   vmmipc__error(code, "%s", why);
   vmmipc__error_rank(R);
   return code;
