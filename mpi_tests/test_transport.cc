@@ -1998,3 +1998,48 @@ TEST(Transport, AHalfMessageGoesWithItsDroppedConnection) {
   EXPECT_EQ(vt::FdCount(), base) << "fds leaked";
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+// Waits for every rank without spinning (MPI_Barrier polls busily), so
+// that a rank that measures a wait does not compete with its peers for
+// the CPU.
+static void QuietBarrier() {
+  MPI_Request req;
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  int done = 0;
+  while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) poll(nullptr, 0, 1);
+}
+
+// vmmipc__tp_abort_all tells every connection within one budget (200 ms in
+// all), however many are full: rank 1 fills its sockets to every peer in
+// both contexts (nobody reads them), and its END frames wait 200 ms in all,
+// not 100 ms per connection (2 x (n - 1) x 100 ms, 400 at 3 ranks: no poll
+// reports room before a reader takes a record). At 2 ranks both are 200 ms.
+TEST(Transport, EndFramesToFullSocketsShareOneBudget) {
+  WarmMpi();
+  const int n = vt::Size();
+  if (n < 3) GTEST_SKIP() << "needs 3 ranks: at 2 one budget and one per connection are both 200 ms";
+  const int base = vt::FdCount();
+  {
+    World w;
+    ASSERT_NE(w.tp, nullptr);
+    if (vt::Rank() == 1) {
+      std::vector<unsigned char> rec(VMMIPC__FRAME_HEADER_BYTES + kMaxB, 'f');
+      for (int p = 0; p < n; p++)
+        for (int ctx : {kP2P, kColl}) {
+          if (p == 1) continue;
+          int fd = w.conn()->fd[ctx - 1][p], sent = 0;
+          while (send(fd, rec.data(), rec.size(), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) sent++;
+          EXPECT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << std::strerror(errno);
+          EXPECT_GT(sent, 0);
+        }
+      auto t0 = std::chrono::steady_clock::now();
+      vmmipc__tp_abort_all(w.tp, VMMIPC_ERR_ABORTED, "rank 1 aborted (test)");
+      long long ms = ElapsedMs(t0);
+      EXPECT_GE(ms, 190) << "it waited for room";
+      EXPECT_LT(ms, 2 * (n - 1) * 100 - 10) << "one wait per full connection";
+    }
+    QuietBarrier();
+  }
+  EXPECT_EQ(vt::FdCount(), base) << "fds leaked";
+  MPI_Barrier(MPI_COMM_WORLD);
+}

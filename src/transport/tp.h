@@ -138,7 +138,8 @@ void vmmipc__tp_watch_abort(vmmipc__tp_t *tp, const int *flag);
 int vmmipc__tp_aborted_by(const vmmipc__tp_t *tp);
 /* Tells every peer, on both contexts, that this rank aborted the comm
  * (code VMMIPC_ERR_ABORTED) or broke it (another code; `text` says why and
- * names this rank): an END frame. Best effort, bounded. */
+ * names this rank): an END frame. Best effort, bounded: 200 ms in all for
+ * the connections whose socket is full. */
 void vmmipc__tp_abort_all(vmmipc__tp_t *tp, uint32_t code, const char *text);
 
 /* Counters for vmmipc_comm_stats. */

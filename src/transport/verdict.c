@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -16,8 +17,9 @@
 #include "transport/tp.h"
 #include "transport/tp_priv.h"
 
-/* Total time a verdict or an END frame may wait for room in a socket. */
-#define TP_SEND_BUDGET_MS 100
+/* Total time the END frames of one vmmipc__tp_abort_all may wait for room
+ * in full sockets, all connections together (as an exchange's ABORTs). */
+#define TP_END_BUDGET_MS 200
 
 static int coll_fd(const vmmipc__tp_t *tp, int p) {
   if (!tp || !tp->conn || p < 0 || p >= tp->conn->node_size || p == tp->conn->node_rank) return -1;
@@ -25,19 +27,6 @@ static int coll_fd(const vmmipc__tp_t *tp, int p) {
 }
 
 int vmmipc__tp_coll_fd(const vmmipc__tp_t *tp, int p) { return coll_fd(tp, p); }
-
-/* One record sent within the budget: 0, or an errno value. */
-static int send_bounded(int fd, const unsigned char *head, const void *payload, size_t len) {
-  int64_t until = vmmipc__now_ms() + TP_SEND_BUDGET_MS;
-  for (;;) {
-    int e = vmmipc__conn_send(fd, head, VMMIPC__FRAME_HEADER_BYTES, payload, len, NULL, 0);
-    if (e != EAGAIN && e != EWOULDBLOCK) return e;
-    int64_t left = until - vmmipc__now_ms();
-    if (left <= 0) return e;
-    struct pollfd pfd = {fd, POLLOUT, 0};
-    poll(&pfd, 1, (int)left);
-  }
-}
 
 vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) {
   int fd = coll_fd(tp, p);
@@ -199,22 +188,50 @@ int vmmipc__tp_aborted_by(const vmmipc__tp_t *tp) { return tp ? tp->aborted_by :
 void vmmipc__tp_abort_all(vmmipc__tp_t *tp, uint32_t code, const char *text) {
   if (!tp || !tp->conn) return;
   vmmipc__conn_t *c = tp->conn;
+  int n = c->node_size;
   size_t len = strnlen(text, VMMIPC__ABORT_MAX_BYTES);
-  for (int p = 0; p < c->node_size; p++)
-    for (int ctx = VMMIPC__CTX_P2P; ctx <= VMMIPC__CTX_COLL; ctx++) {
-      int fd = c->fd[ctx - 1][p];
-      if (fd < 0) continue;
-      vmmipc__frame_t f;
-      memset(&f, 0, sizeof f);
-      f.kind = VMMIPC__KIND_END;
-      f.ctx = (uint16_t)ctx;
-      f.code = code;
-      f.sender = (uint32_t)c->node_rank;
-      f.receiver = (uint32_t)p;
-      f.comm_id = c->comm_id;
-      f.total_bytes = f.frame_bytes = (uint32_t)len;
-      unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
-      vmmipc__frame_encode(&f, head);
-      send_bounded(fd, head, text, len); /* best effort: a peer that is gone needs no telling */
-    }
+  /* One budget for all: a wait per full connection added up to
+   * 2 x (n - 1) x 100 ms. Without memory for the poll set, one try each. */
+  char *todo = calloc(2 * (size_t)n, 1);
+  struct pollfd *pfd = calloc(2 * (size_t)n, sizeof *pfd);
+  if (!todo || !pfd) {
+    free(todo);
+    free(pfd);
+    todo = NULL;
+    pfd = NULL;
+  }
+  const int64_t deadline = vmmipc__now_ms() + (pfd ? TP_END_BUDGET_MS : 0);
+  for (int i = 0; todo && i < 2 * n; i++) todo[i] = 1;
+  for (;;) {
+    nfds_t k = 0;
+    for (int p = 0; p < n; p++)
+      for (int ctx = VMMIPC__CTX_P2P; ctx <= VMMIPC__CTX_COLL; ctx++) {
+        int fd = c->fd[ctx - 1][p];
+        if (fd < 0 || (todo && !todo[2 * p + ctx - 1])) continue;
+        vmmipc__frame_t f;
+        memset(&f, 0, sizeof f);
+        f.kind = VMMIPC__KIND_END;
+        f.ctx = (uint16_t)ctx;
+        f.code = code;
+        f.sender = (uint32_t)c->node_rank;
+        f.receiver = (uint32_t)p;
+        f.comm_id = c->comm_id;
+        f.total_bytes = f.frame_bytes = (uint32_t)len;
+        unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
+        vmmipc__frame_encode(&f, head);
+        int e = vmmipc__conn_send(fd, head, sizeof head, text, len, NULL, 0);
+        if ((e == EAGAIN || e == EWOULDBLOCK) && pfd) {
+          pfd[k].fd = fd;
+          pfd[k].events = POLLOUT;
+          pfd[k++].revents = 0;
+          continue;
+        }
+        if (todo) todo[2 * p + ctx - 1] = 0; /* sent, or best effort: a peer that is gone needs no telling */
+      }
+    int64_t now = vmmipc__now_ms();
+    if (!k || now >= deadline) break;
+    poll(pfd, k, (int)(deadline - now));
+  }
+  free(todo);
+  free(pfd);
 }
