@@ -368,11 +368,12 @@ TEST_F(Agree, WindowsFreedInDifferentOrdersAreNamedNotMisrouted) {
   vt::DestroyInStep(c, before);
 }
 
-// Rank 0 frees a window while the others destroy the comm, which they
-// refuse (the window is open): the two calls meet in one agreement, which
-// refuses both. win_free agrees before it frees, so VMMIPC_ERR_BUSY means
-// the window is open on every rank, with its data; it is then freed in
-// step and the comm destroyed.
+// Rank 0 frees a window while the others destroy the comm: the two calls
+// meet in one agreement, which refuses both, naming both calls (it was
+// BUSY, the destroy's refusal, until agreements named their calls). win_free
+// agrees before it frees, so VMMIPC_ERR_INVALID_ARG means the window is
+// open on every rank, with its data; the ranks are in step, so it is then
+// freed in step and the comm destroyed.
 TEST_F(Agree, WinFreeRefusedByAPeerFreesNothingAnywhere) {
   if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
   int before = vt::FdCount();
@@ -384,11 +385,12 @@ TEST_F(Agree, WinFreeRefusedByAPeerFreesNothingAnywhere) {
   ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w));
   vmmipc_result_t r = me == 0 ? vmmipc_win_free(w) : vmmipc_comm_destroy(c);
   std::string msg = vmmipc_last_error();
-  EXPECT_EQ(r, VMMIPC_ERR_BUSY) << msg;
+  EXPECT_EQ(r, VMMIPC_ERR_INVALID_ARG) << msg;
   EXPECT_TRUE(vt::SameEverywhere(r)) << msg;
+  EXPECT_TRUE(Has(msg, "rank 1 called vmmipc_comm_destroy and rank 0 vmmipc_win_free")) << msg;
   vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
   ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
-  EXPECT_EQ(st.open_windows, 1) << "BUSY, yet the window was freed: " << msg;
+  EXPECT_EQ(st.open_windows, 1) << "refused, yet the window was freed: " << msg;
   EXPECT_EQ(st.broken, 0) << msg;
   if (st.open_windows == 1) {
     for (int q = 0; q < vt::Size(); q++) {

@@ -93,7 +93,7 @@ vmmipc_result_t vmmipc_scatter_desc(vmmipc_comm_t c, const vmmipc_desc_t *descs,
   /* Ranks off the root's node exchange nothing but still agree. */
   vmmipc_result_t x = vmmipc__coll_exchange(c, send, to, from, keep_desc, &k, local, &secondary);
   if (!local) local = x;
-  r = vmmipc__agree(c, local, secondary && x == local, op);
+  r = vmmipc__agree_key(c, local, secondary && x == local, op, root >= 0 && root < c->size, (uint64_t)(int64_t)root);
   vmmipc__coll_done(c, r);
   if (r) {
     vmmipc__free_descs(got, got ? n : 0);

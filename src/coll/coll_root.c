@@ -59,7 +59,8 @@ static vmmipc_result_t map_from_root(vmmipc_comm_t c, int scatter, const vmmipc_
   free(send);
   free(to);
   free(from);
-  r = vmmipc__agree(c, local, secondary, op);
+  /* Keyed by the root (a root that is no rank failed here, and brings none). */
+  r = vmmipc__agree_key(c, local, secondary, op, root >= 0 && root < c->size, (uint64_t)(int64_t)root);
   vmmipc__coll_done(c, r);
   if (r && out && *out) {
     vmmipc_buf_free(*out);

@@ -133,8 +133,10 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
   free(all);
   /* Its failures are the user's call's ("<op> failed on rank R ..."), with
    * no prefix of their own: the pool is an internal step of that call, and
-   * a rank missing from it is missing from the call. */
-  vmmipc_result_t r = vmmipc__agree(c, local, secondary, op);
+   * a rank missing from it is missing from the call. Flagged (pool): a
+   * rank in another call did not make its MPI step on the node. */
+  vmmipc__agree_io_t io = {0, 0, NULL, 0, NULL, 1};
+  vmmipc_result_t r = vmmipc__agree_io(c, local, secondary, op, &io);
   vmmipc__coll_done(c, r);
   if (r) {
     vmmipc__pool_destroy(p, n);

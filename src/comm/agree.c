@@ -6,8 +6,11 @@
  * other rank over MPI. Point-to-point (not MPI_Allreduce), so that a silent
  * rank cannot hold the others beyond the timeout and can be named.
  *
- * An outcome also carries a fixed-size input of the call (the heap's sizes
- * and digest), which the verdict hands to every rank, and the ids of the
+ * An outcome names its call and key (a window, heap or root), so that ranks
+ * in calls that do not match fail instead of matching (docs/dev/agreement.md,
+ * "Calls that do not match"). It also carries a fixed-size input of the
+ * call (the heap's sizes and digest), which the verdict hands to every
+ * rank, and the ids of the
  * objects this rank released (vmmipc_win_release); the verdict names those
  * every rank released, freed in step when the call ends (deferred.c).
  *
@@ -52,13 +55,15 @@
 #define AGREE_TEXT_MAX 1024
 
 /* Outcome: code, flags, key (8), agreement (8), blamed rank, driver error,
- * errno, number of released ids, input bytes, 0; then the input, the ids
- * (8 each), and the message when failing. */
-#define OUTCOME_HEAD 48
+ * errno, number of released ids, input bytes, the call (k_calls), the
+ * comm's epoch (8); then the input, the ids (8 each), and the message when
+ * failing. */
+#define OUTCOME_HEAD 56
 #define OF_SECONDARY 1u /* failed because a peer gave up */
 #define OF_KEYED 2u
 #define OF_BROKEN 4u    /* this rank broke the comm (a notice: it takes no verdict) */
 #define OF_MORE 8u      /* it released more ids >= the cursor than it sends */
+#define OF_POOL 16u     /* the signal pool's agreement (its call made an MPI step on the node) */
 /* Verdict: code, failing rank, broken, blamed rank, driver error, errno,
  * agreement (8), number of freed ids, input bytes per rank (0 unless
  * SUCCESS), next cursor (8); then every rank's input, the freed ids, the
@@ -82,7 +87,42 @@ typedef struct agree_call {
   const unsigned char *mine;
   uint32_t len;      /* input bytes per rank */
   unsigned char *all; /* out: every rank's input */
+  uint32_t call;     /* op's code (k_calls) */
+  int pool;          /* the signal pool's agreement */
 } agree_call_t;
+
+/* The public calls that agree, by code: every outcome names its call, so
+ * that ranks in different calls (or passing different keys) fail instead
+ * of matching, and the collector names both. The key's kind, for the
+ * message. 0: no call (a notice; a call missing here is compared as 0). */
+enum { KEY_NONE, KEY_WINDOW, KEY_ROOT, KEY_HEAP };
+static const struct {
+  const char *op;
+  int key;
+} k_calls[] = {
+    {"an unnamed call", KEY_NONE},
+    {"vmmipc_comm_create", KEY_NONE},
+    {"vmmipc_comm_destroy", KEY_NONE},
+    {"vmmipc_allgather_desc", KEY_NONE},
+    {"vmmipc_scatter_desc", KEY_ROOT},
+    {"vmmipc_allgather_map", KEY_NONE},
+    {"vmmipc_bcast_map", KEY_ROOT},
+    {"vmmipc_scatter_map", KEY_ROOT},
+    {"vmmipc_win_free", KEY_WINDOW},
+    {"vmmipc_heap_create", KEY_NONE},
+    {"vmmipc_heap_alloc", KEY_HEAP},
+    {"vmmipc_heap_trim", KEY_HEAP},
+    {"vmmipc_heap_destroy", KEY_HEAP},
+};
+#define NUM_CALLS (sizeof k_calls / sizeof k_calls[0])
+
+static uint32_t call_code(const char *op) {
+  for (uint32_t i = 1; op && i < NUM_CALLS; i++)
+    if (!strcmp(op, k_calls[i].op)) return i;
+  return 0;
+}
+
+static const char *call_name(uint32_t code) { return k_calls[code < NUM_CALLS ? code : 0].op; }
 
 static size_t outcome_max(uint32_t len) { return OUTCOME_HEAD + len + 8u * VMMIPC__DEFERRED_MAX + AGREE_TEXT_MAX; }
 static size_t verdict_max(const struct vmmipc_comm *c, uint32_t len) {
@@ -110,6 +150,7 @@ static int pack_outcome(unsigned char *b, const agree_call_t *a, uint64_t k, vmm
   if (!(flags & OF_BROKEN)) nrel = vmmipc__deferred_collect(c, c->def_cursor, ids, VMMIPC__DEFERRED_MAX, &more);
   if (more) flags |= OF_MORE;
   if (a->keyed) flags |= OF_KEYED;
+  if (a->pool) flags |= OF_POOL;
   vmmipc__put32(b, (uint32_t)local);
   vmmipc__put32(b + 4, flags);
   vmmipc__put64(b + 8, a->key);
@@ -123,7 +164,8 @@ static int pack_outcome(unsigned char *b, const agree_call_t *a, uint64_t k, vmm
   vmmipc__put32(b + 32, (uint32_t)st.os_error);
   vmmipc__put32(b + 36, (uint32_t)nrel);
   vmmipc__put32(b + 40, a->len);
-  vmmipc__put32(b + 44, 0);
+  vmmipc__put32(b + 44, a->call);
+  vmmipc__put64(b + 48, c->epoch);
   size_t at = OUTCOME_HEAD;
   if (a->len) memcpy(b + at, a->mine, a->len);
   at += a->len;
@@ -241,20 +283,43 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
                         int fresh_withdrawals) {
   struct vmmipc_comm *c = a->c;
   int size = c->size;
-  int pick = -1, pick_secondary = 1, mismatch = -1, missing = 0, withdrawn = 0, told_broken = 0, other = -1;
+  int pick = -1, pick_secondary = 1, missing = 0, withdrawn = 0, told_broken = 0, other = -1;
+  /* Identity: the first rank in another call than rank 0's, the first
+   * whose key differs from the first keyed rank's (key_ref: a rank that
+   * failed on a root that is no rank brings none), and whether the ranks
+   * are out of step (below). */
+  int call_mm = -1, key_mm = -1, key_ref = -1, out_of_step = 0;
+  uint64_t key_val = 0;
   for (int r = 0; r < size; r++) {
     missing += !arrived[r];
     withdrawn += withdrew[r] != 0;
     if (!arrived[r]) continue;
     const unsigned char *o = outcomes + (size_t)r * omax;
     uint32_t code = vmmipc__get32(o), flags = vmmipc__get32(o + 4);
-    if (vmmipc__get64(o + 16) != a->k || vmmipc__get32(o + 40) != a->len) {
-      if (other < 0) other = r; /* a notice of a rank that broke, or another call */
+    int same_call = vmmipc__get32(o + 44) == a->call;
+    if (vmmipc__get64(o + 16) != a->k || (same_call && vmmipc__get32(o + 40) != a->len)) {
+      if (other < 0) other = r; /* a notice of a rank that broke, or another agreement */
       if (!(flags & OF_BROKEN)) continue;
     }
     told_broken |= (flags & OF_BROKEN) != 0;
-    if (mismatch < 0 && !code && (((flags & OF_KEYED) != 0) != (a->keyed != 0) || vmmipc__get64(o + 8) != a->key))
-      mismatch = r;
+    if (!(flags & OF_BROKEN)) {
+      /* Out of step: after this verdict the ranks' epochs, or the MPI steps
+       * they made on the node (the signal pool's), differ; they cannot be
+       * matched again. */
+      if (vmmipc__get64(o + 48) != c->epoch || ((flags & OF_POOL) != 0) != (a->pool != 0)) out_of_step = 1;
+      if (!same_call) {
+        if (call_mm < 0) call_mm = r;
+        continue; /* its failure belongs to another call */
+      }
+      if (flags & OF_KEYED) {
+        if (key_ref < 0) {
+          key_ref = r;
+          key_val = vmmipc__get64(o + 8);
+        } else if (key_mm < 0 && vmmipc__get64(o + 8) != key_val) {
+          key_mm = r;
+        }
+      }
+    }
     if (code == 0) continue;
     int sec = (flags & OF_SECONDARY) != 0;
     if (pick < 0 || (pick_secondary && !sec)) {
@@ -268,7 +333,7 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
   if (withdrawn && missing && fresh_withdrawals) withdrawn = 0;
   char *text = NULL;
   size_t len = 0;
-  uint32_t code = 0, drv = 0, os = 0;
+  uint32_t code = 0, drv = 0, os = 0, name_call = 0;
   int failing = -1, broken = 0, blame = -1;
   char body[VMMIPC__ERRMSG_MAX];
   text = body;
@@ -283,6 +348,36 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
     vappend(text, &len, "%s: the agreement timed out: rank 0, which collects it, answered after rank(s) ", a->op);
     append_ranks(text, &len, withdrew, size);
     vappend(text, &len, " had waited %d ms for it and given up", c->timeout_ms);
+  } else if (call_mm >= 0 || key_mm >= 0) {
+    /* Calls that do not match, before what failed in them (a rank that
+     * waited for a root that thought itself none, or got data nobody owed
+     * it: their consequences). Nothing of the calls remains; the comm stays
+     * usable unless the ranks are out of step or a node peer is gone. */
+    code = VMMIPC_ERR_INVALID_ARG;
+    failing = call_mm >= 0 ? call_mm : key_mm;
+    broken = out_of_step || told_broken || gone >= 0;
+    const unsigned char *o = outcomes + (size_t)failing * omax;
+    if (call_mm >= 0) { /* each rank's message starts with its own call */
+      name_call = VERDICT_NAME_CALL;
+      vappend(text, &len,
+              "rank %d called %s and rank 0 %s; hint: every rank must make the same collective calls in the same "
+              "order",
+              call_mm, call_name(vmmipc__get32(o + 44)), call_name(a->call));
+    } else if (k_calls[a->call].key == KEY_ROOT) {
+      vappend(text, &len, "%s: rank %d passed root %d and rank %d root %d; hint: every rank must pass the same root",
+              a->op, key_mm, (int)vmmipc__get64(o + 8), key_ref, (int)key_val);
+    } else if (k_calls[a->call].key == KEY_HEAP) {
+      vappend(text, &len,
+              "%s: rank %d passed heap #%llu and rank %d heap #%llu; hint: every rank must pass the same heap",
+              a->op, key_mm, (unsigned long long)vmmipc__get64(o + 8), key_ref, (unsigned long long)key_val);
+    } else {
+      vappend(text, &len,
+              "%s: rank %d passed window #%llu and rank %d window #%llu; nothing was freed; hint: every rank must "
+              "free its windows in the same order",
+              a->op, key_mm, (unsigned long long)vmmipc__get64(o + 8), key_ref, (unsigned long long)key_val);
+    }
+    if (gone >= 0) vappend(text, &len, "; then %s", vmmipc_last_error());
+    if (out_of_step) vappend(text, &len, "; the ranks are out of step after it");
   } else if (gone >= 0) { /* the others' failures are most likely its consequence */
     code = gone_code;
     failing = gone;
@@ -310,14 +405,6 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
             "%s: rank %d is in another collective call than rank 0 (its agreement carries %u bytes of input, rank "
             "0's %u); hint: every rank must make the same collective calls in the same order",
             a->op, other, (unsigned)vmmipc__get32(outcomes + (size_t)other * omax + 40), (unsigned)a->len);
-  } else if (mismatch >= 0) {
-    code = VMMIPC_ERR_INVALID_ARG;
-    failing = mismatch;
-    const unsigned char *o = outcomes + (size_t)mismatch * omax;
-    vappend(text, &len,
-            "%s: rank %d passed window #%llu and rank 0 window #%llu; nothing was freed; hint: every rank must free "
-            "its windows in the same order",
-            a->op, mismatch, (unsigned long long)vmmipc__get64(o + 8), (unsigned long long)a->key);
   }
   if (missing && gone < 0 && !withdrawn) {
     /* A rank that did not come is the cause of the others' timeouts: it is
@@ -341,10 +428,10 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
     vappend(text, &len,
             " did not answer (dead, or not in this call); the communicator is broken: every later call on it fails, "
             "and vmmipc_comm_destroy frees it locally");
-  } else if (broken && (withdrawn || gone >= 0 || other >= 0)) {
+  } else if (broken && (withdrawn || gone >= 0 || other >= 0 || call_mm >= 0 || key_mm >= 0)) {
     vappend(text, &len, "%s", k_broken_tail);
   }
-  size_t at = put_head(v, a->k, code, failing, broken, blame >= 0 ? blame : failing, drv, os);
+  size_t at = put_head(v, a->k, code, failing, broken | (int)name_call, blame >= 0 ? blame : failing, drv, os);
   uint64_t next = c->def_cursor;
   int nfreed = 0;
   uint64_t freed[VMMIPC__DEFERRED_MAX];
@@ -394,7 +481,7 @@ static vmmipc_result_t apply_verdict(const agree_call_t *a, const unsigned char 
   /* The failing rank's record, as the message: the same on every rank. */
   vmmipc__error_state_t st = {rc, (int)vmmipc__get32(v + 12), (int)vmmipc__get32(v + 16), (int)vmmipc__get32(v + 20)};
   vmmipc__error_put(&st);
-  if (broken) vmmipc__break_code(c, rc);
+  if (broken & 1u) vmmipc__break_code(c, rc);
   return rc;
 }
 
@@ -505,7 +592,7 @@ static void tell_break(struct vmmipc_comm *c, const char *op, uint64_t next) {
       vmmipc__mpi_keep(v);
     }
   } else {
-    agree_call_t a = {c, op, next, tag_of(next), 0, 0, 0, NULL, 0, NULL};
+    agree_call_t a = {c, op, next, tag_of(next), 0, 0, 0, NULL, 0, NULL, call_code(op), 0};
     unsigned char *o = malloc(outcome_max(0));
     if (o) {
       int len = pack_outcome(o, &a, next, c->broken_code, OF_BROKEN);
@@ -775,7 +862,7 @@ static int may_tell(const struct vmmipc_comm *c) {
 static void tell_next_aborted(struct vmmipc_comm *c, int aborter, const char *how) {
   uint64_t next = c->agreements;
   if (c->rank != 0) {
-    agree_call_t a = {c, "", next, tag_of(next), wtag_of(next), 0, 0, NULL, 0, NULL};
+    agree_call_t a = {c, "", next, tag_of(next), wtag_of(next), 0, 0, NULL, 0, NULL, 0, 0};
     tell_collector_kind(&a, aborter, NOTICE_ABORT); /* blame_abort words it */
     return;
   }
@@ -977,7 +1064,9 @@ vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, i
                     io && io->keyed ? io->key : 0,
                     io ? io->mine : NULL,
                     io ? (uint32_t)io->len : 0,
-                    io ? io->all : NULL};
+                    io ? io->all : NULL,
+                    call_code(op),
+                    io && io->pool};
   if (c->size == 1) {
     r = local;
     if (!r && a.len && a.all) memcpy(a.all, a.mine, a.len);
@@ -1012,7 +1101,7 @@ vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, i
 
 vmmipc_result_t vmmipc__agree_key(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
                                   int keyed, uint64_t key) {
-  vmmipc__agree_io_t io = {keyed, key, NULL, 0, NULL};
+  vmmipc__agree_io_t io = {keyed, key, NULL, 0, NULL, 0};
   return vmmipc__agree_io(c, local, secondary, op, &io);
 }
 

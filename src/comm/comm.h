@@ -167,7 +167,8 @@ int vmmipc__deferred_count_of(struct vmmipc_comm *c, int heap, const void *group
 /* A destroy's agreements: one with `local`, then, while their verdicts
  * free released objects (freed at once, in step) or more may be left, more
  * of them; returns the first failure or the last success. */
-vmmipc_result_t vmmipc__agree_drain(struct vmmipc_comm *c, vmmipc_result_t local, const char *op);
+vmmipc_result_t vmmipc__agree_drain(struct vmmipc_comm *c, vmmipc_result_t local, const char *op, int keyed,
+                                    uint64_t key);
 
 /* ---- lifetime (abort.c) ---- */
 #define VMMIPC__BUSY_ABORT 2
@@ -187,11 +188,13 @@ void vmmipc__unlinger(struct vmmipc_comm *c);
  * (`secondary` = 0), else of the lowest that failed because a peer gave up,
  * else success; on failure every rank gets the same message: "<op> failed
  * on rank R: <its message>". A rank that does not answer in time gives
- * VMMIPC_ERR_TIMEOUT naming it, and the comm is broken. */
+ * VMMIPC_ERR_TIMEOUT naming it, and the comm is broken. `op` is the public
+ * call (agree.c's k_calls): ranks in different calls fail with
+ * VMMIPC_ERR_INVALID_ARG naming both. */
 vmmipc_result_t vmmipc__agree(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op);
-/* The same, and `keyed` ranks must all bring the same key (a window's id):
- * else VMMIPC_ERR_INVALID_ARG naming the first rank whose key differs from
- * rank 0's, and the comm is broken. */
+/* The same, and `keyed` ranks must all bring the same key (a window's or
+ * heap's id, a root): else VMMIPC_ERR_INVALID_ARG naming the first rank
+ * whose key differs from the first keyed rank's. */
 vmmipc_result_t vmmipc__agree_key(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
                                   int keyed, uint64_t key);
 /* The agreement's full form: a key as above, and a fixed-size input of
@@ -207,6 +210,7 @@ typedef struct vmmipc__agree_io {
   const void *mine;
   size_t len;
   unsigned char *all;
+  int pool; /* the signal pool's agreement: its call made an MPI step on the node */
 } vmmipc__agree_io_t;
 vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, int secondary, const char *op,
                                  vmmipc__agree_io_t *io);

@@ -514,7 +514,7 @@ again:
                           op, wins, c->rank);
   /* Collective: nobody closes its sockets while a peer may still send.
    * Released objects are freed in the rounds of the agreement. */
-  r = vmmipc__agree_drain(c, local, op);
+  r = vmmipc__agree_drain(c, local, op, 0, 0);
   if (!r && (c->open_windows || c->open_heaps)) { /* pinned after it was released: a misuse */
     r = vmmipc__error(VMMIPC_ERR_BUSY,
                       "%s: %d window(s) and %d heap(s) of this comm are still open on rank %d (pinned after they "

@@ -133,12 +133,13 @@ int vmmipc__deferred_count_of(struct vmmipc_comm *c, int heap, const void *group
   return n;
 }
 
-vmmipc_result_t vmmipc__agree_drain(struct vmmipc_comm *c, vmmipc_result_t local, const char *op) {
+vmmipc_result_t vmmipc__agree_drain(struct vmmipc_comm *c, vmmipc_result_t local, const char *op, int keyed,
+                                    uint64_t key) {
   /* Every verdict is the same on every rank, so every rank makes as many
    * rounds: the next comes while the last one freed something or the
    * cursor has not wrapped (objects may lie beyond what was sent). */
   for (int round = 0;; round++) {
-    vmmipc_result_t r = vmmipc__agree(c, local, 0, op);
+    vmmipc_result_t r = vmmipc__agree_key(c, local, 0, op, keyed, key);
     int named = vmmipc__deferred_reap_due(c);
     if (VMMIPC__INJECT("drain_abort")) vmmipc_comm_abort(c); /* tests: an abort between two rounds */
     if (r || vmmipc__failed(c) || (!named && c->def_cursor == 0) || round >= 100000) return r;

@@ -135,7 +135,8 @@ vmmipc_result_t vmmipc_heap_alloc(vmmipc_heap_t h, size_t size, vmmipc_win_t *ou
   vmmipc__put64(mine, size);
   vmmipc__put64(mine + 8, h->digest);
   /* Every rank's input comes back with the one verdict: the same on every rank. */
-  vmmipc__agree_io_t io = {0, 0, mine, ALLOC_MSG, h->all};
+  /* Keyed by the heap: ranks that pass different heaps fail, whatever their digests. */
+  vmmipc__agree_io_t io = {1, h->id, mine, ALLOC_MSG, h->all, 0};
   r = vmmipc__agree_io(c, local, 0, op, &io);
   const unsigned char *all = h->all;
   if (!r) r = check_step(h, all, op);
@@ -222,7 +223,7 @@ vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t h) {
     local = vmmipc__heap_step_unmap(h, &h->steps[h->num_steps - 1 - k], op);
     if (!local) k++;
   }
-  r = vmmipc__agree(c, local, 0, op); /* what failed where, told to all */
+  r = vmmipc__agree_key(c, local, 0, op, 1, h->id); /* what failed where, told to all */
   if (r) {
     char keep[VMMIPC__ERRMSG_MAX];
     snprintf(keep, sizeof keep, "%s", vmmipc_last_error());

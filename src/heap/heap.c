@@ -115,7 +115,7 @@ vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *
   vmmipc__put64(mine + 8, grow);
   vmmipc__put64(mine + 16, h ? h->gran : 0);
   /* A rank that failed still takes part: the verdict names it everywhere. */
-  vmmipc__agree_io_t io = {0, 0, mine, CREATE_MSG, h && h->all ? h->all : NULL};
+  vmmipc__agree_io_t io = {0, 0, mine, CREATE_MSG, h && h->all ? h->all : NULL, 0};
   r = vmmipc__agree_io(c, local, 0, op, &io);
   if (!r) {
     settle(h, h->all, c->size);
@@ -223,7 +223,7 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
   vmmipc_result_t local = unreleased > 0 ? refuse_live(h, unreleased, op) : VMMIPC_SUCCESS;
   /* Agreed first: refused everywhere or destroyed everywhere. Peers keep
    * their own handles, so the order of the unmaps does not matter. */
-  r = vmmipc__agree_drain(c, local, op);
+  r = vmmipc__agree_drain(c, local, op, 1, h->id); /* keyed by the heap, as its other calls */
   if (r && !c->broken) {
     vmmipc__leave(c);
     return r;

@@ -262,7 +262,7 @@ vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const cha
   if (fd >= 0) close(fd); /* the peers hold their own now: nothing stays open */
   free(sends);
   free(recvs);
-  vmmipc_result_t r = vmmipc__agree(c, local, secondary, op);
+  vmmipc_result_t r = vmmipc__agree_key(c, local, secondary, op, 1, h->id);
   if (r) {
     char keep[VMMIPC__ERRMSG_MAX];
     snprintf(keep, sizeof keep, "%s", vmmipc_last_error());

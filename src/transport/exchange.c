@@ -371,15 +371,26 @@ static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op) {
         return VMMIPC_ERR_PEER;
       }
       case VMMIPC__ASM_DONE: {
-        if (!op->slot) { /* a watched peer sent data it owes nobody */
+        if (!op->slot) {
+          /* A watched peer sent a whole message it owes nobody: it is in
+           * another call, or took another root (the agreement names which).
+           * Dropped; the stream is at a message boundary, so the connection
+           * stays and the comm stays usable. */
           unsigned char *b;
           size_t nb;
           int *fds, nf;
           vmmipc__asm_take(a, &b, &nb, &fds, &nf, NULL);
           vmmipc__close_fds(fds, nf);
+          tp->stale_frames++;
+          tp->stale_fds += (uint64_t)(nf > 0 ? nf : 0);
           free(fds);
           free(b);
-          return bad_stream(tp, p, "a message this rank does not expect in this collective");
+          vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                        "receiving from rank %d: a message this rank does not expect from it in this collective "
+                        "(dropped); hint: every rank must make the same collective calls, with the same root",
+                        R);
+          vmmipc__error_rank(R);
+          return VMMIPC_ERR_INVALID_ARG;
         }
         uint64_t seq;
         vmmipc__asm_take(a, &op->slot->bytes, &op->slot->num_bytes, &op->slot->fds, &op->slot->num_fds, &seq);
