@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "common/testhooks.h"
 #include "harness/bufs.h"
 
 namespace {
@@ -276,6 +277,41 @@ TEST_F(Release, CommDestroyFreesWhatEveryRankReleased) {
   }
   EXPECT_VMM_OK(r);
   base.Expect("after the comm went with its released windows");
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A rank without host memory for the ids an agreement may free (hook
+// "due_room", on the last rank) frees none of them, and neither does any
+// other rank: the window stays released and open on every rank, and goes
+// at the next collective (here the destroy's). One agreement (allgather_desc),
+// so that no later one frees it within the call.
+TEST_F(Release, NoRoomForTheFreedIdsFreesNothingAnywhere) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  int before = vt::FdCount();
+  vmmipc_comm_t c = vt::CountedComm(20000);
+  ASSERT_NE(c, nullptr);
+  int me = vt::Rank(), n = vt::Size();
+  vmmipc_buf_t b = vt::PatternBuf(1, 60 + me);
+  vmmipc_win_t w = Mapped(c, b, 60);
+  ASSERT_NE(w, nullptr);
+  const int open0 = Stats(c).open_windows;
+  ASSERT_VMM_OK(vmmipc_win_release(w));
+  if (me == n - 1) vmmipc__test_fail_at("due_room", 1);
+  std::vector<vmmipc_desc_t> descs(static_cast<size_t>(n), nullptr);
+  EXPECT_VMM_OK(vmmipc_allgather_desc(c, nullptr, descs.data()));
+  vmmipc__test_fail_at(nullptr, 0);
+  vmmipc_comm_stats_t st = Stats(c);
+  EXPECT_TRUE(Everywhere(st.open_windows)) << "the window went on some ranks only: " << st.open_windows << " open here";
+  EXPECT_TRUE(Everywhere(st.released)) << st.released << " released here";
+  EXPECT_TRUE(Everywhere(static_cast<int>(st.released_freed))) << st.released_freed << " freed here";
+  EXPECT_EQ(st.open_windows, open0);
+  EXPECT_EQ(st.released, 1);
+  MPI_Barrier(MPI_COMM_WORLD);
+  vmmipc_result_t r = vmmipc_comm_destroy(c);  // its drain frees the window everywhere
+  EXPECT_EQ(r, VMMIPC_SUCCESS) << vmmipc_last_error();
+  EXPECT_TRUE(Everywhere(r));
+  EXPECT_VMM_OK(vmmipc_buf_free(b));
+  EXPECT_EQ(vt::FdCount(), before);
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

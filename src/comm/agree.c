@@ -148,6 +148,10 @@ static int pack_outcome(unsigned char *b, const agree_call_t *a, uint64_t k, vmm
   int more = 0, nrel = 0;
   if (vmmipc__failed(c)) flags |= OF_BROKEN; /* aborted here (or broken): the verdict breaks the comm everywhere */
   if (!(flags & OF_BROKEN)) nrel = vmmipc__deferred_collect(c, c->def_cursor, ids, VMMIPC__DEFERRED_MAX, &more);
+  /* Room to note what the verdict may free, made now: after the verdict,
+   * which the other ranks obey, nothing may fail. Without it, this rank
+   * names none, so that no rank frees them (a later agreement will). */
+  if (nrel && vmmipc__deferred_room(c, nrel)) nrel = more = 0;
   if (more) flags |= OF_MORE;
   if (a->keyed) flags |= OF_KEYED;
   if (a->pool) flags |= OF_POOL;
@@ -1072,6 +1076,7 @@ vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, i
     if (!r && a.len && a.all) memcpy(a.all, a.mine, a.len);
     uint64_t ids[VMMIPC__DEFERRED_MAX];
     int more = 0, n = vmmipc__deferred_collect(c, 0, ids, VMMIPC__DEFERRED_MAX, &more);
+    if (n && vmmipc__deferred_room(c, n)) n = 0;
     vmmipc__deferred_due(c, ids, n);
   } else {
     /* Aborted here since its part of the call ended: the call fails naming

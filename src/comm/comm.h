@@ -152,8 +152,12 @@ void vmmipc__deferred_push(struct vmmipc_comm *c, struct vmmipc__deferred *d);
 /* The caller holds the comm: the (at most max) smallest ids >= cursor of
  * queued objects that are ready, ascending; *more: some were left out. */
 int vmmipc__deferred_collect(struct vmmipc_comm *c, uint64_t cursor, uint64_t *ids, int max, int *more);
+/* Makes room to note n more ids, before they go into an outcome: once
+ * every rank accepted a verdict, noting its ids must not fail. -1: no
+ * memory (the outcome then names none). */
+int vmmipc__deferred_room(struct vmmipc_comm *c, int n);
 /* Notes ids an agreement found released by every rank (freed by
- * vmmipc__deferred_reap_due). */
+ * vmmipc__deferred_reap_due), in the room made for them. */
 void vmmipc__deferred_due(struct vmmipc_comm *c, const uint64_t *ids, int n);
 /* Frees the noted objects, in id order; returns how many. */
 int vmmipc__deferred_reap_due(struct vmmipc_comm *c);

@@ -64,16 +64,22 @@ static struct vmmipc__deferred *take(struct vmmipc_comm *c, uint64_t id) {
   return d;
 }
 
+int vmmipc__deferred_room(struct vmmipc_comm *c, int n) {
+  if (c->due_n + n <= c->due_cap) return 0;
+  int cap = c->due_cap ? 2 * c->due_cap : 2 * VMMIPC__DEFERRED_MAX;
+  while (cap < c->due_n + n) cap *= 2;
+  uint64_t *p = VMMIPC__INJECT("due_room") ? NULL : realloc(c->due, (size_t)cap * sizeof *p);
+  if (!p) return -1;
+  c->due = p;
+  c->due_cap = cap;
+  return 0;
+}
+
 void vmmipc__deferred_due(struct vmmipc_comm *c, const uint64_t *ids, int n) {
+  /* A verdict names only ids this rank sent, with room made for them
+   * (vmmipc__deferred_room): this cannot drop any. */
+  if (n > c->due_cap - c->due_n) n = c->due_cap - c->due_n;
   if (n <= 0) return;
-  if (c->due_n + n > c->due_cap) {
-    int cap = c->due_cap ? 2 * c->due_cap : 2 * VMMIPC__DEFERRED_MAX;
-    while (cap < c->due_n + n) cap *= 2;
-    uint64_t *p = realloc(c->due, (size_t)cap * sizeof *p);
-    if (!p) return; /* they stay queued: the next agreement names them again */
-    c->due = p;
-    c->due_cap = cap;
-  }
   memcpy(c->due + c->due_n, ids, (size_t)n * sizeof *ids);
   c->due_n += n;
 }

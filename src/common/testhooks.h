@@ -28,7 +28,8 @@ extern "C" {
  * leaves a comm pauses 300 ms before it lets the comm go, and 300 ms
  * after), "drain_abort" (this rank aborts its
  * comm right after a round of the agreements that free released objects,
- * as another thread's abort could). At the
+ * as another thread's abort could), "due_room" (no host memory to note the
+ * released ids the next agreement may free). At the
  * collector of an agreement (comm/agree.c): "verdict" (it stalls 1.5 x the
  * timeout between deciding and announcing), "verdict_slow" /
  * "verdict_stuck" (after sending rank 1 its verdict, it stalls for the
