@@ -456,6 +456,45 @@ TEST_F(Sync, ASliceTakenAgainAfterEveryOtherOneIsZeroAndInStep) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// A full signal pool is a limit reached (DESIGN.md section 7): a window
+// more than it holds, plain or of a heap, fails with VMMIPC_ERR_RESOURCE on
+// every rank, and the comm goes on: once a window is freed, the next fits.
+TEST_F(Sync, AFullSignalPoolIsALimitReached) {
+  vmmipc__test_pool_slices(4);
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  std::vector<vmmipc_win_t> wins(4, nullptr);
+  vmmipc_result_t made = vmmipc_allgather_map(c, nullptr, nullptr, &wins[0]);
+  vmmipc__test_pool_slices(0);
+  ASSERT_VMM_OK(made);
+  ASSERT_EQ(c->pool->slices, 4);
+  for (size_t i = 1; i < wins.size(); i++) ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &wins[i]));
+  vmmipc_heap_t h = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_create(c, nullptr, &h));
+  for (bool heap : {false, true}) {
+    vmmipc_win_t x = nullptr;
+    vmmipc_result_t r = heap ? vmmipc_heap_alloc(h, 256, &x) : vmmipc_allgather_map(c, nullptr, nullptr, &x);
+    EXPECT_EQ(r, VMMIPC_ERR_RESOURCE) << vmmipc_strerror(r) << ": " << vmmipc_last_error();
+    EXPECT_TRUE(vt::SameEverywhere(r));
+    EXPECT_TRUE(vt::Has(vmmipc_last_error(), "4 windows are open on this comm")) << vmmipc_last_error();
+    EXPECT_EQ(x, nullptr);
+    if (x) vmmipc_win_free(x);
+  }
+  vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
+  ASSERT_VMM_OK(vmmipc_comm_stats(c, &st));
+  EXPECT_EQ(st.broken, 0);
+  EXPECT_EQ(st.open_windows, 4);
+  ASSERT_VMM_OK(vmmipc_win_free(wins[3]));
+  wins[3] = nullptr;
+  vmmipc_win_t y = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, 256, &y));
+  EXPECT_VMM_OK(vmmipc_win_free(y));
+  for (vmmipc_win_t w : wins)
+    if (w) EXPECT_VMM_OK(vmmipc_win_free(w));
+  EXPECT_VMM_OK(vmmipc_heap_destroy(h));
+  EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 // Many separate writes into the right neighbour's window, one signal; the
 // neighbour waits on its stream, copies its window out and checks every
 // word. On the stand-in, the signal's batch is checked to hold the explicit

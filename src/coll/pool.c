@@ -165,8 +165,8 @@ vmmipc_result_t vmmipc__pool_take(struct vmmipc_comm *c, int *slice, const char 
     int j = (p->next + i) % p->slices;
     if (p->used[j] != 1) k = j;
   }
-  if (k < 0)
-    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+  if (k < 0) /* a limit reached (DESIGN.md section 7), as on every rank alike */
+    return vmmipc__error(VMMIPC_ERR_RESOURCE,
                          "%s: %d windows are open on this comm, as many as its signal pool holds; hint: free windows "
                          "you no longer use",
                          op, p->slices);
