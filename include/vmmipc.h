@@ -528,7 +528,11 @@ VMMIPC_API vmmipc_result_t vmmipc_win_signal(vmmipc_win_t win, int rank, uint64_
  * least value. */
 VMMIPC_API vmmipc_result_t vmmipc_win_wait(vmmipc_win_t win, int rank, uint64_t value, void *stream);
 /* Barrier among the node's ranks of the window, on each one's stream;
- * repeats without resets. One thread at a time per window. */
+ * repeats without resets. One thread at a time per window. A call that
+ * fails counts for nothing, except where the driver refuses a later batch
+ * of a memory-operation barrier of more than 256 operations (129 node
+ * ranks and more; captured, 44): arrivals may have landed, so the comm
+ * breaks, naming this rank. */
 VMMIPC_API vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t win, void *stream);
 /* The wait, from the host: blocks until rank's slot reaches value, at most
  * timeout_ms (<= 0: the comm's timeout), then VMMIPC_ERR_TIMEOUT naming rank. */

@@ -182,6 +182,130 @@ TEST_F(Sync, BarrierTenThousandTimes) {
   vmmipc_buf_free(b);
 }
 
+// A barrier call that fails counts for nothing. Before, a failed call on
+// the memory-operation path had moved the caller's count: its next barrier
+// wrote c + 1, which satisfies the peers' barrier c, so from then on every
+// barrier of theirs passed one early, before the caller's work had landed
+// (the kernel path counts in its kernel). Node rank 1 has one call refused
+// (injected: as for a destroyed stream), then stores late in every round:
+// node rank 0 lets it go (MPI) only after its own barrier and reads where
+// that barrier can pass without node rank 1's next arrival, i.e. where the
+// number node rank 1's last barrier wrote (told over MPI) is already node
+// rank 0's; else at once, since node rank 0's barrier waits for that
+// store. No clock decides: the stale read is certain under the old count
+// and cannot happen under the right one.
+TEST_F(Sync, AFailedBarrierCallDoesNotCount) {
+  if (NoMemops()) GTEST_SKIP() << "stand-in without stream memory operations";
+  if (!vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "needs two ranks on a node";
+  const bool plays = n_ >= 2; // a node of one takes part in the collectives only
+  const int rounds = 4;
+  vmmipc_buf_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc(kGran, &b));
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, nullptr, &w));
+  std::vector<CUdeviceptr> at(n_);
+  for (int q = 0; q < n_; q++) {
+    void *p = nullptr;
+    ASSERT_VMM_OK(vmmipc_win_query(w, ranks_[q], &p, nullptr));
+    at[q] = reinterpret_cast<CUdeviceptr>(p);
+  }
+  MPI_Comm node;
+  vmmipc_comm_node_comm(c_, &node);
+  const bool memops = plays && c_->pool->sync->barrier_path == VMMIPC__PATH_MEMOPS;
+  if (plays && me_ == 1) {
+    vmmipc__test_fail_at("barrier_batch", 1);
+    EXPECT_EQ(vmmipc_win_barrier(w, s_), VMMIPC_ERR_CUDA);
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_TRUE(vt::Has(vmmipc_last_error(), "CUDA_ERROR_INVALID_HANDLE")) << vmmipc_last_error();
+  }
+  uint64_t told = 0; // node rank 0: what node rank 1's last barrier wrote (memops; else 0)
+  std::vector<uint64_t> seen(n_);
+  int late = 0, go = 1;
+  for (int i = 1; plays && i <= rounds; i++) {
+    const uint64_t mine = static_cast<uint64_t>(i), k = 2ull * i - 1; // node rank 0's barrier number
+    if (me_ == 0 && i > 1) MPI_Recv(&told, 1, MPI_UINT64_T, 1, 1, node, MPI_STATUS_IGNORE);
+    const bool early = me_ == 0 && memops && told >= k;
+    if (me_ == 0 && !early) MPI_Send(&go, 1, MPI_INT, 1, 0, node);
+    if (me_ == 1) MPI_Recv(&go, 1, MPI_INT, 0, 0, node, MPI_STATUS_IGNORE);
+    ASSERT_EQ(d_.htod(at[me_], &mine, sizeof mine, s_), CUDA_SUCCESS);
+    ASSERT_VMM_OK(vmmipc_win_barrier(w, s_));
+    // What node rank 1's next barrier will write, told now: under the old
+    // count the one just enqueued waits for node rank 0's next.
+    uint64_t next = memops ? __atomic_load_n(&w->barriers, __ATOMIC_RELAXED) + 1 : 0;
+    if (me_ == 1) MPI_Send(&next, 1, MPI_UINT64_T, 0, 1, node);
+    for (int q = 0; q < n_; q++) ASSERT_EQ(d_.dtoh(&seen[q], at[q], sizeof seen[q], s_), CUDA_SUCCESS);
+    ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+    for (int q = 0; q < n_; q++)
+      if (seen[q] < mine && late++ < 5)
+        ADD_FAILURE() << "after barrier " << k << " rank " << ranks_[q] << "'s value is " << seen[q] << ", not "
+                      << mine;
+    if (early) MPI_Send(&go, 1, MPI_INT, 1, 0, node);
+    ASSERT_VMM_OK(vmmipc_win_barrier(w, s_));
+  }
+  if (plays && me_ == 0) MPI_Recv(&told, 1, MPI_UINT64_T, 1, 1, node, MPI_STATUS_IGNORE);
+  // Under the old count node rank 1's last barrier waits for one more of
+  // the others': they give it, so that every stream completes.
+  int extra = me_ == 0 && told > 2ull * rounds;
+  if (plays) MPI_Bcast(&extra, 1, MPI_INT, 0, node);
+  if (extra && me_ != 1) ASSERT_VMM_OK(vmmipc_win_barrier(w, s_));
+  ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  EXPECT_EQ(late, 0);
+  EXPECT_EQ(extra, 0) << "node rank 1's barriers ran one ahead";
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+  vmmipc_buf_free(b);
+}
+
+// A memory-operation barrier of more operations than one batch takes (256:
+// the counted form from 129 node ranks, the captured one from 44; capped
+// here) cannot be undone once a batch was accepted: its arrivals may have
+// landed. A later batch refused breaks the comm, naming the rank; the
+// peers' barrier passes (every arrival was in the first batch here), and
+// every rank's next collective fails (the broken rank frees locally; the
+// others' agreement sees it hang up as it destroys its comm, or times out).
+TEST_F(Sync, ABarrierTornBetweenItsBatchesBreaksTheComm) {
+  if (NoMemops()) GTEST_SKIP() << "stand-in without stream memory operations";
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = 2000;
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
+  // Nodes of two or more ranks on the counted flat barrier play (the
+  // kernel path launches one kernel); the others join the collectives.
+  const bool plays = n_ >= 2 && c->pool->sync->barrier_path == VMMIPC__PATH_MEMOPS &&
+                     c->pool->sync->shape == VMMIPC__BAR_FLAT;
+  if (!vt::AnyRank(plays)) {
+    ASSERT_VMM_OK(vmmipc_win_free(w));
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    GTEST_SKIP() << "needs two ranks on a node on the memory-operation path, flat barrier";
+  }
+  if (plays && me_ == 1) {
+    vmmipc__test_barrier_batch(n_); // the fence and every arrival, then the waits
+    vmmipc__test_fail_at("barrier_batch", 2);
+    vmmipc_result_t r = vmmipc_win_barrier(w, s_);
+    vmmipc__test_fail_at(nullptr, 0);
+    vmmipc__test_barrier_batch(0);
+    std::string msg = vmmipc_last_error();
+    EXPECT_EQ(r, VMMIPC_ERR_CUDA) << msg;
+    EXPECT_TRUE(vt::Has(msg, "CUDA_ERROR_INVALID_HANDLE")) << msg;
+    EXPECT_TRUE(vt::Has(msg, "communicator is broken")) << msg;
+    EXPECT_EQ(vmmipc_win_wait_host(w, vt::Rank(), 1, 10), VMMIPC_ERR_PEER) << "the comm stays broken: "
+                                                                             << vmmipc_last_error();
+    vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+    ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+    EXPECT_EQ(info.rank, vt::Rank()) << info.message;
+    EXPECT_TRUE(vt::Has(info.message, "rank " + std::to_string(vt::Rank()))) << info.message;
+  } else if (plays) {
+    EXPECT_VMM_OK(vmmipc_win_barrier(w, s_));
+  }
+  ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS) << "freed locally where broken; the agreement fails elsewhere";
+  vmmipc_comm_destroy(c); // local where the comm failed
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // Every shape of the counted memory-operation barrier (VMMIPC_SYNC_BARRIER)
 // orders work as BarrierTenThousandTimes checks, on whichever path this run
 // takes; and its operations are one explicit system-scope memory barrier,

@@ -66,6 +66,12 @@ static int vmmipc__pool_cap;
 void vmmipc__test_pool_slices(int max) { __atomic_store_n(&vmmipc__pool_cap, max > 0 ? max : 0, __ATOMIC_RELAXED); }
 
 int vmmipc__test_pool_cap(void) { return __atomic_load_n(&vmmipc__pool_cap, __ATOMIC_RELAXED); }
+
+static int vmmipc__batch_cap;
+
+void vmmipc__test_barrier_batch(int max) { __atomic_store_n(&vmmipc__batch_cap, max > 0 ? max : 0, __ATOMIC_RELAXED); }
+
+int vmmipc__test_barrier_batch_cap(void) { return __atomic_load_n(&vmmipc__batch_cap, __ATOMIC_RELAXED); }
 #else
 /* Keeps the translation unit non-empty in release builds. */
 typedef int vmmipc__testhooks_unused;

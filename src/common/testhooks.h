@@ -29,7 +29,10 @@ extern "C" {
  * after), "drain_abort" (this rank aborts its
  * comm right after a round of the agreements that free released objects,
  * as another thread's abort could), "due_room" (no host memory to note the
- * released ids the next agreement may free). At the
+ * released ids the next agreement may free), "barrier_batch" (the driver
+ * refuses the next stream batch of a memory-operation barrier, or the next
+ * host-API barrier kernel's launch, with CUDA_ERROR_INVALID_HANDLE, as for
+ * a destroyed stream). At the
  * collector of an agreement (comm/agree.c): "verdict" (it stalls 1.5 x the
  * timeout between deciding and announcing), "verdict_slow" /
  * "verdict_stuck" (after sending rank 1 its verdict, it stalls for the
@@ -59,11 +62,17 @@ void vmmipc__test_peeked(void);
  * (0: no cap), so that a test can walk every slice of one in a few calls. */
 void vmmipc__test_pool_slices(int max);
 int vmmipc__test_pool_cap(void);
+/* Caps the operations per cuStreamBatchMemOp of the memory-operation
+ * barrier (0: the driver's 256), so that a barrier of a few ranks takes
+ * several batches. */
+void vmmipc__test_barrier_batch(int max);
+int vmmipc__test_barrier_batch_cap(void);
 #define VMMIPC__INSIDE() vmmipc__test_inside()
 #define VMMIPC__PEEKED() vmmipc__test_peeked()
 #define VMMIPC__LATE(ms) vmmipc__test_late(ms)
 #define VMMIPC__STALL(ms) vmmipc__test_sleep_ms(ms)
 #define VMMIPC__POOL_CAP() vmmipc__test_pool_cap()
+#define VMMIPC__BATCH_CAP() vmmipc__test_barrier_batch_cap()
 #else
 #define VMMIPC__INJECT(step) 0
 #define VMMIPC__INSIDE() ((void)0)
@@ -71,6 +80,7 @@ int vmmipc__test_pool_cap(void);
 #define VMMIPC__LATE(ms) ((void)0)
 #define VMMIPC__STALL(ms) ((void)0)
 #define VMMIPC__POOL_CAP() 0
+#define VMMIPC__BATCH_CAP() 0
 #endif
 
 #ifdef __cplusplus

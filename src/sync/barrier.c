@@ -42,9 +42,11 @@
  * written whole by the release) is never cleared by them, so it keeps
  * releasing the waits whatever late writes land. It costs two round trips,
  * so only captures take it. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/testhooks.h"
 #include "sync/sync.h"
 
 /* cuStreamBatchMemOp takes at most this many operations per call. */
@@ -142,13 +144,39 @@ vmmipc_result_t vmmipc__memops_barrier(struct vmmipc_win *w, void *stream, unsig
   CUstreamBatchMemOpParams stack[PLAN_STACK], *ops = max <= PLAN_STACK ? stack : malloc((size_t)max * sizeof *ops);
   if (!ops) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d stream memory operations", op, max);
   const int captured = vmmipc__capturing(cu, stream);
-  const uint64_t k = captured ? 0 : __atomic_add_fetch(&w->barriers, 1, __ATOMIC_RELAXED);
+  /* The count moves only once every batch was accepted: a call refused
+   * before any of its operations were enqueued leaves it as it was. (Had it
+   * moved, this rank's next barrier would write k + 1, which satisfies the
+   * peers' barrier k, and every later barrier of theirs would pass one
+   * early.) Barriers of a window come from one thread at a time. */
+  const uint64_t k = captured ? 0 : __atomic_load_n(&w->barriers, __ATOMIC_RELAXED) + 1;
   const int m = vmmipc__memops_barrier_plan(w, w->comm->pool->sync->shape, k, captured, wait_flags, ops);
-  for (int at = 0; at < m && !r; at += BATCH_MAX) {
-    const unsigned count = (unsigned)(m - at < BATCH_MAX ? m - at : BATCH_MAX);
-    CUresult rc = cu->cuStreamBatchMemOp((CUstream)stream, count, ops + at, 0);
-    if (rc) r = vmmipc__cu_error(rc, NULL, "%s: cuStreamBatchMemOp (%u operations)", op, count);
+  const int batch = VMMIPC__BATCH_CAP() > 0 ? VMMIPC__BATCH_CAP() : BATCH_MAX; /* tests: several batches */
+  int torn = 0;
+  for (int at = 0; at < m && !r; at += batch) {
+    const unsigned count = (unsigned)(m - at < batch ? m - at : batch);
+    CUresult rc = VMMIPC__INJECT("barrier_batch") ? CUDA_ERROR_INVALID_HANDLE
+                                                  : cu->cuStreamBatchMemOp((CUstream)stream, count, ops + at, 0);
+    if (!rc) continue;
+    torn = at > 0;
+    if (!torn) {
+      r = vmmipc__cu_error(rc, NULL, "%s: cuStreamBatchMemOp (%u operations)", op, count);
+      continue;
+    }
+    /* Earlier batches were accepted: arrivals may have landed, and no
+     * operation takes them back. */
+    r = vmmipc__cu_error(rc, NULL, "%s: cuStreamBatchMemOp (operations %d to %d of %d, after the first %d were enqueued)",
+                         op, at + 1, at + (int)count, m, at);
+    char msg[VMMIPC__ERRMSG_MAX];
+    snprintf(msg, sizeof msg,
+             "%s; rank %d's arrivals at this barrier may have reached some peers and cannot be taken back, so the "
+             "communicator is broken",
+             vmmipc_last_error(), w->comm->rank);
+    vmmipc__error_set_raw(msg);
+    vmmipc__error_rank(w->comm->rank);
+    vmmipc__break(w->comm); /* releases this rank's stream waits; every later call fails naming this rank */
   }
+  if (!captured && (!r || torn)) __atomic_store_n(&w->barriers, k, __ATOMIC_RELAXED);
   if (ops != stack) free(ops);
   return r;
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/testhooks.h"
 #include "sync/sync.h"
 
 extern const unsigned char vmmipc__sync_ptx[], vmmipc__sync90_ptx[];
@@ -175,5 +176,7 @@ vmmipc_result_t vmmipc__kern_barrier(struct vmmipc_win *w, void *stream, const c
   void *epoch = (void *)(uintptr_t)v->hbar_epoch;
   void *claim = (void *)(uintptr_t)s->alarm_claim, *alarm = (void *)(uintptr_t)s->alarm_dev;
   void *args[] = {&v->d, &out, &in, &epoch, &timeout_ns, &claim, &alarm};
+  if (VMMIPC__INJECT("barrier_batch"))
+    return vmmipc__cu_error(CUDA_ERROR_INVALID_HANDLE, NULL, "%s: cuLaunchKernelEx(vmmipc_k_barrier) (injected)", op);
   return launch(cu, &f, f.barrier, threads, stream, args, op, "vmmipc_k_barrier", w->comm->rank);
 }

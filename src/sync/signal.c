@@ -71,9 +71,12 @@ static vmmipc_result_t sync_args(vmmipc_win_t w, const char *op) {
   if (!w) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: win is NULL", op);
   vmmipc_comm_t c = w->comm;
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) return vmmipc__aborted_here(c, op, "");
-  if (__atomic_load_n(&c->broken, __ATOMIC_ACQUIRE))
-    return vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER, "%s: the communicator is broken: %s", op,
-                         c->broken_msg);
+  if (__atomic_load_n(&c->broken, __ATOMIC_ACQUIRE)) {
+    vmmipc_result_t r = vmmipc__error(c->broken_code ? c->broken_code : VMMIPC_ERR_PEER,
+                                      "%s: the communicator is broken: %s", op, c->broken_msg);
+    vmmipc__error_rank(c->broken_rank); /* as vmmipc__enter names it */
+    return r;
+  }
   return VMMIPC_SUCCESS;
 }
 
