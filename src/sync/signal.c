@@ -152,19 +152,62 @@ vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t w, void *stream) {
   return kernel ? vmmipc__kern_barrier(w, stream, op) : vmmipc__memops_barrier(w, stream, wf, op);
 }
 
-/* Reads this rank's slot written by node rank p, through the pool's
- * private stream (it never queues behind the user's streams). */
-static vmmipc_result_t read_slot(const vmmipc__cu_t *cu, vmmipc_win_t w, int p, uint64_t *v, const char *op) {
+/* Reads the word at `at` (`what` of `rank`) through the pool's private
+ * stream (it never queues behind the user's streams). */
+static vmmipc_result_t read_word(const vmmipc__cu_t *cu, vmmipc_win_t w, CUdeviceptr at, uint64_t *v, const char *op,
+                                 const char *what, int rank) {
   struct vmmipc__pool *pool = w->comm->pool;
   vmmipc__relaxed_t relaxed; /* never spoils a capture the user has open */
   vmmipc__capture_relax(cu, &relaxed);
   pthread_mutex_lock(&pool->mu);
-  CUresult rc = cu->cuMemcpyDtoHAsync(v, vmmipc__slot_addr(w, w->comm->node_rank, p), sizeof *v, pool->stream);
+  CUresult rc = cu->cuMemcpyDtoHAsync(v, at, sizeof *v, pool->stream);
   if (!rc) rc = cu->cuStreamSynchronize(pool->stream);
   pthread_mutex_unlock(&pool->mu);
   vmmipc__capture_restore(cu, &relaxed);
-  if (rc) return vmmipc__cu_error(rc, NULL, "%s: reading the signal slot of rank %d", op, w->comm->rank_of[p]);
+  if (rc) return vmmipc__cu_error(rc, NULL, "%s: reading %s of rank %d", op, what, rank);
   return VMMIPC_SUCCESS;
+}
+
+/* Reads this rank's slot written by node rank p. */
+static vmmipc_result_t read_slot(const vmmipc__cu_t *cu, vmmipc_win_t w, int p, uint64_t *v, const char *op) {
+  return read_word(cu, w, vmmipc__slot_addr(w, w->comm->node_rank, p), v, op, "the signal slot",
+                   w->comm->rank_of[p]);
+}
+
+/* Whether node rank p (another rank) aborted or broke the comm: its
+ * release (release.c) wrote the failure value into every slot of its pad
+ * that a window uses, and its keeper writes it again while the window is
+ * open there; it tells this rank only by an END frame on the socket, which
+ * no host sync call reads. Slot p of its pad is read: p alone writes it
+ * (signals to itself), so no late signal of this rank's hides the value.
+ * Which it was, its END frame says (peeked at: left queued for the calls
+ * that read the connection); it follows the release by a few socket
+ * writes (an abort's, or a call's leaving on another thread: within about
+ * 100 ms), so it is waited for a little; without it, VMMIPC_ERR_PEER. */
+static vmmipc_result_t peer_failed(const vmmipc__cu_t *cu, vmmipc_win_t w, int p, int rank, const char *op) {
+  vmmipc_comm_t c = w->comm;
+  uint64_t v = 0;
+  vmmipc_result_t r = read_word(cu, w, vmmipc__slot_addr(w, p, p), &v, op, "the signal pad", rank);
+  if (r) return r;
+  if (!(v & VMMIPC_SIGNAL_FAILED)) return VMMIPC_SUCCESS;
+  int end = -1;
+  for (int64_t until = vmmipc__now_ms() + 300; vmmipc__now_ms() < until;) {
+    end = vmmipc__tp_end_first(c->tp, p);
+    if (end != -1 || vmmipc__tp_aborted_by(c->tp) == p) break;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  if (end == VMMIPC_ERR_ABORTED || vmmipc__tp_aborted_by(c->tp) == p) {
+    vmmipc__error(VMMIPC_ERR_ABORTED, "%s: rank %d aborted the communicator (vmmipc_comm_abort)", op, rank);
+    vmmipc__error_rank(rank);
+    return VMMIPC_ERR_ABORTED;
+  }
+  vmmipc__error(VMMIPC_ERR_PEER,
+                "%s: the communicator failed on rank %d (its signal slots hold VMMIPC_SIGNAL_FAILED): it will not "
+                "signal; hint: its output has the first error",
+                op, rank);
+  vmmipc__error_rank(rank);
+  return VMMIPC_ERR_PEER;
 }
 
 vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, int timeout_ms) {
@@ -201,6 +244,7 @@ vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, i
         vmmipc__error_rank(rank);
         return VMMIPC_ERR_PEER;
       }
+      if (p != w->comm->node_rank && (r = peer_failed(cu, w, p, rank, op))) return r;
     }
     if (now >= deadline) {
       vmmipc__error(VMMIPC_ERR_TIMEOUT,
