@@ -528,7 +528,14 @@ VMMIPC_API vmmipc_result_t vmmipc_win_signal(vmmipc_win_t win, int rank, uint64_
  * least value. */
 VMMIPC_API vmmipc_result_t vmmipc_win_wait(vmmipc_win_t win, int rank, uint64_t value, void *stream);
 /* Barrier among the node's ranks of the window, on each one's stream;
- * repeats without resets. One thread at a time per window. A call that
+ * repeats without resets. One thread at a time per window, and a window's
+ * barriers must be ordered with each other on the GPU: on one stream, or
+ * on streams ordered by events (cuEventRecord, cuStreamWaitEvent). They
+ * pair across ranks by their number on each rank (per call on the
+ * memory-operation path, in the order they start on the kernel path), not
+ * by stream, and each waits for the peers to reach at least its number, so
+ * barriers on two unordered streams may pair wrongly and let work start
+ * before a peer's work is done. A call that
  * fails counts for nothing, except where the driver refuses a later batch
  * of a memory-operation barrier of more than 256 operations (129 node
  * ranks and more; captured, 44): arrivals may have landed, so the comm

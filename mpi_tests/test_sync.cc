@@ -256,6 +256,70 @@ TEST_F(Sync, AFailedBarrierCallDoesNotCount) {
   vmmipc_buf_free(b);
 }
 
+// A window's barriers pair by their number on each rank, not by stream, so
+// they must be ordered on the GPU (vmmipc.h): here they alternate between
+// two streams ordered by an event, with no host wait between rounds, and
+// every rank's value of round i is what every rank copied after barrier i
+// (checked once all is done).
+TEST_F(Sync, BarriersOnTwoStreamsOrderedByAnEventPairInOrder) {
+  if (NoMemops()) GTEST_SKIP() << "stand-in without stream memory operations";
+  CUresult (*eventCreate)(CUevent *, unsigned) = nullptr;
+  CUresult (*eventDestroy)(CUevent) = nullptr;
+  CUresult (*eventRecord)(CUevent, CUstream) = nullptr;
+  CUresult (*streamWaitEvent)(CUstream, CUevent, unsigned) = nullptr;
+  Get("cuEventCreate", &eventCreate);
+  Get("cuEventDestroy", &eventDestroy);
+  Get("cuEventRecord", &eventRecord);
+  Get("cuStreamWaitEvent", &streamWaitEvent);
+  const int rounds = 20;
+  vmmipc_buf_t b = nullptr;
+  ASSERT_VMM_OK(vmmipc_alloc(kGran, &b));
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, nullptr, &w));
+  std::vector<CUdeviceptr> at(n_);
+  for (int q = 0; q < n_; q++) {
+    void *p = nullptr;
+    ASSERT_VMM_OK(vmmipc_win_query(w, ranks_[q], &p, nullptr));
+    at[q] = reinterpret_cast<CUdeviceptr>(p);
+  }
+  const CUdeviceptr log = at[me_] + 4096; // what this rank copied in round i from node rank q: log[i * n + q]
+  CUstream other = nullptr;
+  CUevent ev = nullptr;
+  ASSERT_EQ(d_.streamCreate(&other, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(eventCreate(&ev, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  std::vector<uint64_t> vals(rounds + 1);
+  CUstream s[2] = {s_, other};
+  for (int i = 1; i <= rounds; i++) {
+    CUstream x = s[i % 2], y = s[(i + 1) % 2];
+    vals[i] = static_cast<uint64_t>(i);
+    ASSERT_EQ(d_.htod(at[me_], &vals[i], sizeof vals[i], x), CUDA_SUCCESS);
+    ASSERT_VMM_OK(vmmipc_win_barrier(w, x));
+    for (int q = 0; q < n_; q++)
+      ASSERT_EQ(d_.dtod(log + (static_cast<CUdeviceptr>(i) * n_ + q) * 8, at[q], 8, x), CUDA_SUCCESS);
+    ASSERT_VMM_OK(vmmipc_win_barrier(w, x)); // all have copied before the next value
+    // The next round's stream follows this one's (the rule): an event.
+    ASSERT_EQ(eventRecord(ev, x), CUDA_SUCCESS);
+    ASSERT_EQ(streamWaitEvent(y, ev, 0), CUDA_SUCCESS);
+  }
+  ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  ASSERT_EQ(d_.streamSync(other), CUDA_SUCCESS);
+  std::vector<uint64_t> got(static_cast<size_t>(rounds + 1) * n_);
+  ASSERT_EQ(d_.dtoh(got.data(), log, got.size() * 8, s_), CUDA_SUCCESS);
+  ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  int bad = 0;
+  for (int i = 1; i <= rounds; i++)
+    for (int q = 0; q < n_; q++)
+      if (got[static_cast<size_t>(i) * n_ + q] != static_cast<uint64_t>(i) && bad++ < 5)
+        ADD_FAILURE() << "round " << i << ": rank " << ranks_[q] << "'s value was "
+                      << got[static_cast<size_t>(i) * n_ + q];
+  EXPECT_EQ(bad, 0);
+  eventDestroy(ev);
+  d_.streamDestroy(other);
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+  vmmipc_buf_free(b);
+}
+
 // A memory-operation barrier of more operations than one batch takes (256:
 // the counted form from 129 node ranks, the captured one from 44; capped
 // here) cannot be undone once a batch was accepted: its arrivals may have

@@ -6,7 +6,9 @@
  * before any of the barrier's writes lands.
  *
  * Counted (the stream is not being captured): barrier k of this window on
- * this rank. The counters only grow, so it repeats without resets, and a
+ * this rank, k in call order, which is why the caller must order a
+ * window's barriers on the GPU (vmmipc.h): they pair by k, not by stream.
+ * The counters only grow, so it repeats without resets, and a
  * wait for "at least k" is also satisfied by a peer already at k + 1 (which
  * it reaches only after this barrier's arrivals). The writes carry
  * CU_STREAM_WRITE_VALUE_DEFAULT, the only value the driver's v2 memory

@@ -47,8 +47,10 @@ extern "C" __global__ void vmmipc_k_wait(vmmipc_win_device_t w, int rank, uint64
 }
 
 // A barrier of the host API, on its own slots (not the device barrier's);
-// *epoch counts them on this rank (an atomic: barriers of one window on two
-// streams may run at once).
+// *epoch numbers them on this rank in the order they start. The caller
+// orders a window's barriers on the GPU (vmmipc.h): barriers on two
+// unordered streams could run at once and pair by that order, not by
+// stream, which no counter can fix. The add is atomic all the same.
 extern "C" __global__ void vmmipc_k_barrier(vmmipc_win_device_t w, uint64_t *const *out, const uint64_t *in,
                                             uint64_t *epoch, uint64_t timeout_ns, unsigned long long *alarm_claim,
                                             vmmipc_dev_record_t *alarm) {
