@@ -28,6 +28,10 @@
 #       test_agree and test_heap in what is left (the tenth session's change: an aborted rank tells);
 # idle  the eleventh session's abort change: without MPS the failure-path suites, the Python suites and
 #       test_faults' and test_after_finalize's layouts; under MPS the Python suites and test_faults;
+# verify  the thirteenth session's fixes (agreements keyed by call, transport drops, barrier count,
+#       wait_host on a failed peer): without MPS the failure-path suites (FAULTS_S) and the Python
+#       suites (PY_S); under MPS the sync, device and Python suites (SYNC_S), then the failure-path
+#       suites in what is left;
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
 # Layout entries that passed are listed in build-real/layouts-passed[-mps].txt, and
@@ -37,7 +41,7 @@
 # Builds build-real/ first (kept on a warm machine). Every lane is bounded by
 # DEADLINE_S (540); OUTDIR gets lanes-PART.txt (summary) and lanes-PART.tgz.
 set -uo pipefail
-part=${1:?mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps|ends|tell|idle} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
+part=${1:?mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps|ends|tell|idle|verify} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 2
 # shellcheck source=scripts/env.sh
@@ -202,7 +206,16 @@ elif [ "$part" = tell ] || [ "$part" = idle ]; then
   step faults-layouts-nomps "${LAYOUTS_S:-$(($(left) - 10))}" "$logs/faults-layouts-nomps.log" "${ct[@]}" -j 4 \
     -L layouts -R "^test_($lay)[.]"
 fi
-if [ "$part" = idle ]; then
+if [ "$part" = verify ]; then
+  fp='^test_(faults|agree|comm|kill|hostile|heap|transport|mismatch|release|coll|conn|after_finalize)[.]'
+  step faults-nomps "${FAULTS_S:-170}" "$logs/faults-nomps.log" "${ct[@]}" -j 6 -LE 'layouts|chaos' -R "$fp"
+  step python-nomps "${PY_S:-80}" "$logs/python-nomps.log" "${ct[@]}" -j 2 -R "$py"
+  mps_on
+  step sync-mps "${SYNC_S:-170}" "$logs/sync-mps.log" "${ct[@]}" -j 3 -LE 'layouts|chaos' \
+    -R '^test_(sync|sync_release|device)[.]|^python'
+  step faults-mps "$(($(left) - 15))" "$logs/faults-mps.log" "${ct[@]}" -j 6 -LE 'layouts|chaos' -R "$fp"
+  mps_off
+elif [ "$part" = idle ]; then
   mps_on
   step python-mps "${PY_S:-70}" "$logs/python-mps.log" "${ct[@]}" -j 2 -R "$py"
   step faults-mps "$(($(left) - 15))" "$logs/faults-mps.log" "${ct[@]}" -j 3 -LE layouts -R '^test_faults[.]'
