@@ -61,6 +61,15 @@ void Expected(std::vector<unsigned char> &v, size_t n, int it, int from) {
 
 class Sync : public ::testing::Test {
  protected:
+  // Where each node rank's memory of window w is mapped here, by node rank.
+  void NodeAddrs(vmmipc_win_t w, std::vector<CUdeviceptr> *at) {
+    at->assign(n_, 0);
+    for (int q = 0; q < n_; q++) {
+      void *p = nullptr;
+      ASSERT_VMM_OK(vmmipc_win_query(w, ranks_[q], &p, nullptr));
+      (*at)[q] = reinterpret_cast<CUdeviceptr>(p);
+    }
+  }
   void SetUp() override {
     ASSERT_GE(vt::UseRankDevice(), 0);
     Get("cuStreamCreate", &d_.streamCreate);
@@ -155,12 +164,8 @@ TEST_F(Sync, BarrierTenThousandTimes) {
   ASSERT_VMM_OK(vmmipc_alloc(kGran, &b));
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, nullptr, &w));
-  std::vector<CUdeviceptr> at(n_);
-  for (int q = 0; q < n_; q++) {
-    void *p = nullptr;
-    ASSERT_VMM_OK(vmmipc_win_query(w, ranks_[q], &p, nullptr));
-    at[q] = reinterpret_cast<CUdeviceptr>(p);
-  }
+  std::vector<CUdeviceptr> at;
+  ASSERT_NO_FATAL_FAILURE(NodeAddrs(w, &at));
   std::vector<uint64_t> seen(n_);
   uint64_t mine = 0;
   int late = 0;
@@ -203,12 +208,8 @@ TEST_F(Sync, AFailedBarrierCallDoesNotCount) {
   ASSERT_VMM_OK(vmmipc_alloc(kGran, &b));
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, nullptr, &w));
-  std::vector<CUdeviceptr> at(n_);
-  for (int q = 0; q < n_; q++) {
-    void *p = nullptr;
-    ASSERT_VMM_OK(vmmipc_win_query(w, ranks_[q], &p, nullptr));
-    at[q] = reinterpret_cast<CUdeviceptr>(p);
-  }
+  std::vector<CUdeviceptr> at;
+  ASSERT_NO_FATAL_FAILURE(NodeAddrs(w, &at));
   MPI_Comm node;
   vmmipc_comm_node_comm(c_, &node);
   const bool memops = plays && c_->pool->sync->barrier_path == VMMIPC__PATH_MEMOPS;
@@ -276,12 +277,8 @@ TEST_F(Sync, BarriersOnTwoStreamsOrderedByAnEventPairInOrder) {
   ASSERT_VMM_OK(vmmipc_alloc(kGran, &b));
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, b, nullptr, &w));
-  std::vector<CUdeviceptr> at(n_);
-  for (int q = 0; q < n_; q++) {
-    void *p = nullptr;
-    ASSERT_VMM_OK(vmmipc_win_query(w, ranks_[q], &p, nullptr));
-    at[q] = reinterpret_cast<CUdeviceptr>(p);
-  }
+  std::vector<CUdeviceptr> at;
+  ASSERT_NO_FATAL_FAILURE(NodeAddrs(w, &at));
   const CUdeviceptr log = at[me_] + 4096; // what this rank copied in round i from node rank q: log[i * n + q]
   CUstream other = nullptr;
   CUevent ev = nullptr;
@@ -438,12 +435,8 @@ TEST_F(Sync, EveryBarrierShapeOrdersWorkBehindOneFence) {
       EXPECT_EQ(waits, want_waits) << (captured ? "captured" : "counted");
     }
     // The work: every rank's value of round i is seen by all after barrier i.
-    std::vector<CUdeviceptr> at(n_);
-    for (int q = 0; q < n_; q++) {
-      void *p = nullptr;
-      ASSERT_VMM_OK(vmmipc_win_query(w, ranks_[q], &p, nullptr));
-      at[q] = reinterpret_cast<CUdeviceptr>(p);
-    }
+    std::vector<CUdeviceptr> at;
+    ASSERT_NO_FATAL_FAILURE(NodeAddrs(w, &at));
     std::vector<uint64_t> seen(n_);
     int late = 0;
     for (int i = 1; i <= 300; i++) {

@@ -41,6 +41,8 @@ class Release : public ::testing::Test {
     int mine = vt::Rank();
     MPI_Allgather(&mine, 1, MPI_INT, ranks_.data(), 1, MPI_INT, node);
   }
+  void PeerFailureEndsAHostWait(vmmipc_result_t code, const std::string &before, const std::string &after,
+                                void (*fail)(vmmipc_comm_t));
   void TearDown() override {
     unsetenv("VMMIPC_STANDIN_WAIT_MS");
     if (s_) d_.streamDestroy(s_);
@@ -111,14 +113,11 @@ TEST_F(Release, ALateSignalDoesNotRearmAWait) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-// A node peer that aborts ends a host wait on it within about 100 ms
-// (docs/sync.md, "Bounded waits") with VMMIPC_ERR_ABORTED naming it: its
-// release wrote the failure value into its pad, which the wait reads at its
-// liveness check, and its END frame (peeked at) says it aborted. Before,
-// that check only looked for its exit: the wait ran to its timeout (20 s
-// here) saying the rank did not signal. Node rank 1 aborts once node rank
-// 0 tells it (MPI) that it is about to wait; either order ends the wait.
-TEST_F(Release, APeerThatAbortsEndsAHostWaitOnIt) {
+// Node rank 1 fails (`fail`) once node rank 0 tells it (MPI) that it is
+// about to wait on it for 20 s; either order ends the wait. The wait must
+// end within 2 s with `code`, naming rank 1 (as before + rank + after).
+void Release::PeerFailureEndsAHostWait(vmmipc_result_t code, const std::string &before, const std::string &after,
+                                       void (*fail)(vmmipc_comm_t)) {
   const bool plays = n_ >= 2; // a node of one joins the collectives only
   if (!vt::AnyRank(plays)) GTEST_SKIP() << "needs two ranks on a node";
   vmmipc_win_t w = nullptr;
@@ -134,17 +133,28 @@ TEST_F(Release, APeerThatAbortsEndsAHostWaitOnIt) {
     const double s = Since(t0);
     vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
     ASSERT_VMM_OK(vmmipc_last_error_info(&info));
-    EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << info.message;
+    EXPECT_EQ(r, code) << info.message;
     EXPECT_LT(s, 2.0) << info.message;
     EXPECT_EQ(info.rank, peer) << info.message;
-    EXPECT_TRUE(Has(info.message, "rank " + std::to_string(peer) + " aborted")) << info.message;
+    EXPECT_TRUE(Has(info.message, before + std::to_string(peer) + after)) << info.message;
   } else if (plays && me_ == 1) {
     MPI_Recv(&go, 1, MPI_INT, 0, 0, node, MPI_STATUS_IGNORE);
-    ASSERT_VMM_OK(vmmipc_comm_abort(c_));
+    fail(c_);
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS); // the aborter frees locally; the others' agreement fails
+  EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS); // the failed rank frees locally; the others' agreement fails
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A node peer that aborts ends a host wait on it within about 100 ms
+// (docs/sync.md, "Bounded waits") with VMMIPC_ERR_ABORTED naming it: its
+// release wrote the failure value into its pad, which the wait reads at its
+// liveness check, and its END frame (peeked at) says it aborted. Before,
+// that check only looked for its exit: the wait ran to its timeout (20 s
+// here) saying the rank did not signal.
+TEST_F(Release, APeerThatAbortsEndsAHostWaitOnIt) {
+  PeerFailureEndsAHostWait(VMMIPC_ERR_ABORTED, "rank ", " aborted",
+                           [](vmmipc_comm_t c) { ASSERT_VMM_OK(vmmipc_comm_abort(c)); });
 }
 
 // The same where the peer's comm broke rather than aborted (broken here by
@@ -152,37 +162,10 @@ TEST_F(Release, APeerThatAbortsEndsAHostWaitOnIt) {
 // the failure value all the same, and the wait ends with VMMIPC_ERR_PEER
 // naming it, once no END frame of an abort came.
 TEST_F(Release, APeerWhoseCommBrokeEndsAHostWaitOnIt) {
-  const bool plays = n_ >= 2;
-  if (!vt::AnyRank(plays)) GTEST_SKIP() << "needs two ranks on a node";
-  vmmipc_win_t w = nullptr;
-  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
-  MPI_Comm node;
-  vmmipc_comm_node_comm(c_, &node);
-  int go = 1;
-  if (plays && me_ == 0) {
-    const int peer = ranks_[1];
-    MPI_Send(&go, 1, MPI_INT, 1, 0, node);
-    auto t0 = std::chrono::steady_clock::now();
-    vmmipc_result_t r = vmmipc_win_wait_host(w, peer, 5, 20000);
-    const double s = Since(t0);
-    vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
-    ASSERT_VMM_OK(vmmipc_last_error_info(&info));
-    EXPECT_EQ(r, VMMIPC_ERR_PEER) << info.message;
-    EXPECT_LT(s, 2.0) << info.message;
-    EXPECT_EQ(info.rank, peer) << info.message;
-    EXPECT_TRUE(Has(info.message, "failed on rank " + std::to_string(peer))) << info.message;
-  } else if (plays && me_ == 1) {
-    MPI_Recv(&go, 1, MPI_INT, 0, 0, node, MPI_STATUS_IGNORE);
+  PeerFailureEndsAHostWait(VMMIPC_ERR_PEER, "failed on rank ", "", [](vmmipc_comm_t c) {
     vmmipc__error(VMMIPC_ERR_PEER, "test: rank %d breaks its comm", vt::Rank());
-    vmmipc__break(c_);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS);
-  if (plays && me_ == 1) { // freed locally: its hang-up ends the others' agreement (it told nobody)
-    vmmipc_comm_destroy(c_);
-    c_ = nullptr;
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+    vmmipc__break(c);
+  });
 }
 
 }  // namespace
