@@ -207,6 +207,11 @@ class Run:
         names = sorted(set(seen.values()))
         return ", ".join(f"{list(seen.values()).count(n)}x {n}" for n in names) or "unknown GPUs"
 
+    def model(self):
+        """"NVIDIA H200": the device names without their count (figures of one model do not stand for another's)."""
+        return ", ".join(sorted({d.get("name", "?") for f in self.singles() for d in (f or {}).get("devices", [])})) \
+            or "unknown GPUs"
+
     def driver(self):
         m = re.search(r"^[^,\n]+, (\d+\.\d+(?:\.\d+)?), \d+ M(?:iB|Hz)", self.machine + "\n" + self.smi, re.M)
         return m.group(1) if m else None

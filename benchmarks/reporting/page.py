@@ -74,7 +74,8 @@ def quotient(a, b, digits=2):
 
 def chosen_goals(runs):
     """Per goal id: (run, row) from the newest run that gave a verdict (else the
-    newest that has it), and the newer runs' n/a rows; in one order for all runs."""
+    newest that has it), the newer runs' n/a rows, and the newest verdict of each
+    other GPU model; in one order for all runs."""
     per_run = [(r, goal_rows(r.files)) for r in runs]
     order = []
     for _, rows in per_run:
@@ -87,7 +88,12 @@ def chosen_goals(runs):
     for gid in order:
         have = [(r, g) for r, rows in per_run for g in rows if g["id"] == gid]
         i = next((i for i, (_, g) in enumerate(have) if g["verdict"] != "n/a"), 0)
-        out.append((have[i], have[:i]))
+        seen, others = {have[i][0].model()}, []
+        for r, g in have[i + 1:]:
+            if g["verdict"] != "n/a" and r.model() not in seen:
+                seen.add(r.model())
+                others.append((r, g))
+        out.append((have[i], have[:i], others))
     return out
 
 
@@ -105,8 +111,13 @@ def short_goal(text):
     return text.replace("issue 30, 2 ranks on one GPU: ", "2 ranks, one GPU (MPS): ")
 
 
-def newest_i30(runs):
-    return next((r for r in runs if D.issue30(r.files)), None)
+def i30_per_model(runs):
+    """The newest issue-30 run of each GPU model, newest first."""
+    out = []
+    for r in runs:
+        if D.issue30(r.files) and r.model() not in {o.model() for o in out}:
+            out.append(r)
+    return out
 
 
 def best_ce(bw, d, size):
@@ -126,14 +137,14 @@ def users_page(runs, out, tables):
         p.para("Not measured yet: no results directory with benchmark JSON.")
         return p.text()
     full = p.link(tables)
-    p.para(f"What vmmipc delivers, measured on GPUs by the programs in `benchmarks/`, each figure next to an anchor "
+    p.para(f"What vmmipc delivers, measured by the programs in `benchmarks/`, each figure next to an anchor "
            f"that does the same job without vmmipc, in the same run. Every figure, every run and the history: "
            f"[{os.path.basename(tables)}]({full}); how they are taken and what each column means: "
            f"[benchmarks/README.md]({p.link(os.path.join(D_ROOT, 'benchmarks', 'README.md'))}).")
     p.add("## Headline ratios", "")
     chosen = chosen_goals(runs)
-    rows = [(r, g) for (r, g), _ in chosen if g["id"] in HEADLINE and g["verdict"] not in ("n/a", "info")]
-    verdicts = [g["verdict"].split()[0] for (_, g), _ in chosen if g["verdict"] not in ("n/a", "info")]
+    rows = [(r, g) for (r, g), _, _ in chosen if g["id"] in HEADLINE and g["verdict"] not in ("n/a", "info")]
+    verdicts = [g["verdict"].split()[0] for (_, g), _, _ in chosen if g["verdict"] not in ("n/a", "info")]
     p.para(f"Each ratio from the newest run that measured it, next to its goal; of all {len(verdicts)} goals with "
            f"a verdict, {verdicts.count('PASS')} pass and {verdicts.count('FAIL')} fail (every goal: "
            f"[{os.path.basename(tables)}]({full}#goals)).")
@@ -189,11 +200,12 @@ def users_page(runs, out, tables):
                  ("host.sync_barrier", "host", "cuStreamSynchronize + MPI_Barrier"))
         p.table(["Operation", "µs"], [[t, us(D.lat_median(D.lat(sy, n, mo)))] for n, mo, t in names], False)
         p.plots(runs, "sync", ["sync_latency.png"], "Plot")
-    run = newest_i30(runs)
-    if run:
+    per_model = i30_per_model(runs)
+    if per_model:
         p.add("## Device sync on one shared GPU", "")
-        p.para(f"Under MPS, against NVSHMEM and the floors of run `{run.name}`: rows above; at 2, 4 and 8 ranks: "
-               f"[{os.path.basename(tables)}]({full}).")
+        p.para(f"Under MPS, against NVSHMEM and the floors: rows above; at 2, 4 and 8 ranks"
+               + "".join(f", and from `{r.name}` on {r.model()}" for r in per_model[1:])
+               + f": [{os.path.basename(tables)}]({full}).")
     return p.text()
 
 
@@ -216,11 +228,14 @@ def dev_tables(runs, out, users):
                          if r.files[k]]),
               f"{r.driver() or '?'} / {r.cuda() or '?'}"] for r in runs])
     p.add("## Goals", "")
-    p.para("Each row from the newest run that gave the goal a verdict; newer runs' n/a reasons follow.")
+    p.para("Each row from the newest run that gave the goal a verdict; newer runs' n/a reasons follow. A goal "
+           "measured on more than one GPU model has a row per model (the newest run of each), the newest first.")
     p.table(["Goal", "Measured", "Target", "Verdict", "Run"],
-            [[g["goal"], g["measured"] + ("; newer runs: " + "; ".join(f"`{nr.name}`: {ng['measured']}"
-                                                                     for nr, ng in newer) if newer else ""),
-              g["target"], g["verdict"], r.label()] for (r, g), newer in chosen_goals(runs)])
+            [row for (r, g), newer, others in chosen_goals(runs) for row in
+             [[g["goal"], g["measured"] + ("; newer runs: " + "; ".join(f"`{nr.name}`: {ng['measured']}"
+                                                                      for nr, ng in newer) if newer else ""),
+               g["target"], g["verdict"], r.label()]] +
+             [[og["goal"], og["measured"], og["target"], og["verdict"], orun.label()] for orun, og in others]])
 
     run = newest(runs, "bw")
     if run:
@@ -329,13 +344,14 @@ def dev_tables(runs, out, users):
                                       for s in bws] for z in sizes])
         p.plots(runs, "sync", ["sync_latency.png", "sync_bandwidth.png"], "Plots")
 
-    run = newest_i30(runs)
-    if run:
-        p.add("## Device sync on one shared GPU (issue 30), µs", "")
+    for n, run in enumerate(i30_per_model(runs)):
+        on = f" on {run.model()}" if n else ""
+        p.add(f"## Device sync on one shared GPU (issue 30){on}, µs", "")
         p.para(f"From run {run.label()}: the raw floors, and every vmmipc row next to its NVSHMEM anchor of the same "
-               f"run, by rank count.")
+               f"run, by rank count." + (" Not comparable one to one with the other GPU model's figures; each ratio "
+                                         "is against anchors of its own run." if n else ""))
         for title, head, body, note in issue30.tables(run.files):
-            p.add(f"### {title}", "")
+            p.add(f"### {title}{' (' + run.model() + ')' if n else ''}", "")
             p.table(head, body, False)
             p.para(note)
     vis = [r for r in runs if r.visible]
