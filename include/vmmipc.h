@@ -230,8 +230,23 @@ typedef struct vmmipc_comm_stats {
                                  and not freed yet */
   uint64_t released_freed;    /* released windows and heaps freed so far (in step, or locally on a failed
                                  comm) */
+  /* since 0.5: the host-sync paths of this node's ranks, decided with the
+   * comm's first window (0 before it); docs/sync.md, "Paths" */
+  int sync_path;              /* of vmmipc_win_signal and wait: VMMIPC_SYNC_PATH_MEMOPS or _KERNELS */
+  int sync_barrier_path;      /* of vmmipc_win_barrier: likewise */
+  int sync_decided_by;        /* VMMIPC_SYNC_BY_SETTING (VMMIPC_SYNC), _SUPPORT (one path usable) or _TRIAL */
+  /* The trial's figures (0: no trial): ns per one-way signal + wait and per
+   * barrier on each path, the node's slowest rank's. */
+  uint64_t trial_signal_memops_ns, trial_signal_kernels_ns;
+  uint64_t trial_barrier_memops_ns, trial_barrier_kernels_ns;
 } vmmipc_comm_stats_t;
-#define VMMIPC_COMM_STATS_INIT { sizeof(vmmipc_comm_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define VMMIPC_COMM_STATS_INIT                                                                                  \
+  { sizeof(vmmipc_comm_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define VMMIPC_SYNC_PATH_MEMOPS 1  /* the driver's stream memory operations */
+#define VMMIPC_SYNC_PATH_KERNELS 2 /* the library's kernels */
+#define VMMIPC_SYNC_BY_SETTING 1
+#define VMMIPC_SYNC_BY_SUPPORT 2
+#define VMMIPC_SYNC_BY_TRIAL 3
 /* Local. */
 VMMIPC_API vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t comm, vmmipc_comm_stats_t *stats);
 /* Local: releases every idle mapping the comm's cache holds (unmapped, its
@@ -498,6 +513,7 @@ VMMIPC_API vmmipc_result_t vmmipc_win_unpin(vmmipc_win_t win);
  * (VMMIPC_SYNC_BARRIER: flat, gather, dissem) and the device API's scope
  * (VMMIPC_DEV_SCOPE: auto, sys) are decided with the comm's first window,
  * the same on every node rank; the first two must be set alike there.
+ * auto times both paths there and takes the faster (vmmipc_comm_stats).
  * Kernel path: a stream wait or barrier that gives up at the comm's
  * timeout lets the stream go on, so it fails the comm: this rank's host
  * sync calls then return VMMIPC_ERR_TIMEOUT naming the rank waited for,

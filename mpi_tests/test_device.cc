@@ -6,12 +6,14 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/testhooks.h"
 #include "harness/bufs.h"
 
 namespace {
@@ -27,16 +29,19 @@ std::string Env(const char *k) {
   const char *v = std::getenv(k);
   return v ? v : "";
 }
-// The path the host sync calls of this run take: kernels where they load
-// (the stand-in emulates them unless VMMIPC_STANDIN_CAPS has nokernels),
-// except that auto takes memory operations where node ranks share a GPU;
-// and there, auto's barrier takes kernels when they share it under MPS
-// (sync/setup.c; the stand-in answers as MPS with VMMIPC_STANDIN_MPS=1).
-bool KernelPath(bool gpu_shared, bool barrier = false, bool mps = false) {
-  std::string mode = Env("VMMIPC_SYNC");
-  if (mode == "memops") return false;
-  if (Env("VMMIPC_STANDIN_CAPS").find("nokernels") != std::string::npos) return false;
-  return mode == "kernel" || !gpu_shared || (barrier && mps);
+// Whether the library's kernels load in this run (the stand-in emulates
+// them unless VMMIPC_STANDIN_CAPS has nokernels; VMMIPC_SYNC=memops never
+// loads them).
+bool KernelsLoad() {
+  return Env("VMMIPC_SYNC") != "memops" && Env("VMMIPC_STANDIN_CAPS").find("nokernels") == std::string::npos;
+}
+
+// Whether c's host sync calls take the kernels (the barrier's, or signal's
+// and wait's), as its stats report once its first window made the pool.
+bool KernelPathOf(vmmipc_comm_t c, bool barrier = false) {
+  vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
+  EXPECT_VMM_OK(vmmipc_comm_stats(c, &st));
+  return (barrier ? st.sync_barrier_path : st.sync_path) == VMMIPC_SYNC_PATH_KERNELS;
 }
 
 // Whether every rank of `node` reports its device as an MPS client's.
@@ -105,12 +110,15 @@ class Device : public ::testing::Test {
       for (int b = a + 1; b < n_; b++) shared_ = shared_ || std::memcmp(&all[a], &all[b], sizeof u) == 0;
     one_gpu_ = true;
     for (int a = 1; a < n_; a++) one_gpu_ = one_gpu_ && std::memcmp(&all[a], &all[0], sizeof u) == 0;
-    kernel_ = KernelPath(shared_);
     mps_ = AllMps(dev, node);
-    barrier_kernel_ = KernelPath(shared_, true, mps_);
     ASSERT_EQ(streamCreate(&s_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   }
   void SetUp() override { Make(30000); }
+  // The comm's paths, known once its first window made the pool.
+  void Paths() {
+    kernel_ = KernelPathOf(c_);
+    barrier_kernel_ = KernelPathOf(c_, true);
+  }
   void TearDown() override {
     if (s_) streamDestroy(s_);
     if (c_) EXPECT_VMM_OK(vmmipc_comm_destroy(c_));
@@ -154,7 +162,7 @@ TEST_F(Device, ArraysMatchTheWindowAndGoWithIt) {
   if (counted) {
     KernelCounts(&mods1, &host1, &l1);
     EXPECT_EQ(host1, host0 + 2);
-    if (kernel_) {
+    if (KernelsLoad()) {
       EXPECT_GE(mods1, 1) << "the kernels load with the window, never in a host sync call";
     }
   }
@@ -219,18 +227,69 @@ TEST_F(Device, ArraysMatchTheWindowAndGoWithIt) {
 
 // Signal, wait and barrier in a ring, on whichever path this run takes;
 // the window's stats say which one ran, and the device struct's slots are
-// the ones the host calls use.
+// the ones the host calls use. The comm's stats say how the paths were
+// picked: by the setting, by support (one path usable), or under auto by
+// the trial, whose figures the picks follow, alike on every node rank. The
+// stand-in's VMMIPC_STANDIN_KERNEL_US / _MEMOPS_US make one path slow: the
+// trial must then pick the other.
 TEST_F(Device, HostSyncTakesThePathAndCountsIt) {
   // Nodes of one take part in the collectives only; the skips are alike on
-  // every rank (kernel_ follows from the environment where it skips).
+  // every rank (they follow from the environment).
   if (!vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "needs two ranks on a node";
-  if (Env("VMMIPC_SYNC") == "kernel" && !kernel_) GTEST_SKIP() << "no path to take";
-  if (vt::UsingStandin() && Env("VMMIPC_SYNC").empty() && Env("VMMIPC_STANDIN_CAPS").empty() && n_ >= 2) {
-    EXPECT_EQ(kernel_, !shared_) << "auto: kernels unless node ranks share a GPU";
+  if (Env("VMMIPC_SYNC") == "kernel" && !KernelsLoad()) GTEST_SKIP() << "no path to take";
+  if (vt::UsingStandin()) {
     EXPECT_EQ(mps_, Env("VMMIPC_STANDIN_MPS") == "1");
   }
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  Paths();
+  vmmipc_comm_stats_t cs = VMMIPC_COMM_STATS_INIT;
+  ASSERT_VMM_OK(vmmipc_comm_stats(c_, &cs));
+  const std::string mode = Env("VMMIPC_SYNC");
+  const uint64_t sm = cs.trial_signal_memops_ns, sk = cs.trial_signal_kernels_ns;
+  const uint64_t bm = cs.trial_barrier_memops_ns, bk = cs.trial_barrier_kernels_ns;
+  if (mode == "memops" || mode == "kernel") {
+    EXPECT_EQ(cs.sync_decided_by, VMMIPC_SYNC_BY_SETTING);
+    EXPECT_EQ(kernel_, mode == "kernel");
+    EXPECT_EQ(barrier_kernel_, mode == "kernel");
+    EXPECT_EQ(sm + sk + bm + bk, 0u) << "no trial";
+  } else if (!KernelsLoad()) {
+    EXPECT_EQ(cs.sync_decided_by, VMMIPC_SYNC_BY_SUPPORT);
+    EXPECT_FALSE(kernel_);
+    EXPECT_FALSE(barrier_kernel_);
+  } else {
+    EXPECT_EQ(cs.sync_decided_by, VMMIPC_SYNC_BY_TRIAL);
+    EXPECT_GT(sm, 0u);
+    EXPECT_GT(sk, 0u);
+    auto faster = [](uint64_t memops, uint64_t kernels) { return kernels * 100 <= memops * 95; };
+    EXPECT_EQ(kernel_, faster(sm, sk)) << "signal + wait: " << sm << " ns (memops), " << sk << " ns (kernels)";
+    if (n_ >= 2) {
+      EXPECT_GT(bm, 0u);
+      EXPECT_GT(bk, 0u);
+      EXPECT_EQ(barrier_kernel_, faster(bm, bk)) << "barrier: " << bm << " ns (memops), " << bk << " ns (kernels)";
+    }
+    if (!Env("VMMIPC_STANDIN_KERNEL_US").empty()) {
+      EXPECT_FALSE(kernel_) << "slow kernels: " << sk << " against " << sm << " ns";
+      if (n_ >= 2) {
+        EXPECT_FALSE(barrier_kernel_) << "slow kernels: " << bk << " against " << bm << " ns";
+      }
+    }
+    if (!Env("VMMIPC_STANDIN_MEMOPS_US").empty()) {
+      EXPECT_TRUE(kernel_) << "slow memops: " << sm << " against " << sk << " ns";
+      if (n_ >= 2) {
+        EXPECT_TRUE(barrier_kernel_) << "slow memops: " << bm << " against " << bk << " ns";
+      }
+    }
+  }
+  // The same picks and figures on every node rank.
+  MPI_Comm node;
+  vmmipc_comm_node_comm(c_, &node);
+  uint64_t mine[7] = {static_cast<uint64_t>(cs.sync_path), static_cast<uint64_t>(cs.sync_barrier_path),
+                      static_cast<uint64_t>(cs.sync_decided_by), sm, sk, bm, bk};
+  std::vector<uint64_t> all(7 * static_cast<size_t>(n_));
+  MPI_Allgather(mine, 7, MPI_UINT64_T, all.data(), 7, MPI_UINT64_T, node);
+  for (int q = 0; q < n_; q++)
+    for (int i = 0; i < 7; i++) EXPECT_EQ(all[7 * q + i], mine[i]) << "node rank " << q << ", item " << i;
   int right = ranks_[(me_ + 1) % n_], left = ranks_[(me_ + n_ - 1) % n_];
   const int iters = n_ >= 2 ? 20 : 0;
   const long pdl0 = PdlLaunches();
@@ -266,6 +325,26 @@ TEST_F(Device, HostSyncTakesThePathAndCountsIt) {
   ASSERT_VMM_OK(vmmipc_win_free(w));
 }
 
+// auto's trial (sync/trial.c) runs the host sync calls on two slices of
+// the comm's signal pool before its first window exists, and the first two
+// windows take those slices: every slot of theirs here (signals, the host
+// barrier's, the device barrier's) reads 0, so nothing of the trial
+// satisfies a wait of theirs.
+TEST_F(Device, TheFirstWindowsSlotsReadZeroAfterTheTrial) {
+  vmmipc_win_t w[2] = {nullptr, nullptr};
+  for (auto &x : w) ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &x));
+  for (auto x : w) {
+    vmmipc_win_device_t d;
+    ASSERT_VMM_OK(vmmipc_win_device(x, &d));
+    auto in = Read(d.signal_in, d.nranks);
+    std::vector<uint64_t> slots(3 * static_cast<size_t>(n_), 1);
+    ASSERT_EQ(dtoh(slots.data(), reinterpret_cast<CUdeviceptr>(in[ranks_[0]]), slots.size() * 8), CUDA_SUCCESS);
+    for (size_t i = 0; i < slots.size(); i++) EXPECT_EQ(slots[i], 0u) << "slot " << i;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (auto x : w) ASSERT_VMM_OK(vmmipc_win_free(x));
+}
+
 class DeviceTimeout : public Device {
  protected:
   void SetUp() override { Make(300); }
@@ -280,11 +359,14 @@ class DeviceTimeout : public Device {
 TEST_F(DeviceTimeout, AKernelPathWaitThatTimesOutBreaksTheComm) {
   // Each node with two ranks on the kernel path plays it; the others take
   // part in the collectives only.
-  const bool plays = n_ >= 2 && kernel_;
-  if (!vt::AnyRank(plays)) GTEST_SKIP() << "needs two ranks on a node, on the kernel path (memory-operation waits "
-                                           "have no deadline)";
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  Paths();
+  const bool plays = n_ >= 2 && kernel_ && KernelsLoad();
+  if (!vt::AnyRank(plays)) {
+    EXPECT_VMM_OK(vmmipc_win_free(w));
+    GTEST_SKIP() << "needs two ranks on a node, on the kernel path (memory-operation waits have no deadline)";
+  }
   int peer = plays ? ranks_[1] : -1;
   if (plays && me_ == 0) {
     ASSERT_VMM_OK(vmmipc_win_wait(w, peer, 5, s_));
@@ -311,14 +393,51 @@ TEST_F(DeviceTimeout, AKernelPathWaitThatTimesOutBreaksTheComm) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// A node rank that leaves auto's trial once every node rank said it was
+// ready (its process stalls or dies there): the ranks waiting for it in
+// the ring and the barriers give up at the call's bound, release their own
+// waits with the failure value, and the comm's first window fails on every
+// rank, within a bound (the timeout is 300 ms), leaving no mapped host
+// memory behind; the comm can still be destroyed.
+TEST_F(DeviceTimeout, ARankLeavingTheTrialFailsTheFirstWindowInTime) {
+  const std::string mode = Env("VMMIPC_SYNC");
+  const bool trial = (mode.empty() || mode == "auto") && KernelsLoad() &&
+                     Env("VMMIPC_STANDIN_CAPS").find("nomemops") == std::string::npos;
+  if (!trial || !vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "no trial here (a setting, or a node of one rank)";
+  long host0 = 0;
+  bool counted = KernelCounts(nullptr, &host0, nullptr);
+  if (n_ >= 2 && me_ == 1) vmmipc__test_fail_at("trial", 1);
+  vmmipc_win_t w = nullptr;
+  auto t0 = std::chrono::steady_clock::now();
+  vmmipc_result_t r = vmmipc_allgather_map(c_, nullptr, nullptr, &w);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string msg = vmmipc_last_error();
+  vmmipc__test_fail_at(nullptr, 0);
+  EXPECT_NE(r, VMMIPC_SUCCESS) << msg;
+  EXPECT_EQ(w, nullptr);
+  EXPECT_LT(s, 10.0) << "bounded by the timeout, not a hang";
+  if (n_ >= 2 && me_ != 1) {
+    EXPECT_TRUE(Has("auto's trial")) << msg;
+  }
+  if (counted) {
+    long host1 = 0;
+    KernelCounts(nullptr, &host1, nullptr);
+    EXPECT_EQ(host1, host0) << "the pool's alarm and records go with it";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // A barrier that one rank never enters times out on the others with a
 // barrier record naming a rank that did not arrive; the comm fails.
 TEST_F(DeviceTimeout, ABarrierWithoutAPeerIsRecorded) {
-  const bool plays = n_ >= 2 && kernel_; // as above
-  if (!vt::AnyRank(plays)) GTEST_SKIP() << "needs two ranks on a node, on the kernel path (memory-operation waits "
-                                           "have no deadline)";
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  Paths();
+  const bool plays = n_ >= 2 && barrier_kernel_ && KernelsLoad(); // as above
+  if (!vt::AnyRank(plays)) {
+    EXPECT_VMM_OK(vmmipc_win_free(w));
+    GTEST_SKIP() << "needs two ranks on a node, on the kernel path (memory-operation waits have no deadline)";
+  }
   const int absent = n_ - 1;
   if (plays && me_ != absent) {
     ASSERT_VMM_OK(vmmipc_win_barrier(w, s_));
@@ -342,12 +461,6 @@ TEST_F(DeviceTimeout, ABarrierWithoutAPeerIsRecorded) {
 // failure it detects) releases the wait kernel at once; the next host call
 // says so (VMMIPC_ERR_PEER), and the record shows the value.
 TEST_F(DeviceTimeout, AFailureValueReleasesTheWait) {
-  const bool plays = n_ >= 2 && kernel_;
-  if (!vt::AnyRank(plays)) GTEST_SKIP() << "needs two ranks on a node, on the kernel path";
-  // The aborter: node rank 0 of the first node that plays, the same rank
-  // on every rank.
-  int cand = plays && me_ == 0 ? vt::Rank() : vt::Size(), aborter = 0;
-  MPI_Allreduce(&cand, &aborter, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   // A comm of its own: the aborter aborts it while a kernel waits on a slot
   // that nobody signals. The release (sync/release.c) writes
   // VMMIPC_SIGNAL_FAILED into its slots, and the kernel's wait sees the top
@@ -361,6 +474,16 @@ TEST_F(DeviceTimeout, AFailureValueReleasesTheWait) {
   ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
   vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
+  const bool plays = n_ >= 2 && KernelPathOf(c) && KernelsLoad();
+  if (!vt::AnyRank(plays)) {
+    EXPECT_VMM_OK(vmmipc_win_free(w));
+    EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+    GTEST_SKIP() << "needs two ranks on a node, on the kernel path";
+  }
+  // The aborter: node rank 0 of the first node that plays, the same rank
+  // on every rank.
+  int cand = plays && me_ == 0 ? vt::Rank() : vt::Size(), aborter = 0;
+  MPI_Allreduce(&cand, &aborter, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   const bool aborts = vt::Rank() == aborter;
   if (aborts) {
     long before = 0;

@@ -459,6 +459,19 @@ int main(int argc, char **argv) {
   rep.config("barrier_shape", devbench::json_str(shape && *shape ? shape : "flat"));
   rep.config("dev_scope_setting", devbench::json_str(scope && *scope ? scope : "auto"));
   rep.config("dev_scope", devbench::json_str(b.dw.scope == VMMIPC_DEV_SCOPE_GPU ? "gpu" : "sys"));
+  // How the host-sync paths were picked, and auto's trial figures (ns; 0: no trial).
+  vmmipc_comm_stats_t cs = VMMIPC_COMM_STATS_INIT;
+  VMM(vmmipc_comm_stats(comm, &cs));
+  auto path_name = [](int p) { return devbench::json_str(p == VMMIPC_SYNC_PATH_KERNELS ? "kernel" : "memops"); };
+  rep.config("sync_path", path_name(cs.sync_path));
+  rep.config("sync_barrier_path", path_name(cs.sync_barrier_path));
+  rep.config("sync_decided_by", devbench::json_str(cs.sync_decided_by == VMMIPC_SYNC_BY_TRIAL     ? "trial"
+                                                   : cs.sync_decided_by == VMMIPC_SYNC_BY_SETTING ? "setting"
+                                                                                                  : "support"));
+  rep.config("trial_signal_ns", "[" + std::to_string(cs.trial_signal_memops_ns) + ", " +
+                                    std::to_string(cs.trial_signal_kernels_ns) + "]");
+  rep.config("trial_barrier_ns", "[" + std::to_string(cs.trial_barrier_memops_ns) + ", " +
+                                     std::to_string(cs.trial_barrier_kernels_ns) + "]");
   DB_CUDA(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking));
   DB_CUDA(cudaEventCreate(&b.e0));
   DB_CUDA(cudaEventCreate(&b.e1));

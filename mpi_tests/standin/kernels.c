@@ -205,6 +205,7 @@ static int sti_arg_sizes(sti_kind kind, size_t *sizes) {
 
 static void sti_run(sti_kind kind, void **p) {
   const vmmipc_win_device_t *w = p[0];
+  sti_pause_env("VMMIPC_STANDIN_KERNEL_US");
   if (kind == STI_K_SIGNAL) {
     int rank = *(const int *)p[1];
     uint64_t value = *(const uint64_t *)p[2];

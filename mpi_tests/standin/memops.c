@@ -96,6 +96,7 @@ static CUresult sti_wait(CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 
 /* Runs checked operations in order; the first failure ends them. */
 static CUresult sti_memops_run(unsigned count, const CUstreamBatchMemOpParams *ops) {
+  sti_pause_env("VMMIPC_STANDIN_MEMOPS_US");
   for (unsigned i = 0; i < count; i++) {
     CUresult rc = CUDA_SUCCESS;
     switch (ops[i].operation) {

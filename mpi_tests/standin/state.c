@@ -1,4 +1,7 @@
 /* The global state, its lock, and the live-object counters for tests. */
+#include <stdlib.h>
+#include <time.h>
+
 #include "async.h"
 
 sti_state sti = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -54,4 +57,13 @@ STI_EXPORT void vmmipc_standin_counts(long *allocations, long *mappings, long *r
   if (allocations) *allocations = a;
   if (mappings) *mappings = m;
   if (reservations) *reservations = r;
+}
+
+void sti_pause_env(const char *name) {
+  const char *e = getenv(name);
+  long us = e && *e ? strtol(e, NULL, 10) : 0;
+  if (us <= 0) return;
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
 }

@@ -99,6 +99,10 @@ CUresult sti_enter(void);
 /* Like sti_enter, and also requires a current context on this thread. */
 CUresult sti_enter_ctx(void);
 void sti_leave(void);
+/* Sleeps the microseconds the environment variable `name` gives (none:
+ * no pause): VMMIPC_STANDIN_KERNEL_US and VMMIPC_STANDIN_MEMOPS_US make one
+ * host-sync path slower than the other, for tests of auto's trial. */
+void sti_pause_env(const char *name);
 
 STI_EXPORT void vmmipc_standin_counts(long *allocations, long *mappings, long *reservations);
 STI_EXPORT int vmmipc_standin_ctx_retains(int dev);

@@ -55,6 +55,7 @@ struct vmmipc_win {
   struct vmmipc__windev *dev; /* the device API's arrays, filled on first use (sync/device.c) */
   uint64_t sync_kernel;  /* host sync calls that ran as kernels (__atomic builtins) */
   uint64_t sync_memops;  /* ... as stream memory operations */
+  int forced_path;       /* VMMIPC__PATH_* of every host sync call (auto's trial, sync/trial.c); 0: the comm's */
   /* A heap window (src/heap): own and peers are views into the heap's
    * segments, owned by the window; vmmipc_win_free hands it to free_hook. */
   struct vmmipc_heap *heap;

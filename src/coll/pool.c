@@ -113,7 +113,8 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
     if (!local) local = zero_all(cu, p, op); /* before any peer can write: no window takes a zeroing */
   }
   /* The host-sync path, the same on every node rank (every rank takes part). */
-  vmmipc_result_t t = vmmipc__sync_setup(c, p, local, op);
+  int trial = 0;
+  vmmipc_result_t t = vmmipc__sync_setup(c, p, local, &trial, op);
   if (!local) local = t;
   vmmipc_desc_t mine = NULL;
   if (!local && n > 1) local = vmmipc_export(p->local, &mine);
@@ -131,6 +132,12 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
   vmmipc_desc_free(mine);
   free(send);
   free(all);
+  /* auto's measurement of the host-sync paths (sync/trial.c), on the
+   * imported pool; its failure is this step's. */
+  if (trial) {
+    for (int q = 0; !local && q < n; q++) p->base[q] = q == c->node_rank ? p->local->base : p->peer[q]->base;
+    local = vmmipc__sync_trial(c, p, local, op);
+  }
   /* Its failures are the user's call's ("<op> failed on rank R ..."), with
    * no prefix of their own: the pool is an internal step of that call, and
    * a rank missing from it is missing from the call. Flagged (pool): a

@@ -81,6 +81,12 @@ struct vmmipc_comm {
   struct vmmipc__pool *pool;      /* signal pads of this comm's windows, made with the first window */
   void (*pool_free)(struct vmmipc__pool *, int node_size); /* set by whoever made the pool (coll) */
   vmmipc_timing_t timing;  /* phases of the last collective */
+  /* The host-sync paths and how they were picked, set with the pool
+   * (sync/setup.c, sync/trial.c) for vmmipc_comm_stats: VMMIPC_SYNC_PATH_*,
+   * VMMIPC_SYNC_BY_*, and the trial's ns (signal memops, kernels; barrier
+   * memops, kernels). */
+  int sync_path, sync_barrier_path, sync_by;
+  uint64_t sync_trial_ns[4];
   /* Deferred frees (deferred.c): the queue (any thread, under def_mu), the
    * agreed cursor (see agree.c), and the ids an agreement of the current
    * call found released everywhere, freed when the call ends. */

@@ -68,6 +68,13 @@ vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t c, vmmipc_comm_stats_t *s) {
   v.released = vmmipc__deferred_count(c);
   v.released_freed = __atomic_load_n(&c->def_freed, __ATOMIC_RELAXED);
   v.broken = c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE);
+  v.sync_path = c->sync_path;
+  v.sync_barrier_path = c->sync_barrier_path;
+  v.sync_decided_by = c->sync_by;
+  v.trial_signal_memops_ns = c->sync_trial_ns[0];
+  v.trial_signal_kernels_ns = c->sync_trial_ns[1];
+  v.trial_barrier_memops_ns = c->sync_trial_ns[2];
+  v.trial_barrier_kernels_ns = c->sync_trial_ns[3];
   return copy_sized(s, &v, sizeof v, sizeof(size_t) + sizeof(uint64_t), "vmmipc_comm_stats", "stats",
                     "VMMIPC_COMM_STATS_INIT");
 }

@@ -42,6 +42,7 @@ extern "C" {
   X(cuStreamCreate)                          \
   X(cuStreamDestroy)                         \
   X(cuStreamSynchronize)                     \
+  X(cuStreamQuery)                           \
   X(cuMemcpyHtoDAsync)                       \
   X(cuMemcpyDtoHAsync)                       \
   X(cuStreamWriteValue64)                    \

@@ -2,9 +2,8 @@
  * window (setup.c) from VMMIPC_SYNC (read once):
  *   kernel  the library's kernels, else the calls fail saying why;
  *   memops  the driver's stream memory operations only;
- *   auto    (default) memory operations where node ranks share a GPU,
- *           else kernels where every node rank loaded them; the barrier
- *           on a GPU shared under MPS: kernels (setup.c says why).
+ *   auto    (default) the faster of the two as the node's ranks measured
+ *           them then (trial.c), where both are usable.
  * Every call first checks the window's device record and the comm's
  * alarm. Nothing here loads code: a call in a context where no window was
  * made fails instead. */
@@ -38,7 +37,8 @@ vmmipc_result_t vmmipc__sync_path(struct vmmipc_win *w, const char *op, int barr
   if (!r) r = vmmipc__sync_alarm(w->comm, op);
   if (r) return r;
   const struct vmmipc__sync *s = w->comm->pool ? w->comm->pool->sync : NULL;
-  *kernel = s && (barrier ? s->barrier_path : s->path) == VMMIPC__PATH_KERNELS;
+  int path = w->forced_path ? w->forced_path : s ? (barrier ? s->barrier_path : s->path) : VMMIPC__PATH_MEMOPS;
+  *kernel = path == VMMIPC__PATH_KERNELS;
   if (w->slice >= 0) __atomic_add_fetch(*kernel ? &w->sync_kernel : &w->sync_memops, 1, __ATOMIC_RELAXED);
   return VMMIPC_SUCCESS;
 }

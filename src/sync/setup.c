@@ -7,21 +7,12 @@
  * what every node rank tells (one bounded MPI_Iallgather on the node):
  *   memops  VMMIPC_SYNC=memops;
  *   kernels VMMIPC_SYNC=kernel;
- *   auto    stream memory operations where two node ranks share a GPU and
- *           every node rank has them (measured on one H200 both with and
- *           without MPS, docs/sync.md); else kernels where every node rank
- *           loaded them; else memory operations. One exception, by
- *           measurement: the barrier of node ranks sharing a GPU under
- *           MPS (every node rank's device reports
- *           CU_DEVICE_ATTRIBUTE_MPS_ENABLED) takes the kernels. The
- *           memory-operation barrier costs a wait per peer in the GPU's
- *           front end, the kernel one a launch: on one H200 under MPS,
- *           14.6 against 4.4 us at 4 ranks and 48.2 against 4.3 at 8; at 2
- *           the kernels (those that trigger PDL after their wait) are faster
- *           at the median, not in every run (docs/dev/sync-design.md,
- *           "paths", keeps the tally of runs).
- *           Without MPS kernels of two processes time-slice (2.2 ms a hop),
- *           so memory operations always.
+ *   auto    where both are usable on every node rank (64-bit stream memory
+ *           operations, the kernels loaded), a trial measures them next
+ *           (trial.c); else the one that is. The faster path depends on
+ *           the GPU and on MPS: on one H200 under MPS memory operations won
+ *           both host rows at 2 ranks, on one H100 kernels did; without MPS
+ *           kernels of two processes time-slice (2.2 ms a hop).
  * Node ranks with different VMMIPC_SYNC settings fail the window. From the
  * same records, also the same on every node rank:
  *   the scope of the device API (vmmipc_win_device_t.scope): GPU where
@@ -38,10 +29,6 @@
 #include "sync/release.h"
 #include "sync/sync.h"
 
-/* CU_DEVICE_ATTRIBUTE_MPS_ENABLED by its number: cuda.h of early CUDA 12
- * releases lacks the name. */
-#define ATTR_MPS_ENABLED ((CUdevice_attribute)133)
-
 /* What each node rank tells the others (MPI_BYTE). */
 struct path_info {
   int32_t mode;      /* VMMIPC__MODE_* */
@@ -49,8 +36,7 @@ struct path_info {
   int32_t memops;    /* 1: its device has 64-bit stream memory operations */
   uint8_t shape;     /* VMMIPC__BAR_* (VMMIPC_SYNC_BARRIER) */
   uint8_t scope;     /* VMMIPC__SCOPE_* (VMMIPC_DEV_SCOPE) */
-  uint8_t mps;       /* 1: its device's contexts are MPS clients */
-  uint8_t pad;
+  uint8_t pad[2];
   unsigned char gpu[16]; /* its device's UUID (0: unknown) */
 };
 
@@ -91,27 +77,24 @@ static void describe(const vmmipc__cu_t *cu, int mode, const char *op, struct pa
   if (cu->cuDeviceGetUuid(&u, dev) == CUDA_SUCCESS) memcpy(me->gpu, u.bytes, sizeof me->gpu);
   if (cu->cuDeviceGetAttribute(&ok, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev) == CUDA_SUCCESS)
     me->memops = ok != 0;
-  /* A driver older than the attribute refuses it: not MPS, as far as we know. */
-  if (cu->cuDeviceGetAttribute(&ok, ATTR_MPS_ENABLED, dev) == CUDA_SUCCESS) me->mps = ok != 0;
   vmmipc__kernels_t k;
   if (mode != VMMIPC__MODE_MEMOPS) me->kernels = vmmipc__kernels_load(cu, op, &k) == VMMIPC_SUCCESS;
 }
 
-/* The node's records, gathered within the timeout. */
-static vmmipc_result_t gather(struct vmmipc_comm *c, struct path_info *mine, struct path_info **all,
-                              const char *op) {
+vmmipc_result_t vmmipc__sync_allgather(struct vmmipc_comm *c, const void *mine, size_t len, void **all,
+                                       const char *what, const char *op) {
   int n = c->node_size;
-  *all = calloc((size_t)n, sizeof **all);
-  struct path_info *send = malloc(sizeof *send); /* MPI may keep both after a timeout */
+  *all = calloc((size_t)n, len);
+  void *send = malloc(len); /* MPI may keep both after a timeout */
   if (!*all || !send) {
     free(*all);
     free(send);
     *all = NULL;
-    return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d path records", op, n);
+    return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d %s", op, n, what);
   }
-  *send = *mine;
+  memcpy(send, mine, len);
   MPI_Request req = MPI_REQUEST_NULL;
-  int mrc = MPI_Iallgather(send, (int)sizeof *send, MPI_BYTE, *all, (int)sizeof *send, MPI_BYTE, c->node, &req);
+  int mrc = MPI_Iallgather(send, (int)len, MPI_BYTE, *all, (int)len, MPI_BYTE, c->node, &req);
   int64_t started = vmmipc__now_ms();
   /* A step of the call: its bound is the call's, two slacks early (comm/deadline.c). */
   int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(&req, 1, vmmipc__step_deadline(c), &mrc) : -1;
@@ -121,15 +104,14 @@ static vmmipc_result_t gather(struct vmmipc_comm *c, struct path_info *mine, str
     *all = NULL;
     c->mpi_dirty = 1;
     return vmmipc__error(VMMIPC_ERR_TIMEOUT,
-                         "%s: telling the node's ranks the host-sync path timed out after %d ms: a rank of this "
-                         "node is not in the call",
-                         op, (int)(vmmipc__now_ms() - started));
+                         "%s: gathering the node's %s timed out after %d ms: a rank of this node is not in the call",
+                         op, what, (int)(vmmipc__now_ms() - started));
   }
   free(send);
   if (w < 0) {
     free(*all);
     *all = NULL;
-    return vmmipc__mpi_error(mrc, "%s: MPI_Iallgather of the host-sync path records", op);
+    return vmmipc__mpi_error(mrc, "%s: MPI_Iallgather of the %s", op, what);
   }
   return VMMIPC_SUCCESS;
 }
@@ -137,7 +119,7 @@ static vmmipc_result_t gather(struct vmmipc_comm *c, struct path_info *mine, str
 /* The same decision on every node rank, from the same records. */
 static vmmipc_result_t decide(struct vmmipc_comm *c, const struct path_info *all, const char *raw,
                               struct vmmipc__sync *s, const char *op) {
-  int n = c->node_size, shared = 0, kernels = 1, memops = 1, one_gpu = 1, sys = 0, mps = 1;
+  int n = c->node_size, kernels = 1, memops = 1, one_gpu = 1, sys = 0;
   static const unsigned char unknown[16];
   for (int q = 1; q < n; q++)
     if (all[q].mode != all[0].mode)
@@ -164,24 +146,26 @@ static vmmipc_result_t decide(struct vmmipc_comm *c, const struct path_info *all
   for (int a = 0; a < n; a++) {
     kernels &= all[a].kernels;
     memops &= all[a].memops;
-    mps &= all[a].mps;
     sys |= all[a].scope == VMMIPC__SCOPE_SYS;
     one_gpu &= memcmp(all[a].gpu, all[0].gpu, sizeof all[a].gpu) == 0 &&
                memcmp(all[a].gpu, unknown, sizeof unknown) != 0;
-    for (int b = a + 1; b < n; b++) shared |= memcmp(all[a].gpu, all[b].gpu, sizeof all[a].gpu) == 0;
   }
+  /* Under auto with both paths usable everywhere, trial.c measures them
+   * next; memory operations until then. */
+  c->sync_by = all[0].mode != VMMIPC__MODE_AUTO ? VMMIPC_SYNC_BY_SETTING : VMMIPC_SYNC_BY_SUPPORT;
   if (all[0].mode == VMMIPC__MODE_KERNEL)
     s->path = VMMIPC__PATH_KERNELS; /* a rank whose kernels did not load fails its calls, saying why */
-  else if (all[0].mode == VMMIPC__MODE_MEMOPS || (shared && memops) || !kernels)
+  else if (all[0].mode == VMMIPC__MODE_MEMOPS || !kernels)
     s->path = VMMIPC__PATH_MEMOPS;
-  else
+  else if (!memops)
     s->path = VMMIPC__PATH_KERNELS;
+  else
+    s->path = VMMIPC__PATH_MEMOPS;
   s->barrier_path = s->path;
-  /* Any count of ranks sharing a GPU under MPS (2 since 2026-12-03; the top says why). */
-  if (all[0].mode == VMMIPC__MODE_AUTO && s->path == VMMIPC__PATH_MEMOPS && shared && kernels && mps)
-    s->barrier_path = VMMIPC__PATH_KERNELS;
   s->shape = all[0].shape;
   s->scope = one_gpu && !sys ? VMMIPC_DEV_SCOPE_GPU : VMMIPC_DEV_SCOPE_SYS;
+  c->sync_path = s->path;
+  c->sync_barrier_path = s->barrier_path;
   return VMMIPC_SUCCESS;
 }
 
@@ -205,7 +189,7 @@ static vmmipc_result_t make_alarm(const vmmipc__cu_t *cu, struct vmmipc__pool *p
 }
 
 vmmipc_result_t vmmipc__sync_setup(struct vmmipc_comm *c, struct vmmipc__pool *p, vmmipc_result_t local,
-                                   const char *op) {
+                                   int *trial, const char *op) {
   const char *raw = NULL;
   int mode = vmmipc__sync_mode(&raw);
   const vmmipc__cu_t *cu = NULL;
@@ -233,10 +217,17 @@ vmmipc_result_t vmmipc__sync_setup(struct vmmipc_comm *c, struct vmmipc__pool *p
     if (!local) local = make_alarm(cu, p, s, op);
   }
   /* Every node rank takes part, whatever failed here. */
-  struct path_info *all = NULL;
-  vmmipc_result_t g = c->node_size > 1 ? gather(c, &mine, &all, op) : VMMIPC_SUCCESS;
+  void *all = NULL;
+  vmmipc_result_t g = c->node_size > 1 ? vmmipc__sync_allgather(c, &mine, sizeof mine, &all, "host-sync path records", op)
+                                       : VMMIPC_SUCCESS;
   if (!local) local = g;
-  if (!local) local = decide(c, c->node_size > 1 ? all : &mine, raw, s, op);
+  const struct path_info *rec = c->node_size > 1 ? all : &mine;
+  if (!local) local = decide(c, rec, raw, s, op);
+  /* The trial, from the records alone (a rank that failed here still
+   * takes part, to say so): auto everywhere, both paths usable everywhere. */
+  *trial = !g;
+  for (int q = 0; *trial && q < c->node_size; q++)
+    *trial = rec[q].mode == VMMIPC__MODE_AUTO && rec[q].kernels && rec[q].memops;
   free(all);
   return local;
 }

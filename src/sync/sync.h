@@ -2,6 +2,7 @@
  *   setup.c    per comm, with its first window: the path every node rank
  *              takes (VMMIPC_SYNC, agreed), the alarm, the device arrays of
  *              windows (made at window creation, never on the sync path)
+ *   trial.c    auto's measurement of both paths, with the first window
  *   path.c     which path a host sync call takes
  *   kernels.c  the library's kernels (kern/sync.cu): loaded at window
  *              creation, found and launched by host sync calls
@@ -55,8 +56,22 @@ struct vmmipc__sync {
  * (coll/pool.c, before the pool's agreement; `local` is this rank's result
  * so far, and the node's ranks exchange what they are even when it is a
  * failure). Loads the library's kernels into the current context unless
- * VMMIPC_SYNC=memops; VMMIPC_SYNC must be the same on every node rank. */
+ * VMMIPC_SYNC=memops; VMMIPC_SYNC must be the same on every node rank.
+ * *trial: 1 where auto's trial must follow (the same on every node rank). */
 vmmipc_result_t vmmipc__sync_setup(struct vmmipc_comm *c, struct vmmipc__pool *p, vmmipc_result_t local,
+                                   int *trial, const char *op);
+/* Every node rank's `len` bytes into *all (malloc'd, node-rank order),
+ * within the call's bound; `what` names them in errors. */
+vmmipc_result_t vmmipc__sync_allgather(struct vmmipc_comm *c, const void *mine, size_t len, void **all,
+                                       const char *what, const char *op);
+
+/* ---- trial.c ---- */
+/* auto's trial: every node rank of the pool's step, after its exchange
+ * and before its agreement (`local`: this rank's result so far; the pool's
+ * peers imported). Measures signal + wait and the barrier on both paths
+ * and sets the faster of each, the same on every node rank. Returns
+ * `local`, or the trial's own failure (a node rank missing: TIMEOUT). */
+vmmipc_result_t vmmipc__sync_trial(struct vmmipc_comm *c, struct vmmipc__pool *p, vmmipc_result_t local,
                                    const char *op);
 /* Everything a window of `slice` needs before any host sync call on it:
  * its chunk of device arrays, and on the kernel path the kernels in the

@@ -1,0 +1,248 @@
+/* auto's trial: which host-sync path is faster is a property of the GPU,
+ * the driver and MPS, not of a rule (one H200 under MPS: memory operations
+ * won both host rows at 2 ranks; one H100: kernels did; without MPS
+ * kernels of two processes time-slice). So every node rank measures both,
+ * once per comm, in its first window's pool step (coll/pool.c), where a
+ * window call may load code and wait for the context anyway.
+ *
+ * Two windows of the pool's own, slices 0 and 1 (one per path: the two
+ * barriers count differently in the same slots), run the real calls on a
+ * private stream with the path forced:
+ *   signal + wait  a token ring over the node ranks (node rank 0 signals
+ *                  first), rounds x n hops; the figure is ns per hop;
+ *   barrier        back to back; the figure is ns per barrier.
+ * A warm-up round of each, then one timed round each; where one path is
+ * ORDERS_APART times slower (kernels time-slicing without MPS), it is out;
+ * else up to ROUNDS more of each, as many as fit a quarter of the comm's
+ * timeout by the first figures. After each stage the node's ranks allgather
+ * their figures and take the slowest rank's, so all pick alike: kernels
+ * where at least 5% faster (memory operations take no SM). A path that
+ * failed on any rank (a launch refused) is out.
+ *
+ * Bounded: the stream is polled against the call's deadline; a node rank
+ * that does not take part, or an abort, ends the wait, and this rank then
+ * writes the failure value into its part of both slices, which releases
+ * its own waits (all of them read its own part), before it returns. After
+ * the last allgather no rank writes into the slices (each synchronised
+ * its stream before it); both are handed back owed a zeroing, which the
+ * next take of them does. */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/testhooks.h"
+#include "sync/sync.h"
+
+#define WARM 1
+#define ROUNDS 12
+#define ORDERS_APART 8
+enum { SIG_MEMOPS, SIG_KERNELS, BAR_MEMOPS, BAR_KERNELS, FIGS };
+
+/* What each node rank tells after a stage (MPI_BYTE). */
+struct trial_rec {
+  int32_t ready;  /* 1: reached the trial with nothing failed so far */
+  int32_t failed; /* bit per path (VMMIPC__PATH_*) that failed here */
+  uint64_t ns[FIGS];
+};
+
+typedef struct {
+  struct vmmipc_comm *c;
+  struct vmmipc_win w[2]; /* memory operations, kernels */
+  CUstream st;
+  uint64_t value;         /* the ring's signal value: grows over both windows */
+  const vmmipc__cu_t *cu;
+  const char *op;
+} trial_t;
+
+/* `rounds` of `fig` enqueued on t->st. */
+static vmmipc_result_t enqueue(trial_t *t, int fig, int rounds) {
+  struct vmmipc_comm *c = t->c;
+  struct vmmipc_win *w = &t->w[fig == SIG_KERNELS || fig == BAR_KERNELS];
+  const int n = c->node_size, q = c->node_rank;
+  const int right = c->rank_of[(q + 1) % n], left = c->rank_of[(q + n - 1) % n];
+  vmmipc_result_t r = VMMIPC_SUCCESS;
+  for (int i = 0; i < rounds && !r; i++) {
+    if (fig == BAR_MEMOPS || fig == BAR_KERNELS) {
+      r = vmmipc_win_barrier(w, t->st);
+      continue;
+    }
+    uint64_t v = ++t->value;
+    if (q == 0) r = vmmipc_win_signal(w, right, v, t->st);
+    if (!r) r = vmmipc_win_wait(w, left, v, t->st);
+    if (!r && q != 0) r = vmmipc_win_signal(w, right, v, t->st);
+  }
+  return r;
+}
+
+/* The failure value into this rank's part of both slices, through the
+ * pool's private stream: every wait of the trial reads this rank's part. */
+static void release(trial_t *t) {
+  struct vmmipc__pool *p = t->c->pool;
+  size_t words = 2 * (size_t)p->per_win;
+  uint64_t *v = malloc(words * 8);
+  if (!v) return;
+  for (size_t i = 0; i < words; i++) v[i] = VMMIPC_SIGNAL_FAILED;
+  pthread_mutex_lock(&p->mu);
+  if (!t->cu->cuMemcpyHtoDAsync(p->base[t->c->node_rank], v, words * 8, p->stream))
+    (void)t->cu->cuStreamSynchronize(p->stream);
+  pthread_mutex_unlock(&p->mu);
+  free(v);
+}
+
+/* Waits for t->st until the call's deadline; on a timeout or an abort,
+ * releases this rank's waits and drains the stream. */
+static vmmipc_result_t drain(trial_t *t) {
+  struct vmmipc_comm *c = t->c;
+  int64_t deadline = vmmipc__step_deadline(c);
+  for (;;) {
+    CUresult rc = t->cu->cuStreamQuery(t->st);
+    if (rc == CUDA_SUCCESS) return VMMIPC_SUCCESS;
+    if (rc != CUDA_ERROR_NOT_READY) return vmmipc__cu_error(rc, NULL, "%s: auto's trial: cuStreamQuery", t->op);
+    int aborted = __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE);
+    if (aborted || vmmipc__now_ms() > deadline) {
+      release(t);
+      (void)t->cu->cuStreamSynchronize(t->st);
+      if (aborted) return vmmipc__aborted_here(c, t->op, "");
+      return vmmipc__error(VMMIPC_ERR_TIMEOUT,
+                           "%s: auto's trial of the host-sync paths timed out: a rank of this node stopped taking "
+                           "part (rank %d waited for its ring and barriers)",
+                           t->op, c->rank);
+    }
+    sched_yield();
+  }
+}
+
+/* One stage: `rounds` of each figure not ruled out, timed here; then the
+ * node's slowest rank's figures in all_ns. After a failure (`r`) the
+ * allgather only: the node's ranks stay in step. */
+static vmmipc_result_t stage(trial_t *t, vmmipc_result_t r, int rounds, const int *skip, struct trial_rec *mine,
+                             uint64_t *all_ns, int *failed) {
+  struct vmmipc_comm *c = t->c;
+  memset(mine->ns, 0, sizeof mine->ns);
+  for (int f = 0; f < FIGS && !r; f++) {
+    int path = f == SIG_KERNELS || f == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
+    if (skip[f] || (mine->failed & path) || (f >= BAR_MEMOPS && c->node_size < 2)) continue;
+    double t0 = vmmipc__now();
+    vmmipc_result_t e = enqueue(t, f, rounds);
+    r = drain(t);
+    if (!r && e) mine->failed |= path; /* a refused launch or operation: that path is out */
+    double per = rounds * (f < BAR_MEMOPS ? c->node_size : 1);
+    if (!r && !e) mine->ns[f] = (uint64_t)((vmmipc__now() - t0) * 1e9 / per) + 1;
+  }
+  struct trial_rec *all = NULL;
+  vmmipc__error_saved_t first; /* a failure here is what the call reports, not the allgather's after it */
+  if (r) vmmipc__error_save(&first);
+  vmmipc_result_t g = vmmipc__sync_allgather(c, mine, sizeof *mine, (void **)&all, "host-sync trial figures", t->op);
+  if (r) vmmipc__error_restore(&first);
+  if (!r) r = g;
+  for (int q = 0; all && q < c->node_size; q++) {
+    *failed |= all[q].failed;
+    for (int f = 0; f < FIGS; f++)
+      if (all[q].ns[f] > all_ns[f]) all_ns[f] = all[q].ns[f];
+  }
+  free(all);
+  return r;
+}
+
+/* Kernels where at least 5% faster. */
+static int pick(uint64_t memops, uint64_t kernels, int failed) {
+  if (failed & VMMIPC__PATH_KERNELS) return VMMIPC__PATH_MEMOPS;
+  if (failed & VMMIPC__PATH_MEMOPS) return VMMIPC__PATH_KERNELS;
+  return kernels && kernels * 100 <= memops * 95 ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
+}
+
+/* Both stages (their allgathers even after a failure, `r`), then the
+ * picks. */
+static vmmipc_result_t measure(trial_t *t, vmmipc_result_t r, struct trial_rec *mine) {
+  struct vmmipc_comm *c = t->c;
+  struct vmmipc__sync *s = c->pool->sync;
+  uint64_t ns[FIGS] = {0};
+  int failed = 0, skip[FIGS] = {0};
+  for (int f = 0; f < FIGS && !r; f++) { /* first launches and loads: untimed */
+    vmmipc_result_t e = enqueue(t, f, WARM);
+    r = drain(t);
+    if (!r && e) mine->failed |= f == SIG_KERNELS || f == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
+  }
+  r = stage(t, r, 1, skip, mine, ns, &failed);
+  for (int f = 0; !r && f < FIGS; f += 2) { /* orders of magnitude apart: no need for more */
+    uint64_t m = ns[f], k = ns[f + 1];
+    skip[f] = skip[f + 1] = (m && k && (m >= ORDERS_APART * k || k >= ORDERS_APART * m)) || (failed & 3);
+  }
+  /* Stage 2 takes at most a quarter of the comm's timeout, by stage 1's
+   * figures (the same on every node rank, so are the rounds). */
+  uint64_t per_round = 0, budget = (uint64_t)c->timeout_ms * 250000u;
+  for (int f = 0; f < FIGS; f++)
+    if (!skip[f]) per_round += ns[f] * (uint64_t)(f < BAR_MEMOPS ? c->node_size : 1);
+  int rounds = per_round && budget / per_round < ROUNDS ? (int)(budget / per_round) : ROUNDS;
+  if (rounds < 2)
+    for (int f = 0; f < FIGS; f++) skip[f] = 1;
+  uint64_t more[FIGS] = {0};
+  r = stage(t, r, rounds, skip, mine, more, &failed);
+  if (r) return r;
+  for (int f = 0; f < FIGS; f++)
+    if (!skip[f]) ns[f] = more[f];
+  s->path = pick(ns[SIG_MEMOPS], ns[SIG_KERNELS], failed);
+  s->barrier_path = c->node_size < 2 ? s->path : pick(ns[BAR_MEMOPS], ns[BAR_KERNELS], failed);
+  c->sync_path = s->path;
+  c->sync_barrier_path = s->barrier_path;
+  c->sync_by = failed ? VMMIPC_SYNC_BY_SUPPORT : VMMIPC_SYNC_BY_TRIAL;
+  memcpy(c->sync_trial_ns, ns, sizeof ns);
+  return VMMIPC_SUCCESS;
+}
+
+vmmipc_result_t vmmipc__sync_trial(struct vmmipc_comm *c, struct vmmipc__pool *p, vmmipc_result_t local,
+                                   const char *op) {
+  trial_t t;
+  memset(&t, 0, sizeof t);
+  t.c = c;
+  t.op = op;
+  struct vmmipc__pool *held = c->pool;
+  vmmipc_buf_t *peers = NULL;
+  vmmipc__relaxed_t relaxed;
+  int relax = 0;
+  /* What the trial needs, made before the node's ranks tell they are ready. */
+  vmmipc_result_t prep = local;
+  int able = !local && p->slices >= 2; /* a pool of one window (a test's cap) keeps memory operations */
+  if (able) {
+    c->pool = p; /* the calls find the pool through the comm; published for real after the agreement */
+    peers = calloc((size_t)c->node_size * 2, sizeof *peers);
+    if (!peers) prep = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: auto's trial", op);
+  }
+  if (able && !prep) prep = vmmipc__cu_load(&t.cu);
+  for (int i = 0; able && i < 2 && !prep; i++) {
+    t.w[i].comm = c;
+    t.w[i].slice = i;
+    t.w[i].peers = peers + (size_t)i * (size_t)c->node_size; /* none: vmmipc_win_query answers NULL */
+    t.w[i].forced_path = i ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
+    prep = vmmipc__sync_win_ready(c, i, op);
+  }
+  if (able && !prep) {
+    relax = 1;
+    vmmipc__capture_relax(t.cu, &relaxed); /* a user's capture on another stream goes on */
+    CUresult rc = t.cu->cuStreamCreate(&t.st, CU_STREAM_NON_BLOCKING);
+    if (rc) prep = vmmipc__cu_error(rc, NULL, "%s: auto's trial: cuStreamCreate", op);
+  }
+  /* Whether every node rank is here and ready: else none measures. */
+  struct trial_rec mine, *all = NULL;
+  memset(&mine, 0, sizeof mine);
+  mine.ready = able && !prep;
+  vmmipc_result_t r = vmmipc__sync_allgather(c, &mine, sizeof mine, (void **)&all, "host-sync trial records", op);
+  int ready = !r;
+  for (int q = 0; all && q < c->node_size; q++) ready &= all[q].ready;
+  free(all);
+  if (ready && VMMIPC__INJECT("trial")) /* a rank that stops taking part (its process stalls or dies) */
+    r = vmmipc__error(VMMIPC_ERR_SYSTEM, "%s: auto's trial: left out (injected)", op);
+  else if (ready)
+    r = measure(&t, VMMIPC_SUCCESS, &mine); /* every node rank runs both stages' allgathers */
+  if (t.st) t.cu->cuStreamDestroy(t.st);
+  if (relax) vmmipc__capture_restore(t.cu, &relaxed);
+  for (int i = 0; i < 2; i++) vmmipc__windev_free(&t.w[i]);
+  free(peers);
+  if (c->pool == p) {
+    vmmipc__pool_give_zeroed(c, 0);
+    vmmipc__pool_give_zeroed(c, 1);
+  }
+  c->pool = held;
+  /* A rank that was not ready fails the pool's agreement with its own error. */
+  return local ? local : prep ? prep : r;
+}
