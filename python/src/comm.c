@@ -342,13 +342,21 @@ static PyObject *comm_stats(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
   int pending = 0;
   for (vmp_pending *p = self->pending; p; p = p->next) pending++;
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:i,s:K,s:i}", "map_cache_hits",
+  static const char *const paths[] = {NULL, "memops", "kernel"}, *const by[] = {NULL, "setting", "support", "trial"};
+  int sp = s.sync_path >= 1 && s.sync_path <= 2 ? s.sync_path : 0;
+  int bp = s.sync_barrier_path >= 1 && s.sync_barrier_path <= 2 ? s.sync_barrier_path : 0;
+  int db = s.sync_decided_by >= 1 && s.sync_decided_by <= 3 ? s.sync_decided_by : 0;
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:i,s:K,s:i,s:z,s:z,s:z,s:(KK),s:(KK)}", "map_cache_hits",
                        (unsigned long long)s.map_cache_hits, "map_cache_misses", (unsigned long long)s.map_cache_misses,
                        "stale_frames", (unsigned long long)s.stale_frames, "map_cache_bytes",
                        (unsigned long long)s.map_cache_bytes, "refused", (unsigned long long)s.refused,
                        "map_cache_idle", s.map_cache_idle, "open_windows", s.open_windows, "broken",
                        s.broken ? Py_True : Py_False, "released", s.released, "released_freed",
-                       (unsigned long long)s.released_freed, "collected_waiting", pending);
+                       (unsigned long long)s.released_freed, "collected_waiting", pending, "sync_path", paths[sp],
+                       "sync_barrier_path", paths[bp], "sync_decided_by", by[db], "trial_signal_ns",
+                       (unsigned long long)s.trial_signal_memops_ns, (unsigned long long)s.trial_signal_kernels_ns,
+                       "trial_barrier_ns", (unsigned long long)s.trial_barrier_memops_ns,
+                       (unsigned long long)s.trial_barrier_kernels_ns);
 }
 
 static PyObject *comm_get_rank(VmpComm *self, void *Py_UNUSED(c)) { return PyLong_FromLong(self->rank); }
@@ -384,7 +392,9 @@ static PyMethodDef comm_methods[] = {
     {"stats", (PyCFunction)comm_stats, METH_NOARGS,
      "stats()\n--\n\nLocal: counters of the comm (a dict: mapping cache, open windows, broken; released: windows "
      "and heaps released here by the garbage collector and not freed yet; released_freed: those freed so far; "
-     "collected_waiting: collected windows whose device work is not done yet, not released)."},
+     "collected_waiting: collected windows whose device work is not done yet, not released; sync_path, "
+     "sync_barrier_path: 'memops' or 'kernel' once the first window made them (else None), sync_decided_by: "
+     "'setting', 'support' or 'trial'; trial_signal_ns, trial_barrier_ns: auto's figures, memops and kernel)."},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef comm_getset[] = {

@@ -1,4 +1,6 @@
 """vmmipc.Comm: creation from mpi4py, context manager, close, errors, abort."""
+import os
+
 import pytest
 from mpi4py import MPI
 
@@ -117,3 +119,25 @@ def test_bad_argument_on_one_rank_fails_the_peers_at_once(comm):
     with comm.allgather_map(None) as win:     # the comm is still usable
         assert win.query(RANK) == (0, 0)
     assert all_true(RANK == 0 or got == (vmmipc.Result.INVALID_ARG, 0)), got
+
+
+def test_stats_report_the_host_sync_paths(comm):
+    # Decided with the comm's first window: by VMMIPC_SYNC, by support, or
+    # under auto by the trial, whose figures the picks follow (kernels where
+    # at least 5% faster).
+    win = comm.allgather_map(None)
+    st = comm.stats()
+    win.close()
+    assert st["sync_path"] in ("memops", "kernel")
+    assert st["sync_barrier_path"] in ("memops", "kernel")
+    mode = os.environ.get("VMMIPC_SYNC", "auto") or "auto"
+    if mode != "auto":
+        assert st["sync_decided_by"] == "setting" and st["sync_path"] == mode
+    elif st["sync_decided_by"] == "trial":
+        (sm, sk), (bm, bk) = st["trial_signal_ns"], st["trial_barrier_ns"]
+        assert sm > 0 and sk > 0
+        assert (st["sync_path"] == "kernel") == (sk * 100 <= sm * 95)
+        if bm and bk:
+            assert (st["sync_barrier_path"] == "kernel") == (bk * 100 <= bm * 95)
+    else:
+        assert st["sync_decided_by"] == "support"
