@@ -424,6 +424,17 @@ TEST_F(DeviceTimeout, ARankLeavingTheTrialFailsTheFirstWindowInTime) {
     KernelCounts(nullptr, &host1, nullptr);
     EXPECT_EQ(host1, host0) << "the pool's alarm and records go with it";
   }
+  vmmipc_comm_stats_t cs = VMMIPC_COMM_STATS_INIT;
+  ASSERT_VMM_OK(vmmipc_comm_stats(c_, &cs));
+  EXPECT_EQ(cs.sync_path, 0) << "no pool, no path";
+  EXPECT_EQ(cs.sync_decided_by, 0);
+  // Every node rank made the same MPI steps: the comm's next window, with
+  // its trial, works (a rank that made fewer would leave the node comm's
+  // collectives unmatched, and MPI would fail the job here).
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  ASSERT_VMM_OK(vmmipc_comm_stats(c_, &cs));
+  EXPECT_EQ(cs.sync_decided_by, VMMIPC_SYNC_BY_TRIAL);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

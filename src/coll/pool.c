@@ -147,6 +147,8 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
   vmmipc__coll_done(c, r);
   if (r) {
     vmmipc__pool_destroy(p, n);
+    c->sync_path = c->sync_barrier_path = c->sync_by = 0; /* no pool: no path yet (stats) */
+    memset(c->sync_trial_ns, 0, sizeof c->sync_trial_ns);
     return r;
   }
   for (int q = 0; q < n; q++) p->base[q] = q == c->node_rank ? (p->local ? p->local->base : 0) : p->peer[q]->base;

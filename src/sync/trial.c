@@ -27,6 +27,7 @@
  * its stream before it); both are handed back owed a zeroing, which the
  * next take of them does. */
 #include <sched.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,7 @@ struct trial_rec {
   int32_t ready;  /* 1: reached the trial with nothing failed so far */
   int32_t failed; /* bit per path (VMMIPC__PATH_*) that failed here */
   uint64_t ns[FIGS];
+  int64_t left_ms; /* of the call's bound, after the stage */
 };
 
 typedef struct {
@@ -78,37 +80,52 @@ static vmmipc_result_t enqueue(trial_t *t, int fig, int rounds) {
  * pool's private stream: every wait of the trial reads this rank's part. */
 static void release(trial_t *t) {
   struct vmmipc__pool *p = t->c->pool;
+  uint64_t v[512]; /* copied from synchronously, chunk by chunk: no allocation to fail */
+  for (size_t i = 0; i < sizeof v / sizeof *v; i++) v[i] = VMMIPC_SIGNAL_FAILED;
   size_t words = 2 * (size_t)p->per_win;
-  uint64_t *v = malloc(words * 8);
-  if (!v) return;
-  for (size_t i = 0; i < words; i++) v[i] = VMMIPC_SIGNAL_FAILED;
   pthread_mutex_lock(&p->mu);
-  if (!t->cu->cuMemcpyHtoDAsync(p->base[t->c->node_rank], v, words * 8, p->stream))
-    (void)t->cu->cuStreamSynchronize(p->stream);
+  for (size_t at = 0; at < words; at += sizeof v / sizeof *v) {
+    size_t n = words - at < sizeof v / sizeof *v ? words - at : sizeof v / sizeof *v;
+    if (t->cu->cuMemcpyHtoDAsync(p->base[t->c->node_rank] + at * 8, v, n * 8, p->stream) ||
+        t->cu->cuStreamSynchronize(p->stream))
+      break;
+  }
   pthread_mutex_unlock(&p->mu);
-  free(v);
 }
 
 /* Waits for t->st until the call's deadline; on a timeout or an abort,
  * releases this rank's waits and drains the stream. */
 static vmmipc_result_t drain(trial_t *t) {
   struct vmmipc_comm *c = t->c;
-  int64_t deadline = vmmipc__step_deadline(c);
+  int64_t deadline = vmmipc__step_deadline(c), started = vmmipc__now_ms();
+  int released = 0;
   for (;;) {
     CUresult rc = t->cu->cuStreamQuery(t->st);
-    if (rc == CUDA_SUCCESS) return VMMIPC_SUCCESS;
-    if (rc != CUDA_ERROR_NOT_READY) return vmmipc__cu_error(rc, NULL, "%s: auto's trial: cuStreamQuery", t->op);
+    if (rc == CUDA_SUCCESS && !released) return VMMIPC_SUCCESS;
+    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_NOT_READY)
+      return vmmipc__cu_error(rc, NULL, "%s: auto's trial: cuStreamQuery", t->op);
     int aborted = __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE);
-    if (aborted || vmmipc__now_ms() > deadline) {
-      release(t);
-      (void)t->cu->cuStreamSynchronize(t->st);
+    int64_t now = vmmipc__now_ms();
+    if (released && (rc == CUDA_SUCCESS || now > deadline)) {
       if (aborted) return vmmipc__aborted_here(c, t->op, "");
+      const int n = c->node_size, left = c->rank_of[(c->node_rank + n - 1) % n];
       return vmmipc__error(VMMIPC_ERR_TIMEOUT,
                            "%s: auto's trial of the host-sync paths timed out: a rank of this node stopped taking "
-                           "part (rank %d waited for its ring and barriers)",
-                           t->op, c->rank);
+                           "part (rank %d waited in the ring for rank %d, or in a barrier)%s",
+                           t->op, c->rank, left, rc == CUDA_SUCCESS ? "" : "; its stream is still busy");
     }
-    sched_yield();
+    if (aborted || now > deadline) { /* its own waits released; a late write may re-arm one: again */
+      release(t);
+      if (!released) deadline = now + c->timeout_ms;
+      released = 1;
+    }
+    /* Back off once it takes long: a path that time-slices need not be timed to the microsecond. */
+    if (now - started < 2) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, 100000};
+      nanosleep(&ts, NULL);
+    }
   }
 }
 
@@ -116,12 +133,20 @@ static vmmipc_result_t drain(trial_t *t) {
  * node's slowest rank's figures in all_ns. After a failure (`r`) the
  * allgather only: the node's ranks stay in step. */
 static vmmipc_result_t stage(trial_t *t, vmmipc_result_t r, int rounds, const int *skip, struct trial_rec *mine,
-                             uint64_t *all_ns, int *failed) {
+                             uint64_t *all_ns, int *failed, int64_t *left_ms) {
   struct vmmipc_comm *c = t->c;
   memset(mine->ns, 0, sizeof mine->ns);
   for (int f = 0; f < FIGS && !r; f++) {
     int path = f == SIG_KERNELS || f == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
     if (skip[f] || (mine->failed & path) || (f >= BAR_MEMOPS && c->node_size < 2)) continue;
+    /* An untimed round first: the ranks leave the allgather before it unevenly. */
+    vmmipc_result_t e0 = enqueue(t, f, 1);
+    r = drain(t);
+    if (r) break;
+    if (e0) {
+      mine->failed |= path;
+      continue;
+    }
     double t0 = vmmipc__now();
     vmmipc_result_t e = enqueue(t, f, rounds);
     r = drain(t);
@@ -130,13 +155,17 @@ static vmmipc_result_t stage(trial_t *t, vmmipc_result_t r, int rounds, const in
     if (!r && !e) mine->ns[f] = (uint64_t)((vmmipc__now() - t0) * 1e9 / per) + 1;
   }
   struct trial_rec *all = NULL;
+  /* Aborted: no further call on the comm will match anything on the node. */
+  if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) return r ? r : vmmipc__aborted_here(c, t->op, "");
   vmmipc__error_saved_t first; /* a failure here is what the call reports, not the allgather's after it */
   if (r) vmmipc__error_save(&first);
+  mine->left_ms = vmmipc__step_deadline(c) - vmmipc__now_ms();
   vmmipc_result_t g = vmmipc__sync_allgather(c, mine, sizeof *mine, (void **)&all, "host-sync trial figures", t->op);
   if (r) vmmipc__error_restore(&first);
   if (!r) r = g;
   for (int q = 0; all && q < c->node_size; q++) {
     *failed |= all[q].failed;
+    if (left_ms && (q == 0 || all[q].left_ms < *left_ms)) *left_ms = all[q].left_ms; /* the node's least */
     for (int f = 0; f < FIGS; f++)
       if (all[q].ns[f] > all_ns[f]) all_ns[f] = all[q].ns[f];
   }
@@ -155,7 +184,6 @@ static int pick(uint64_t memops, uint64_t kernels, int failed) {
  * picks. */
 static vmmipc_result_t measure(trial_t *t, vmmipc_result_t r, struct trial_rec *mine) {
   struct vmmipc_comm *c = t->c;
-  struct vmmipc__sync *s = c->pool->sync;
   uint64_t ns[FIGS] = {0};
   int failed = 0, skip[FIGS] = {0};
   for (int f = 0; f < FIGS && !r; f++) { /* first launches and loads: untimed */
@@ -163,22 +191,27 @@ static vmmipc_result_t measure(trial_t *t, vmmipc_result_t r, struct trial_rec *
     r = drain(t);
     if (!r && e) mine->failed |= f == SIG_KERNELS || f == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
   }
-  r = stage(t, r, 1, skip, mine, ns, &failed);
+  int64_t left_ms = 0;
+  r = stage(t, r, 1, skip, mine, ns, &failed, &left_ms);
   for (int f = 0; !r && f < FIGS; f += 2) { /* orders of magnitude apart: no need for more */
     uint64_t m = ns[f], k = ns[f + 1];
     skip[f] = skip[f + 1] = (m && k && (m >= ORDERS_APART * k || k >= ORDERS_APART * m)) || (failed & 3);
   }
-  /* Stage 2 takes at most a quarter of the comm's timeout, by stage 1's
-   * figures (the same on every node rank, so are the rounds). */
+  /* Stage 2 takes at most a quarter of the comm's timeout and half of what
+   * the slowest rank had left of the call, by stage 1's figures (all the
+   * same on every node rank, so are the rounds). */
   uint64_t per_round = 0, budget = (uint64_t)c->timeout_ms * 250000u;
+  if (left_ms < 0) left_ms = 0;
+  if ((uint64_t)left_ms * 500000u < budget) budget = (uint64_t)left_ms * 500000u; /* half what is left */
   for (int f = 0; f < FIGS; f++)
     if (!skip[f]) per_round += ns[f] * (uint64_t)(f < BAR_MEMOPS ? c->node_size : 1);
   int rounds = per_round && budget / per_round < ROUNDS ? (int)(budget / per_round) : ROUNDS;
   if (rounds < 2)
     for (int f = 0; f < FIGS; f++) skip[f] = 1;
   uint64_t more[FIGS] = {0};
-  r = stage(t, r, rounds, skip, mine, more, &failed);
+  r = stage(t, r, rounds, skip, mine, more, &failed, NULL);
   if (r) return r;
+  struct vmmipc__sync *s = c->pool->sync;
   for (int f = 0; f < FIGS; f++)
     if (!skip[f]) ns[f] = more[f];
   s->path = pick(ns[SIG_MEMOPS], ns[SIG_KERNELS], failed);
@@ -226,14 +259,21 @@ vmmipc_result_t vmmipc__sync_trial(struct vmmipc_comm *c, struct vmmipc__pool *p
   struct trial_rec mine, *all = NULL;
   memset(&mine, 0, sizeof mine);
   mine.ready = able && !prep;
+  vmmipc__error_saved_t first; /* this rank's failure is what the call reports */
+  if (prep) vmmipc__error_save(&first);
   vmmipc_result_t r = vmmipc__sync_allgather(c, &mine, sizeof mine, (void **)&all, "host-sync trial records", op);
+  if (prep) vmmipc__error_restore(&first);
   int ready = !r;
   for (int q = 0; all && q < c->node_size; q++) ready &= all[q].ready;
   free(all);
-  if (ready && VMMIPC__INJECT("trial")) /* a rank that stops taking part (its process stalls or dies) */
-    r = vmmipc__error(VMMIPC_ERR_SYSTEM, "%s: auto's trial: left out (injected)", op);
-  else if (ready)
-    r = measure(&t, VMMIPC_SUCCESS, &mine); /* every node rank runs both stages' allgathers */
+  /* Every node rank makes the same MPI steps, three allgathers, whatever
+   * failed where: one that made fewer would leave the node comm's
+   * collectives unmatched for every later call. A rank that does not
+   * measure posts both stages' allgathers with nothing timed. */
+  int injected = ready && VMMIPC__INJECT("trial"); /* a rank that fails mid-trial, as a refused call would */
+  if (injected) r = vmmipc__error(VMMIPC_ERR_SYSTEM, "%s: auto's trial: left out (injected)", op);
+  vmmipc_result_t m = measure(&t, ready && !injected ? VMMIPC_SUCCESS : r ? r : VMMIPC_ERR_PEER, &mine);
+  if (ready && !injected) r = m;
   if (t.st) t.cu->cuStreamDestroy(t.st);
   if (relax) vmmipc__capture_restore(t.cu, &relaxed);
   for (int i = 0; i < 2; i++) vmmipc__windev_free(&t.w[i]);
