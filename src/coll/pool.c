@@ -134,10 +134,8 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
   free(all);
   /* auto's measurement of the host-sync paths (sync/trial.c), on the
    * imported pool; its failure is this step's. */
-  if (trial) {
-    for (int q = 0; !local && q < n; q++) p->base[q] = q == c->node_rank ? p->local->base : p->peer[q]->base;
-    local = vmmipc__sync_trial(c, p, local, op);
-  }
+  for (int q = 0; !local && q < n; q++) p->base[q] = q == c->node_rank ? p->local->base : p->peer[q]->base;
+  if (trial) local = vmmipc__sync_trial(c, p, local, op);
   /* Its failures are the user's call's ("<op> failed on rank R ..."), with
    * no prefix of their own: the pool is an internal step of that call, and
    * a rank missing from it is missing from the call. Flagged (pool): a
@@ -147,12 +145,14 @@ vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {
   vmmipc__coll_done(c, r);
   if (r) {
     vmmipc__pool_destroy(p, n);
-    c->sync_path = c->sync_barrier_path = c->sync_by = 0; /* no pool: no path yet (stats) */
-    memset(c->sync_trial_ns, 0, sizeof c->sync_trial_ns);
     return r;
   }
-  for (int q = 0; q < n; q++) p->base[q] = q == c->node_rank ? (p->local ? p->local->base : 0) : p->peer[q]->base;
   c->pool = p;
+  /* What the stats report of the paths, now that they hold. */
+  c->sync_path = p->sync->path;
+  c->sync_barrier_path = p->sync->barrier_path;
+  c->sync_by = p->sync->by;
+  memcpy(c->sync_trial_ns, p->sync->trial_ns, sizeof c->sync_trial_ns);
   c->pool_free = vmmipc__pool_destroy;
   c->release = vmmipc__sync_release;
   c->check = vmmipc__sync_check;

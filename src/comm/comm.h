@@ -81,8 +81,9 @@ struct vmmipc_comm {
   struct vmmipc__pool *pool;      /* signal pads of this comm's windows, made with the first window */
   void (*pool_free)(struct vmmipc__pool *, int node_size); /* set by whoever made the pool (coll) */
   vmmipc_timing_t timing;  /* phases of the last collective */
-  /* The host-sync paths and how they were picked, set with the pool
-   * (sync/setup.c, sync/trial.c) for vmmipc_comm_stats: VMMIPC_SYNC_PATH_*,
+  /* The host-sync paths and how they were picked, copied when the pool is
+   * made (coll/pool.c, from sync/setup.c and sync/trial.c) for
+   * vmmipc_comm_stats: VMMIPC_SYNC_PATH_*,
    * VMMIPC_SYNC_BY_*, and the trial's ns (signal memops, kernels; barrier
    * memops, kernels). */
   int sync_path, sync_barrier_path, sync_by;

@@ -150,22 +150,15 @@ static vmmipc_result_t decide(struct vmmipc_comm *c, const struct path_info *all
     one_gpu &= memcmp(all[a].gpu, all[0].gpu, sizeof all[a].gpu) == 0 &&
                memcmp(all[a].gpu, unknown, sizeof unknown) != 0;
   }
-  /* Under auto with both paths usable everywhere, trial.c measures them
-   * next; memory operations until then. */
-  c->sync_by = all[0].mode != VMMIPC__MODE_AUTO ? VMMIPC_SYNC_BY_SETTING : VMMIPC_SYNC_BY_SUPPORT;
-  if (all[0].mode == VMMIPC__MODE_KERNEL)
-    s->path = VMMIPC__PATH_KERNELS; /* a rank whose kernels did not load fails its calls, saying why */
-  else if (all[0].mode == VMMIPC__MODE_MEMOPS || !kernels)
-    s->path = VMMIPC__PATH_MEMOPS;
-  else if (!memops)
-    s->path = VMMIPC__PATH_KERNELS;
-  else
-    s->path = VMMIPC__PATH_MEMOPS;
+  /* kernel is obeyed (a rank whose kernels did not load fails its calls,
+   * saying why); auto takes the one path usable everywhere, and where both
+   * are, trial.c measures them next (memory operations until then). */
+  s->by = all[0].mode != VMMIPC__MODE_AUTO ? VMMIPC_SYNC_BY_SETTING : VMMIPC_SYNC_BY_SUPPORT;
+  int auto_kernels = all[0].mode == VMMIPC__MODE_AUTO && kernels && !memops;
+  s->path = all[0].mode == VMMIPC__MODE_KERNEL || auto_kernels ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
   s->barrier_path = s->path;
   s->shape = all[0].shape;
   s->scope = one_gpu && !sys ? VMMIPC_DEV_SCOPE_GPU : VMMIPC_DEV_SCOPE_SYS;
-  c->sync_path = s->path;
-  c->sync_barrier_path = s->barrier_path;
   return VMMIPC_SUCCESS;
 }
 

@@ -35,6 +35,8 @@ struct vmmipc__sync {
   int path;                        /* VMMIPC__PATH_* of signal and wait: the same on every node rank */
   int barrier_path;                /* VMMIPC__PATH_* of the host-API barrier: likewise */
   int shape;                       /* VMMIPC__BAR_*: the same on every node rank */
+  int by;                          /* VMMIPC_SYNC_BY_*: how path and barrier_path were picked */
+  uint64_t trial_ns[4];            /* auto's trial (trial.c): signal memops, kernels; barrier memops, kernels */
   uint32_t scope;                  /* VMMIPC_DEV_SCOPE_GPU or _SYS: the windows' vmmipc_win_device_t.scope */
   size_t words;                    /* 8-byte words of one window's device arrays */
   int nchunks;

@@ -216,10 +216,8 @@ static vmmipc_result_t measure(trial_t *t, vmmipc_result_t r, struct trial_rec *
     if (!skip[f]) ns[f] = more[f];
   s->path = pick(ns[SIG_MEMOPS], ns[SIG_KERNELS], failed);
   s->barrier_path = c->node_size < 2 ? s->path : pick(ns[BAR_MEMOPS], ns[BAR_KERNELS], failed);
-  c->sync_path = s->path;
-  c->sync_barrier_path = s->barrier_path;
-  c->sync_by = failed ? VMMIPC_SYNC_BY_SUPPORT : VMMIPC_SYNC_BY_TRIAL;
-  memcpy(c->sync_trial_ns, ns, sizeof ns);
+  s->by = failed ? VMMIPC_SYNC_BY_SUPPORT : VMMIPC_SYNC_BY_TRIAL;
+  memcpy(s->trial_ns, ns, sizeof ns);
   return VMMIPC_SUCCESS;
 }
 
