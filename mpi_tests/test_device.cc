@@ -438,6 +438,84 @@ TEST_F(DeviceTimeout, ARankLeavingTheTrialFailsTheFirstWindowInTime) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// Whether this job's comms run auto's trial (both paths usable, auto).
+bool TrialRuns() {
+  const std::string mode = Env("VMMIPC_SYNC");
+  return (mode.empty() || mode == "auto") && KernelsLoad() &&
+         Env("VMMIPC_STANDIN_CAPS").find("nomemops") == std::string::npos;
+}
+
+class DeviceTrial : public Device {
+ protected:
+  void SetUp() override { Make(6000); }
+};
+
+// The driver refuses one of the trial's calls on one node rank (a launch
+// or a batch): node rank 1's nth barrier of the trial fails as refused (2:
+// the kernel path's, in the warm-up; 4: memory operations', in the first
+// timed round). That path is out on every node rank, none waits for the
+// refused rank's signals or arrivals, and the node goes on with the other
+// path: the first window succeeds (it used to fail with a timeout), by
+// support, its slots read 0, and its barrier works.
+TEST_F(DeviceTrial, APathRefusedOnOneRankLeavesTheOtherOnEveryNodeRank) {
+  if (!TrialRuns() || !vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "no trial here (a setting, or a node of one rank)";
+  for (int nth : {2, 4}) {
+    SCOPED_TRACE("barrier " + std::to_string(nth) + " of the trial refused on node rank 1");
+    vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+    cfg.timeout_ms = 6000;
+    vmmipc_comm_t c = nullptr;
+    ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+    if (n_ >= 2 && me_ == 1) vmmipc__test_fail_at("barrier_batch", nth);
+    vmmipc_win_t w = nullptr;
+    vmmipc_result_t r = vmmipc_allgather_map(c, nullptr, nullptr, &w);
+    vmmipc__test_fail_at(nullptr, 0);
+    ASSERT_VMM_OK(r);
+    vmmipc_comm_stats_t cs = VMMIPC_COMM_STATS_INIT;
+    ASSERT_VMM_OK(vmmipc_comm_stats(c, &cs));
+    if (n_ >= 2) {
+      const int other = nth == 2 ? VMMIPC_SYNC_PATH_MEMOPS : VMMIPC_SYNC_PATH_KERNELS;
+      EXPECT_EQ(cs.sync_decided_by, VMMIPC_SYNC_BY_SUPPORT);
+      EXPECT_EQ(cs.sync_path, other);
+      EXPECT_EQ(cs.sync_barrier_path, other);
+    }
+    vmmipc_win_device_t d;
+    ASSERT_VMM_OK(vmmipc_win_device(w, &d));
+    auto in = Read(d.signal_in, d.nranks);
+    std::vector<uint64_t> slots(3 * static_cast<size_t>(n_), 1);
+    ASSERT_EQ(dtoh(slots.data(), reinterpret_cast<CUdeviceptr>(in[ranks_[0]]), slots.size() * 8), CUDA_SUCCESS);
+    for (size_t i = 0; i < slots.size(); i++) EXPECT_EQ(slots[i], 0u) << "slot " << i;
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_VMM_OK(vmmipc_win_barrier(w, s_));
+    EXPECT_EQ(streamSync(s_), CUDA_SUCCESS);
+    EXPECT_VMM_OK(vmmipc_win_free(w));
+    EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+  }
+}
+
+// A node rank aborts its comm in auto's trial (as another thread's
+// vmmipc_comm_abort could): its node peers stop waiting for it when its
+// END frame comes, not at the comm's timeout (6 s here; the pool's
+// agreement after the trial takes a grace, 1.2 s, on every rank), and the
+// first window fails with VMMIPC_ERR_ABORTED naming it.
+TEST_F(DeviceTrial, ARankAbortingInTheTrialFailsTheFirstWindowAtOnce) {
+  if (!TrialRuns() || !vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "no trial here (a setting, or a node of one rank)";
+  if (n_ >= 2 && me_ == 1) vmmipc__test_fail_at("trial_abort", 1);
+  vmmipc_win_t w = nullptr;
+  auto t0 = std::chrono::steady_clock::now();
+  vmmipc_result_t r = vmmipc_allgather_map(c_, nullptr, nullptr, &w);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string msg = vmmipc_last_error();
+  vmmipc__test_fail_at(nullptr, 0);
+  EXPECT_EQ(w, nullptr);
+  EXPECT_NE(r, VMMIPC_SUCCESS) << msg;
+  EXPECT_LT(s, 3.0) << "the abort ended the waits, not the 6 s timeout: " << msg;
+  if (n_ >= 2) {
+    EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << msg;
+    EXPECT_NE(msg.find("rank " + std::to_string(ranks_[1])), std::string::npos) << msg;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // A barrier that one rank never enters times out on the others with a
 // barrier record naming a rank that did not arrive; the comm fails.
 TEST_F(DeviceTimeout, ABarrierWithoutAPeerIsRecorded) {

@@ -33,7 +33,8 @@ extern "C" {
  * refuses the next stream batch of a memory-operation barrier, or the next
  * host-API barrier kernel's launch, with CUDA_ERROR_INVALID_HANDLE, as for
  * a destroyed stream), "trial" (this rank leaves auto's trial of the
- * host-sync paths right after every node rank said it was ready). At the
+ * host-sync paths right after every node rank said it was ready),
+ * "trial_abort" (this rank aborts its comm at that point). At the
  * collector of an agreement (comm/agree.c): "verdict" (it stalls 1.5 x the
  * timeout between deciding and announcing), "verdict_slow" /
  * "verdict_stuck" (after sending rank 1 its verdict, it stalls for the

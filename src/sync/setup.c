@@ -93,16 +93,33 @@ vmmipc_result_t vmmipc__sync_allgather(struct vmmipc_comm *c, const void *mine, 
     return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d %s", op, n, what);
   }
   memcpy(send, mine, len);
+  /* Watched (4): a node peer's hang-up, exit or abort (its END frame)
+   * ends the wait at once, as this rank's own abort does. */
+  char *watch = c->tp ? calloc((size_t)n, 1) : NULL;
+  for (int q = 0; watch && q < n; q++) watch[q] = q != c->node_rank ? 4 : 0;
   MPI_Request req = MPI_REQUEST_NULL;
   int mrc = MPI_Iallgather(send, (int)len, MPI_BYTE, *all, (int)len, MPI_BYTE, c->node, &req);
   int64_t started = vmmipc__now_ms();
+  int gone = -1;
+  vmmipc_result_t gone_code = VMMIPC_ERR_PEER;
   /* A step of the call: its bound is the call's, two slacks early (comm/deadline.c). */
-  int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(&req, 1, vmmipc__step_deadline(c), &mrc) : -1;
+  int w = mrc == MPI_SUCCESS
+              ? vmmipc__mpi_wait_watch(c, &req, 1, vmmipc__step_deadline(c), &mrc, watch, &gone, &gone_code)
+              : VMMIPC__WAIT_MPI;
+  free(watch);
   if (w > 0) { /* pending on the node comm: MPI keeps the buffers and the comms */
+    char why[VMMIPC__ERRMSG_MAX];
+    snprintf(why, sizeof why, "%s", vmmipc_last_error());
     vmmipc__mpi_abandon(&req, 1, 0, *all);
     vmmipc__mpi_keep(send);
     *all = NULL;
     c->mpi_dirty = 1;
+    if (w == VMMIPC__WAIT_GONE) {
+      vmmipc__error(gone_code, "%s: gathering the node's %s: %s", op, what, why);
+      vmmipc__error_rank(c->rank_of[gone]);
+      return gone_code;
+    }
+    if (w == VMMIPC__WAIT_ABORTED) return vmmipc__error(VMMIPC_ERR_ABORTED, "%s: %s", op, why);
     return vmmipc__error(VMMIPC_ERR_TIMEOUT,
                          "%s: gathering the node's %s timed out after %d ms: a rank of this node is not in the call",
                          op, what, (int)(vmmipc__now_ms() - started));

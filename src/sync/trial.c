@@ -17,12 +17,16 @@
  * timeout by the first figures. After each stage the node's ranks allgather
  * their figures and take the slowest rank's, so all pick alike: kernels
  * where at least 5% faster (memory operations take no SM). A path that
- * failed on any rank (a launch refused) is out.
+ * failed on any rank (a launch refused) is out: that rank writes the
+ * failure value over the path's slice at every peer, which releases their
+ * waits for it, and the node goes on with the other path.
  *
  * Bounded: the stream is polled against the call's deadline; a node rank
- * that does not take part, or an abort, ends the wait, and this rank then
- * writes the failure value into its part of both slices, which releases
- * its own waits (all of them read its own part), before it returns. After
+ * that does not take part, an abort, or a node peer's abort, hang-up or
+ * exit ends the wait (the allgathers watch for the same), and this rank
+ * then writes the failure value into its part of both slices, which
+ * releases its own waits (all of them read its own part), before it
+ * returns. After
  * the last allgather no rank writes into the slices (each synchronised
  * its stream before it); both are handed back owed a zeroing, which the
  * next take of them does. */
@@ -76,29 +80,76 @@ static vmmipc_result_t enqueue(trial_t *t, int fig, int rounds) {
   return r;
 }
 
-/* The failure value into this rank's part of both slices, through the
- * pool's private stream: every wait of the trial reads this rank's part. */
-static void release(trial_t *t) {
+/* The failure value over `slices` slices from `first` of node rank q's
+ * part, through the pool's private stream. */
+static void fill_failed(trial_t *t, int q, int first, int slices) {
   struct vmmipc__pool *p = t->c->pool;
   uint64_t v[512]; /* copied from synchronously, chunk by chunk: no allocation to fail */
   for (size_t i = 0; i < sizeof v / sizeof *v; i++) v[i] = VMMIPC_SIGNAL_FAILED;
-  size_t words = 2 * (size_t)p->per_win;
+  size_t words = (size_t)slices * (size_t)p->per_win;
+  CUdeviceptr at = p->base[q] + (CUdeviceptr)first * (CUdeviceptr)p->per_win * 8;
   pthread_mutex_lock(&p->mu);
-  for (size_t at = 0; at < words; at += sizeof v / sizeof *v) {
-    size_t n = words - at < sizeof v / sizeof *v ? words - at : sizeof v / sizeof *v;
-    if (t->cu->cuMemcpyHtoDAsync(p->base[t->c->node_rank] + at * 8, v, n * 8, p->stream) ||
-        t->cu->cuStreamSynchronize(p->stream))
-      break;
+  for (size_t w = 0; w < words; w += sizeof v / sizeof *v) {
+    size_t n = words - w < sizeof v / sizeof *v ? words - w : sizeof v / sizeof *v;
+    if (t->cu->cuMemcpyHtoDAsync(at + w * 8, v, n * 8, p->stream) || t->cu->cuStreamSynchronize(p->stream)) break;
   }
   pthread_mutex_unlock(&p->mu);
 }
 
-/* Waits for t->st until the call's deadline; on a timeout or an abort,
- * releases this rank's waits and drains the stream. */
+/* Into this rank's part of both slices: every wait of the trial reads
+ * this rank's part, so all of its own are released. */
+static void release(trial_t *t) { fill_failed(t, t->c->node_rank, 0, 2); }
+
+/* This rank could not enqueue a call of `fig` (a launch or a batch
+ * refused): the path is out here, and the failure value over the path's
+ * slice at every peer releases their waits for this rank's signals and
+ * arrivals, so that they finish the stage and learn at its allgather that
+ * the path is out everywhere. Their figures for it are void; nobody picks
+ * it. */
+static void refused(trial_t *t, int fig, struct trial_rec *mine) {
+  const int kernels = fig == SIG_KERNELS || fig == BAR_KERNELS;
+  mine->failed |= kernels ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
+  for (int q = 0; q < t->c->node_size; q++)
+    if (q != t->c->node_rank) fill_failed(t, q, kernels, 1);
+}
+
+/* A node peer that aborted, broke the comm or left (its END frame queued
+ * first on its connection, a hang-up, or its pid gone): its node rank, the
+ * error set naming it; else -1. Reads nothing: an END frame stays queued
+ * for the calls after. */
+static int peer_gone(trial_t *t, vmmipc_result_t *code) {
+  struct vmmipc_comm *c = t->c;
+  for (int q = 0; c->tp && q < c->node_size; q++) {
+    if (q == c->node_rank) continue;
+    const int end = vmmipc__tp_end_first(c->tp, q), rank = c->rank_of[q];
+    const pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(c->tp), q);
+    if (end == VMMIPC_ERR_ABORTED || vmmipc__tp_aborted_by(c->tp) == q)
+      *code = vmmipc__error(VMMIPC_ERR_ABORTED,
+                            "%s: auto's trial of the host-sync paths: rank %d aborted the communicator "
+                            "(vmmipc_comm_abort)",
+                            t->op, rank);
+    else if (end == VMMIPC_ERR_PEER || end == -2 || vmmipc__pid_gone(pid))
+      *code = vmmipc__error(VMMIPC_ERR_PEER,
+                            "%s: auto's trial of the host-sync paths: rank %d (pid %d) broke the communicator, hung "
+                            "up or exited",
+                            t->op, rank, (int)pid);
+    else
+      continue;
+    vmmipc__error_rank(rank);
+    return q;
+  }
+  return -1;
+}
+
+/* Waits for t->st until the call's deadline; on a timeout, an abort or a
+ * node peer gone (looked for every 10 ms), releases this rank's waits and
+ * drains the stream. */
 static vmmipc_result_t drain(trial_t *t) {
   struct vmmipc_comm *c = t->c;
-  int64_t deadline = vmmipc__step_deadline(c), started = vmmipc__now_ms();
-  int released = 0;
+  int64_t deadline = vmmipc__step_deadline(c), started = vmmipc__now_ms(), look = started + 10;
+  int released = 0, gone = -1;
+  vmmipc_result_t gone_code = VMMIPC_SUCCESS;
+  vmmipc__error_saved_t why; /* peer_gone's message, kept over the release */
   for (;;) {
     CUresult rc = t->cu->cuStreamQuery(t->st);
     if (rc == CUDA_SUCCESS && !released) return VMMIPC_SUCCESS;
@@ -106,15 +157,24 @@ static vmmipc_result_t drain(trial_t *t) {
       return vmmipc__cu_error(rc, NULL, "%s: auto's trial: cuStreamQuery", t->op);
     int aborted = __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE);
     int64_t now = vmmipc__now_ms();
+    if (!released && gone < 0 && now >= look) {
+      look = now + 10;
+      gone = peer_gone(t, &gone_code);
+      if (gone >= 0) vmmipc__error_save(&why);
+    }
     if (released && (rc == CUDA_SUCCESS || now > deadline)) {
       if (aborted) return vmmipc__aborted_here(c, t->op, "");
+      if (gone >= 0) {
+        vmmipc__error_restore(&why);
+        return gone_code;
+      }
       const int n = c->node_size, left = c->rank_of[(c->node_rank + n - 1) % n];
       return vmmipc__error(VMMIPC_ERR_TIMEOUT,
                            "%s: auto's trial of the host-sync paths timed out: a rank of this node stopped taking "
                            "part (rank %d waited in the ring for rank %d, or in a barrier)%s",
                            t->op, c->rank, left, rc == CUDA_SUCCESS ? "" : "; its stream is still busy");
     }
-    if (aborted || now > deadline) { /* its own waits released; a late write may re-arm one: again */
+    if (aborted || now > deadline || gone >= 0) { /* its own waits released; a late write may re-arm one: again */
       release(t);
       if (!released) deadline = now + c->timeout_ms;
       released = 1;
@@ -140,17 +200,17 @@ static vmmipc_result_t stage(trial_t *t, vmmipc_result_t r, int rounds, const in
     int path = f == SIG_KERNELS || f == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
     if (skip[f] || (mine->failed & path) || (f >= BAR_MEMOPS && c->node_size < 2)) continue;
     /* An untimed round first: the ranks leave the allgather before it unevenly. */
+    /* A refused launch or operation takes the path out (before the drain:
+     * peers may be waiting for this rank). */
     vmmipc_result_t e0 = enqueue(t, f, 1);
+    if (e0) refused(t, f, mine);
     r = drain(t);
     if (r) break;
-    if (e0) {
-      mine->failed |= path;
-      continue;
-    }
+    if (e0) continue;
     double t0 = vmmipc__now();
     vmmipc_result_t e = enqueue(t, f, rounds);
+    if (e) refused(t, f, mine);
     r = drain(t);
-    if (!r && e) mine->failed |= path; /* a refused launch or operation: that path is out */
     double per = rounds * (f < BAR_MEMOPS ? c->node_size : 1);
     if (!r && !e) mine->ns[f] = (uint64_t)((vmmipc__now() - t0) * 1e9 / per) + 1;
   }
@@ -188,8 +248,8 @@ static vmmipc_result_t measure(trial_t *t, vmmipc_result_t r, struct trial_rec *
   int failed = 0, skip[FIGS] = {0};
   for (int f = 0; f < FIGS && !r; f++) { /* first launches and loads: untimed */
     vmmipc_result_t e = enqueue(t, f, WARM);
+    if (e) refused(t, f, mine);
     r = drain(t);
-    if (!r && e) mine->failed |= f == SIG_KERNELS || f == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
   }
   int64_t left_ms = 0;
   r = stage(t, r, 1, skip, mine, ns, &failed, &left_ms);
@@ -268,7 +328,8 @@ vmmipc_result_t vmmipc__sync_trial(struct vmmipc_comm *c, struct vmmipc__pool *p
    * failed where: one that made fewer would leave the node comm's
    * collectives unmatched for every later call. A rank that does not
    * measure posts both stages' allgathers with nothing timed. */
-  int injected = ready && VMMIPC__INJECT("trial"); /* a rank that fails mid-trial, as a refused call would */
+  int injected = ready && VMMIPC__INJECT("trial"); /* a rank that stalls or dies mid-trial */
+  if (ready && VMMIPC__INJECT("trial_abort")) vmmipc_comm_abort(c); /* as another thread's abort could */
   if (injected) r = vmmipc__error(VMMIPC_ERR_SYSTEM, "%s: auto's trial: left out (injected)", op);
   vmmipc_result_t m = measure(&t, ready && !injected ? VMMIPC_SUCCESS : r ? r : VMMIPC_ERR_PEER, &mine);
   if (ready && !injected) r = m;
