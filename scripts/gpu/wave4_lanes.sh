@@ -32,6 +32,8 @@
 #       wait_host on a failed peer): without MPS the failure-path suites (FAULTS_S) and the Python
 #       suites (PY_S); under MPS the sync, device and Python suites (SYNC_S), then the failure-path
 #       suites in what is left;
+# pick  the entries that match PICK_MPS under MPS (PICK_MPS_S), then those that match PICK_NOMPS
+#       without it (what an earlier call did not reach);
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
 # Layout entries that passed are listed in build-real/layouts-passed[-mps].txt, and
@@ -41,7 +43,7 @@
 # Builds build-real/ first (kept on a warm machine). Every lane is bounded by
 # DEADLINE_S (540); OUTDIR gets lanes-PART.txt (summary) and lanes-PART.tgz.
 set -uo pipefail
-part=${1:?mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps|ends|tell|idle|verify} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
+part=${1:?mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps|ends|tell|idle|verify|pick} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 2
 # shellcheck source=scripts/env.sh
@@ -224,6 +226,11 @@ elif [ "$part" = layouts-mps ]; then
   mps_on
   layouts "$(($(left) - 15))" 4
   mps_off
+elif [ "$part" = pick ]; then
+  mps_on
+  step pick-mps "${PICK_MPS_S:-120}" "$logs/pick-mps.log" "${ct[@]}" -j 2 -LE layouts -R "${PICK_MPS:-^$}"
+  mps_off
+  step pick-nomps "$(($(left) - 15))" "$logs/pick-nomps.log" "${ct[@]}" -j 2 -LE layouts -R "${PICK_NOMPS:-^$}"
 elif [ "$part" = closing ]; then
   mps_on
   chaos "${CHAOS_S:-150}" "${CHAOS_RUNS:-60}" "${CHAOS_SEED0:-9000}"
