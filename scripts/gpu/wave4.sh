@@ -14,7 +14,8 @@
 #             CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / ranks; a refusal is recorded with its words
 #   examples  allreduce_oneshot, plain and --graph (1000 replays per size, each checked), 2 and 8 ranks
 #   workload  the heap's mixed workload (1000 windows at 2 ranks, 300 at 8) under MPS
-#   nomps     after MPS is stopped: the device rows and the floors at 2 ranks, few iterations
+#   nomps     after MPS is stopped: the device rows and the floors at 2 ranks, few iterations; the host
+#             rows on the kernel path and under auto
 # Every launch is time-bounded (timeout) within the deadline, and a failed
 # step does not stop the next; status.txt records each exit status.
 # Output: the tree (JSON, logs, status.txt, machine.txt, summary.txt) in
@@ -267,6 +268,13 @@ if want nomps; then
     step "device_bench np2 without MPS" 60 "$f.log" "${L[@]}" "$b/vmmipc_device_bench" \
       --iters 20 --reps 3 --host-iters 100 --rows dev,put,host --timeout-s 20 --json "$f.json"
     ensure_json "$f" vmmipc_device_bench 2 $?
+    for path in kernel auto; do # the host rows on the kernel path, and what auto's trial picks here
+      f=$tree/device_np2_${path}_nomps
+      launch 2 VMMIPC_SYNC=$path
+      step "device_bench np2 $path without MPS (host rows)" 30 "$f.log" "${L[@]}" "$b/vmmipc_device_bench" \
+        --reps 3 --host-iters 100 --rows host --timeout-s 20 --json "$f.json"
+      ensure_json "$f" vmmipc_device_bench 2 $?
+    done
     f=$tree/floor_np2_nomps
     launch 2
     step "floors np2 without MPS" 60 "$f.log" "${L[@]}" "$b/vmmipc_floor_bench" --iters 20 --reps 3 \
