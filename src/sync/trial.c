@@ -13,10 +13,12 @@
  *   barrier        back to back; the figure is ns per barrier.
  * A warm-up round of each, then one timed round each; where one path is
  * ORDERS_APART times slower (kernels time-slicing without MPS), it is out;
- * else up to ROUNDS more of each, as many as fit a quarter of the comm's
- * timeout by the first figures. After each stage the node's ranks allgather
- * their figures and take the slowest rank's, so all pick alike: kernels
- * where at least 5% faster (memory operations take no SM). A path that
+ * else more rounds of each: about 1 ms of the slowest figure (12 to 400
+ * rounds), no more than fit a quarter of the comm's timeout by the first
+ * figures, timed in two passes of opposite order. After each stage the
+ * node's ranks allgather their figures and take the slowest rank's, so
+ * all pick alike: kernels where at least 5% faster (memory operations
+ * take no SM). A path that
  * failed on any rank (a launch refused) is out: that rank writes the
  * failure value over the path's slice at every peer, which releases their
  * waits for it, and the node goes on with the other path.
@@ -39,7 +41,9 @@
 #include "sync/sync.h"
 
 #define WARM 1
-#define ROUNDS 12
+#define ROUNDS_MIN 12
+#define ROUNDS_MAX 400
+#define TARGET_NS 1000000 /* stage 2 times about 1 ms of the slowest figure, where the budget allows */
 #define ORDERS_APART 8
 enum { SIG_MEMOPS, SIG_KERNELS, BAR_MEMOPS, BAR_KERNELS, FIGS };
 
@@ -190,29 +194,44 @@ static vmmipc_result_t drain(trial_t *t) {
 }
 
 /* One stage: `rounds` of each figure not ruled out, timed here; then the
- * node's slowest rank's figures in all_ns. After a failure (`r`) the
- * allgather only: the node's ranks stay in step. */
+ * node's slowest rank's figures in all_ns. Many rounds are timed in two
+ * passes, the second in the reverse order (a drift over the stage, as a
+ * clock ramping up, weighs on both paths alike). After a failure (`r`)
+ * the allgather only: the node's ranks stay in step. */
 static vmmipc_result_t stage(trial_t *t, vmmipc_result_t r, int rounds, const int *skip, struct trial_rec *mine,
                              uint64_t *all_ns, int *failed, int64_t *left_ms) {
   struct vmmipc_comm *c = t->c;
+  double spent[FIGS] = {0};
+  int done[FIGS] = {0};
+  const int passes = rounds >= 2 * ROUNDS_MIN ? 2 : 1;
   memset(mine->ns, 0, sizeof mine->ns);
-  for (int f = 0; f < FIGS && !r; f++) {
+  for (int pass = 0; pass < passes && !r; pass++) {
+    const int chunk = pass ? rounds - rounds / 2 : passes == 2 ? rounds / 2 : rounds;
+    for (int i = 0; i < FIGS && !r; i++) {
+      const int f = pass ? FIGS - 1 - i : i;
+      int path = f == SIG_KERNELS || f == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
+      if (skip[f] || (mine->failed & path) || (f >= BAR_MEMOPS && c->node_size < 2)) continue;
+      /* An untimed round first: the ranks leave the allgather before it (or
+       * the other figures) unevenly. A refused launch or operation takes
+       * the path out (before the drain: peers may be waiting for this rank). */
+      vmmipc_result_t e0 = enqueue(t, f, 1);
+      if (e0) refused(t, f, mine);
+      r = drain(t);
+      if (r || e0) continue;
+      double t0 = vmmipc__now();
+      vmmipc_result_t e = enqueue(t, f, chunk);
+      if (e) refused(t, f, mine);
+      r = drain(t);
+      if (!r && !e) {
+        spent[f] += vmmipc__now() - t0;
+        done[f] += chunk;
+      }
+    }
+  }
+  for (int f = 0; f < FIGS && !r; f++) { /* ns per hop or barrier; a path that failed here gives none */
     int path = f == SIG_KERNELS || f == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
-    if (skip[f] || (mine->failed & path) || (f >= BAR_MEMOPS && c->node_size < 2)) continue;
-    /* An untimed round first: the ranks leave the allgather before it unevenly. */
-    /* A refused launch or operation takes the path out (before the drain:
-     * peers may be waiting for this rank). */
-    vmmipc_result_t e0 = enqueue(t, f, 1);
-    if (e0) refused(t, f, mine);
-    r = drain(t);
-    if (r) break;
-    if (e0) continue;
-    double t0 = vmmipc__now();
-    vmmipc_result_t e = enqueue(t, f, rounds);
-    if (e) refused(t, f, mine);
-    r = drain(t);
-    double per = rounds * (f < BAR_MEMOPS ? c->node_size : 1);
-    if (!r && !e) mine->ns[f] = (uint64_t)((vmmipc__now() - t0) * 1e9 / per) + 1;
+    double per = (double)done[f] * (f < BAR_MEMOPS ? c->node_size : 1);
+    if (done[f] && !(mine->failed & path)) mine->ns[f] = (uint64_t)(spent[f] * 1e9 / per) + 1;
   }
   struct trial_rec *all = NULL;
   /* Aborted: no further call on the comm will match anything on the node. */
@@ -260,12 +279,20 @@ static vmmipc_result_t measure(trial_t *t, vmmipc_result_t r, struct trial_rec *
   /* Stage 2 takes at most a quarter of the comm's timeout and half of what
    * the slowest rank had left of the call, by stage 1's figures (all the
    * same on every node rank, so are the rounds). */
-  uint64_t per_round = 0, budget = (uint64_t)c->timeout_ms * 250000u;
+  /* Within that, as many rounds as time about TARGET_NS of the slowest
+   * figure (a GPU's hops of a few µs: a few hundred), at least ROUNDS_MIN. */
+  uint64_t per_round = 0, slowest = 0, budget = (uint64_t)c->timeout_ms * 250000u;
   if (left_ms < 0) left_ms = 0;
   if ((uint64_t)left_ms * 500000u < budget) budget = (uint64_t)left_ms * 500000u; /* half what is left */
-  for (int f = 0; f < FIGS; f++)
-    if (!skip[f]) per_round += ns[f] * (uint64_t)(f < BAR_MEMOPS ? c->node_size : 1);
-  int rounds = per_round && budget / per_round < ROUNDS ? (int)(budget / per_round) : ROUNDS;
+  for (int f = 0; f < FIGS; f++) {
+    if (skip[f]) continue;
+    uint64_t one = ns[f] * (uint64_t)(f < BAR_MEMOPS ? c->node_size : 1);
+    per_round += one;
+    if (one > slowest) slowest = one;
+  }
+  uint64_t want = slowest ? TARGET_NS / slowest : ROUNDS_MIN;
+  want = want < ROUNDS_MIN ? ROUNDS_MIN : want > ROUNDS_MAX ? ROUNDS_MAX : want;
+  int rounds = per_round && budget / per_round < want ? (int)(budget / per_round) : (int)want;
   if (rounds < 2)
     for (int f = 0; f < FIGS; f++) skip[f] = 1;
   uint64_t more[FIGS] = {0};
