@@ -18,20 +18,19 @@
  * figures, timed in two passes of opposite order. After each stage the
  * node's ranks allgather their figures and take the slowest rank's, so
  * all pick alike: kernels where at least 5% faster (memory operations
- * take no SM). A path that
- * failed on any rank (a launch refused) is out: that rank writes the
- * failure value over the path's slice at every peer, which releases their
- * waits for it, and the node goes on with the other path.
+ * take no SM). A path that failed on any rank (a launch refused) is out:
+ * that rank writes the failure value over the path's slice at every peer,
+ * which releases their waits for it, and the node goes on with the other
+ * path.
  *
  * Bounded: the stream is polled against the call's deadline; a node rank
  * that does not take part, an abort, or a node peer's abort, hang-up or
  * exit ends the wait (the allgathers watch for the same), and this rank
  * then writes the failure value into its part of both slices, which
  * releases its own waits (all of them read its own part), before it
- * returns. After
- * the last allgather no rank writes into the slices (each synchronised
- * its stream before it); both are handed back owed a zeroing, which the
- * next take of them does. */
+ * returns. After the last allgather no rank writes into the slices (each
+ * synchronised its stream before it); both are handed back owed a
+ * zeroing, which the next take of them does. */
 #include <sched.h>
 #include <time.h>
 #include <stdlib.h>
