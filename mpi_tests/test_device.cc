@@ -493,6 +493,74 @@ TEST_F(DeviceTrial, APathRefusedOnOneRankLeavesTheOtherOnEveryNodeRank) {
   }
 }
 
+// The trial's nth call on node rank 1 is refused (a signal, a wait or a
+// barrier, at nth points from the warm-up to the middle of the second
+// stage's rounds, with calls of its own still queued). The refused path is
+// out everywhere and the node goes on with the other one: the window
+// succeeds in time, by support, both rows on the same path; the slots of
+// the first two windows (the trial's slices) read 0; and a ring of
+// signals and a barrier on that path give the right values.
+TEST_F(DeviceTrial, ACallRefusedAnywhereInTheTrialLeavesTheOtherPath) {
+  if (!TrialRuns() || !vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "no trial here (a setting, or a node of one rank)";
+  for (int nth : {1, 3, 8, 30, 60, 90}) {
+    SCOPED_TRACE("call " + std::to_string(nth) + " of the trial refused on node rank 1");
+    vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+    cfg.timeout_ms = 6000;
+    vmmipc_comm_t c = nullptr;
+    ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+    if (n_ >= 2 && me_ == 1) vmmipc__test_fail_at("trial_call", nth);
+    vmmipc_win_t w[2] = {nullptr, nullptr};
+    auto t0 = std::chrono::steady_clock::now();
+    vmmipc_result_t r = vmmipc_allgather_map(c, nullptr, nullptr, &w[0]);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string msg = vmmipc_last_error();
+    // Whether the call came (a trial cut short, one path far slower, makes fewer).
+    int fired = n_ >= 2 && me_ == 1 && !vmmipc__test_fail_pending(), any = 0;
+    vmmipc__test_fail_at(nullptr, 0);
+    MPI_Comm node;
+    vmmipc_comm_node_comm(c_, &node);
+    MPI_Allreduce(&fired, &any, 1, MPI_INT, MPI_MAX, node);
+    ASSERT_EQ(r, VMMIPC_SUCCESS) << msg;
+    EXPECT_LT(s, 3.0) << "no rank waited for the refused one until the 6 s timeout";
+    ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w[1]));
+    vmmipc_comm_stats_t cs = VMMIPC_COMM_STATS_INIT;
+    ASSERT_VMM_OK(vmmipc_comm_stats(c, &cs));
+    if (n_ >= 2 && any) {
+      EXPECT_EQ(cs.sync_decided_by, VMMIPC_SYNC_BY_SUPPORT);
+      EXPECT_EQ(cs.sync_path, cs.sync_barrier_path) << "one path was refused: both rows take the other";
+    } else if (n_ >= 2) {
+      EXPECT_EQ(cs.sync_decided_by, VMMIPC_SYNC_BY_TRIAL) << "the trial made fewer calls than " << nth;
+    }
+    for (auto x : w) {
+      vmmipc_win_device_t d;
+      ASSERT_VMM_OK(vmmipc_win_device(x, &d));
+      auto in = Read(d.signal_in, d.nranks);
+      std::vector<uint64_t> slots(3 * static_cast<size_t>(n_), 1);
+      ASSERT_EQ(dtoh(slots.data(), reinterpret_cast<CUdeviceptr>(in[ranks_[0]]), slots.size() * 8), CUDA_SUCCESS);
+      for (size_t i = 0; i < slots.size(); i++) EXPECT_EQ(slots[i], 0u) << "slot " << i;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (n_ >= 2) { // a token ring over the node, values 1..3, then a barrier
+      const int right = ranks_[(me_ + 1) % n_], left = ranks_[(me_ + n_ - 1) % n_];
+      for (uint64_t v = 1; v <= 3; v++) {
+        if (me_ == 0) EXPECT_VMM_OK(vmmipc_win_signal(w[0], right, v, s_));
+        EXPECT_VMM_OK(vmmipc_win_wait(w[0], left, v, s_));
+        if (me_ != 0) EXPECT_VMM_OK(vmmipc_win_signal(w[0], right, v, s_));
+      }
+      EXPECT_VMM_OK(vmmipc_win_barrier(w[0], s_));
+      EXPECT_EQ(streamSync(s_), CUDA_SUCCESS);
+      vmmipc_win_device_t d;
+      ASSERT_VMM_OK(vmmipc_win_device(w[0], &d));
+      uint64_t got = 0;
+      ASSERT_EQ(dtoh(&got, reinterpret_cast<CUdeviceptr>(Read(d.signal_in, d.nranks)[left]), 8), CUDA_SUCCESS);
+      EXPECT_EQ(got, 3u) << "the last value from rank " << left;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (auto x : w) EXPECT_VMM_OK(vmmipc_win_free(x));
+    EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+  }
+}
+
 // A node rank aborts its comm in auto's trial (as another thread's
 // vmmipc_comm_abort could): its node peers stop waiting for it when its
 // END frame comes, not at the comm's timeout (6 s here; the pool's

@@ -19,6 +19,8 @@ void vmmipc__test_fail_at(const char *step, int nth) {
   vmmipc__fail_countdown = nth;
 }
 
+int vmmipc__test_fail_pending(void) { return vmmipc__fail_countdown > 0; }
+
 int vmmipc__test_should_fail(const char *step) {
   if (vmmipc__fail_countdown <= 0 || strcmp(step, vmmipc__fail_step) != 0) return 0;
   if (--vmmipc__fail_countdown > 0) return 0;

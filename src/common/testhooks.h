@@ -34,7 +34,9 @@ extern "C" {
  * host-API barrier kernel's launch, with CUDA_ERROR_INVALID_HANDLE, as for
  * a destroyed stream), "trial" (this rank leaves auto's trial of the
  * host-sync paths right after every node rank said it was ready),
- * "trial_abort" (this rank aborts its comm at that point). At the
+ * "trial_abort" (this rank aborts its comm at that point), "trial_call"
+ * (the trial's nth signal, wait or barrier call on this rank is refused,
+ * as the driver could). At the
  * collector of an agreement (comm/agree.c): "verdict" (it stalls 1.5 x the
  * timeout between deciding and announcing), "verdict_slow" /
  * "verdict_stuck" (after sending rank 1 its verdict, it stalls for the
@@ -44,6 +46,8 @@ extern "C" {
  * is shut after deciding). At a member: "withdraw" (it withdraws after its
  * verdict came, as one whose timeout fired then). */
 void vmmipc__test_fail_at(const char *step, int nth);
+/* Whether the armed step has not failed yet (its nth occurrence not come). */
+int vmmipc__test_fail_pending(void);
 /* Whether this occurrence of `step` must fail (counts occurrences). */
 int vmmipc__test_should_fail(const char *step);
 #define VMMIPC__INJECT(step) vmmipc__test_should_fail(step)

@@ -13,7 +13,7 @@
  *   barrier        back to back; the figure is ns per barrier.
  * A warm-up round of each, then one timed round each; where one path is
  * ORDERS_APART times slower (kernels time-slicing without MPS), it is out;
- * else more rounds of each: about 1 ms of the slowest figure (12 to 400
+ * else more rounds of each: about 1 ms of the slowest figure (12 to 128
  * rounds), no more than fit a quarter of the comm's timeout by the first
  * figures, timed in two passes of opposite order. After each stage the
  * node's ranks allgather their figures and take the slowest rank's, so
@@ -41,7 +41,7 @@
 
 #define WARM 1
 #define ROUNDS_MIN 12
-#define ROUNDS_MAX 400
+#define ROUNDS_MAX 128 /* 64 a pass: the stream's queue stays short, so no enqueue blocks behind waits */
 #define TARGET_NS 1000000 /* stage 2 times about 1 ms of the slowest figure, where the budget allows */
 #define ORDERS_APART 8
 enum { SIG_MEMOPS, SIG_KERNELS, BAR_MEMOPS, BAR_KERNELS, FIGS };
@@ -58,27 +58,36 @@ typedef struct {
   struct vmmipc_comm *c;
   struct vmmipc_win w[2]; /* memory operations, kernels */
   CUstream st;
-  uint64_t value;         /* the ring's signal value: grows over both windows */
+  uint64_t value[2];      /* each window's ring value: grows by every round asked for, enqueued or not */
   const vmmipc__cu_t *cu;
   const char *op;
 } trial_t;
 
-/* `rounds` of `fig` enqueued on t->st. */
+/* `rounds` of `fig` enqueued on t->st. The ring's values move on by
+ * `rounds` even when a call is refused, so that they stay those of the
+ * peers for the window's next figure. */
 static vmmipc_result_t enqueue(trial_t *t, int fig, int rounds) {
   struct vmmipc_comm *c = t->c;
-  struct vmmipc_win *w = &t->w[fig == SIG_KERNELS || fig == BAR_KERNELS];
+  const int k = fig == SIG_KERNELS || fig == BAR_KERNELS;
+  struct vmmipc_win *w = &t->w[k];
   const int n = c->node_size, q = c->node_rank;
   const int right = c->rank_of[(q + 1) % n], left = c->rank_of[(q + n - 1) % n];
+  const int ring = fig == SIG_MEMOPS || fig == SIG_KERNELS;
+  const uint64_t base = t->value[k];
+  if (ring) t->value[k] += (uint64_t)rounds;
   vmmipc_result_t r = VMMIPC_SUCCESS;
   for (int i = 0; i < rounds && !r; i++) {
-    if (fig == BAR_MEMOPS || fig == BAR_KERNELS) {
-      r = vmmipc_win_barrier(w, t->st);
-      continue;
+    for (int call = 0; call < (ring ? 2 : 1) && !r; call++) {
+      if (VMMIPC__INJECT("trial_call")) { /* tests: the driver refuses this call */
+        r = vmmipc__error(VMMIPC_ERR_CUDA, "%s: auto's trial: a call refused (injected)", t->op);
+      } else if (!ring) {
+        r = vmmipc_win_barrier(w, t->st);
+      } else { /* node rank 0 signals first, the others pass the token on */
+        const uint64_t v = base + (uint64_t)i + 1;
+        const int signal = (call == 0) == (q == 0);
+        r = signal ? vmmipc_win_signal(w, right, v, t->st) : vmmipc_win_wait(w, left, v, t->st);
+      }
     }
-    uint64_t v = ++t->value;
-    if (q == 0) r = vmmipc_win_signal(w, right, v, t->st);
-    if (!r) r = vmmipc_win_wait(w, left, v, t->st);
-    if (!r && q != 0) r = vmmipc_win_signal(w, right, v, t->st);
   }
   return r;
 }
@@ -192,6 +201,35 @@ static vmmipc_result_t drain(trial_t *t) {
   }
 }
 
+/* A call of `fig` that failed (e): on a comm that failed meanwhile (an
+ * abort, a break), the call's error; else a refusal (above). */
+static vmmipc_result_t failed_call(trial_t *t, vmmipc_result_t e, int fig, struct trial_rec *mine) {
+  if (!e) return VMMIPC_SUCCESS;
+  if (vmmipc__failed(t->c)) return e;
+  refused(t, fig, mine);
+  return VMMIPC_SUCCESS;
+}
+
+/* Once this rank's stream drained after a refusal: the failure value again
+ * over the slices of the paths refused here, since its calls queued before
+ * the refusal may have landed over it meanwhile (a peer may wait on that
+ * slot now). */
+static void refill(trial_t *t, const struct trial_rec *mine) {
+  for (int k = 0; k < 2; k++)
+    if (mine->failed & (k ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS))
+      for (int q = 0; q < t->c->node_size; q++)
+        if (q != t->c->node_rank) fill_failed(t, q, k, 1);
+}
+
+/* After enqueueing `fig` (e: its error): a refusal taken (above), the
+ * stream drained, and then a refusal's failure value written again. */
+static vmmipc_result_t settle(trial_t *t, vmmipc_result_t e, int fig, struct trial_rec *mine) {
+  vmmipc_result_t r = failed_call(t, e, fig, mine);
+  if (!r) r = drain(t);
+  if (!r && e) refill(t, mine);
+  return r;
+}
+
 /* One stage: `rounds` of each figure not ruled out, timed here; then the
  * node's slowest rank's figures in all_ns. Many rounds are timed in two
  * passes, the second in the reverse order (a drift over the stage, as a
@@ -214,13 +252,11 @@ static vmmipc_result_t stage(trial_t *t, vmmipc_result_t r, int rounds, const in
        * the other figures) unevenly. A refused launch or operation takes
        * the path out (before the drain: peers may be waiting for this rank). */
       vmmipc_result_t e0 = enqueue(t, f, 1);
-      if (e0) refused(t, f, mine);
-      r = drain(t);
+      r = settle(t, e0, f, mine);
       if (r || e0) continue;
       double t0 = vmmipc__now();
       vmmipc_result_t e = enqueue(t, f, chunk);
-      if (e) refused(t, f, mine);
-      r = drain(t);
+      r = settle(t, e, f, mine);
       if (!r && !e) {
         spent[f] += vmmipc__now() - t0;
         done[f] += chunk;
@@ -265,9 +301,8 @@ static vmmipc_result_t measure(trial_t *t, vmmipc_result_t r, struct trial_rec *
   uint64_t ns[FIGS] = {0};
   int failed = 0, skip[FIGS] = {0};
   for (int f = 0; f < FIGS && !r; f++) { /* first launches and loads: untimed */
-    vmmipc_result_t e = enqueue(t, f, WARM);
-    if (e) refused(t, f, mine);
-    r = drain(t);
+    if (mine->failed & (f == SIG_KERNELS || f == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS)) continue;
+    r = settle(t, enqueue(t, f, WARM), f, mine);
   }
   int64_t left_ms = 0;
   r = stage(t, r, 1, skip, mine, ns, &failed, &left_ms);
@@ -297,6 +332,13 @@ static vmmipc_result_t measure(trial_t *t, vmmipc_result_t r, struct trial_rec *
   uint64_t more[FIGS] = {0};
   r = stage(t, r, rounds, skip, mine, more, &failed, NULL);
   if (r) return r;
+  if ((failed & (VMMIPC__PATH_MEMOPS | VMMIPC__PATH_KERNELS)) == (VMMIPC__PATH_MEMOPS | VMMIPC__PATH_KERNELS))
+    return vmmipc__error(VMMIPC_ERR_CUDA,
+                         "%s: auto's trial: both host-sync paths were refused on this node (a kernel launch or a "
+                         "stream memory operation failed on some rank; on rank %d: %s)",
+                         t->op, c->rank,
+                         mine->failed == 3 ? "both" : mine->failed == VMMIPC__PATH_MEMOPS ? "memory operations"
+                                                  : mine->failed ? "kernels" : "neither");
   struct vmmipc__sync *s = c->pool->sync;
   for (int f = 0; f < FIGS; f++)
     if (!skip[f]) ns[f] = more[f];
