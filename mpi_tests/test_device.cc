@@ -561,6 +561,37 @@ TEST_F(DeviceTrial, ACallRefusedAnywhereInTheTrialLeavesTheOtherPath) {
   }
 }
 
+// Each path refused on a different node rank (node rank 1's first call,
+// a wait of the memory-operation ring; node rank 0's third, the kernel
+// ring's first signal): no path is left, and the first window fails on
+// every rank, in time, saying so; the comm's next window runs the trial
+// again and succeeds.
+TEST_F(DeviceTrial, BothPathsRefusedFailTheFirstWindow) {
+  if (!TrialRuns() || !vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "no trial here (a setting, or a node of one rank)";
+  if (n_ >= 2 && me_ <= 1) vmmipc__test_fail_at("trial_call", me_ == 1 ? 1 : 3);
+  vmmipc_win_t w = nullptr;
+  auto t0 = std::chrono::steady_clock::now();
+  vmmipc_result_t r = vmmipc_allgather_map(c_, nullptr, nullptr, &w);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string msg = vmmipc_last_error();
+  vmmipc__test_fail_at(nullptr, 0);
+  EXPECT_EQ(w, nullptr);
+  EXPECT_NE(r, VMMIPC_SUCCESS) << msg;
+  EXPECT_LT(s, 3.0) << msg;
+  if (n_ >= 2) {
+    EXPECT_EQ(r, VMMIPC_ERR_CUDA) << msg;
+    EXPECT_TRUE(Has("both host-sync paths were refused")) << msg;
+  }
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  vmmipc_comm_stats_t cs = VMMIPC_COMM_STATS_INIT;
+  ASSERT_VMM_OK(vmmipc_comm_stats(c_, &cs));
+  if (n_ >= 2) {
+    EXPECT_EQ(cs.sync_decided_by, VMMIPC_SYNC_BY_TRIAL);
+  }
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // A node rank aborts its comm in auto's trial (as another thread's
 // vmmipc_comm_abort could): its node peers stop waiting for it when its
 // END frame comes, not at the comm's timeout (6 s here; the pool's
