@@ -124,6 +124,16 @@ class Device : public ::testing::Test {
     if (s_) streamDestroy(s_);
     if (c_) EXPECT_VMM_OK(vmmipc_comm_destroy(c_));
   }
+  // Every slot of w here (signals, the host barrier's, the device
+  // barrier's: 3 per node rank, from node rank 0's) reads 0.
+  void ExpectSlotsZero(vmmipc_win_t w) {
+    vmmipc_win_device_t d;
+    ASSERT_VMM_OK(vmmipc_win_device(w, &d));
+    auto in = Read(d.signal_in, d.nranks);
+    std::vector<uint64_t> slots(3 * static_cast<size_t>(n_), 1);
+    ASSERT_EQ(dtoh(slots.data(), reinterpret_cast<CUdeviceptr>(in[ranks_[0]]), slots.size() * 8), CUDA_SUCCESS);
+    for (size_t i = 0; i < slots.size(); i++) EXPECT_EQ(slots[i], 0u) << "slot " << i;
+  }
   template <typename T>
   std::vector<T> Read(const T *dev, size_t n) {
     std::vector<T> v(n);
@@ -334,14 +344,7 @@ TEST_F(Device, HostSyncTakesThePathAndCountsIt) {
 TEST_F(Device, TheFirstWindowsSlotsReadZeroAfterTheTrial) {
   vmmipc_win_t w[2] = {nullptr, nullptr};
   for (auto &x : w) ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &x));
-  for (auto x : w) {
-    vmmipc_win_device_t d;
-    ASSERT_VMM_OK(vmmipc_win_device(x, &d));
-    auto in = Read(d.signal_in, d.nranks);
-    std::vector<uint64_t> slots(3 * static_cast<size_t>(n_), 1);
-    ASSERT_EQ(dtoh(slots.data(), reinterpret_cast<CUdeviceptr>(in[ranks_[0]]), slots.size() * 8), CUDA_SUCCESS);
-    for (size_t i = 0; i < slots.size(); i++) EXPECT_EQ(slots[i], 0u) << "slot " << i;
-  }
+  for (auto x : w) ExpectSlotsZero(x);
   MPI_Barrier(MPI_COMM_WORLD);
   for (auto x : w) ASSERT_VMM_OK(vmmipc_win_free(x));
 }
@@ -449,6 +452,31 @@ bool TrialRuns() {
 class DeviceTrial : public Device {
  protected:
   void SetUp() override { Make(6000); }
+  // A comm of its own (each runs the trial at its first window), the same
+  // timeout; nullptr if it could not be made.
+  vmmipc_comm_t Fresh() {
+    vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+    cfg.timeout_ms = 6000;
+    vmmipc_comm_t c = nullptr;
+    EXPECT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+    return c;
+  }
+  // The comm's first window, with `step`'s nth occurrence armed here where
+  // `armed`: it fails on every rank, within half the timeout (no rank
+  // waits for another until the 6 s). Its result; its message in *msg.
+  vmmipc_result_t FirstWindowFails(const char *step, int nth, bool armed, std::string *msg) {
+    if (armed) vmmipc__test_fail_at(step, nth);
+    vmmipc_win_t w = nullptr;
+    auto t0 = std::chrono::steady_clock::now();
+    vmmipc_result_t r = vmmipc_allgather_map(c_, nullptr, nullptr, &w);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    *msg = vmmipc_last_error();
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(w, nullptr);
+    EXPECT_NE(r, VMMIPC_SUCCESS) << *msg;
+    EXPECT_LT(s, 3.0) << "the waits ended, not the 6 s timeout: " << *msg;
+    return r;
+  }
 };
 
 // The driver refuses one of the trial's calls on one node rank (a launch
@@ -462,10 +490,8 @@ TEST_F(DeviceTrial, APathRefusedOnOneRankLeavesTheOtherOnEveryNodeRank) {
   if (!TrialRuns() || !vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "no trial here (a setting, or a node of one rank)";
   for (int nth : {2, 4}) {
     SCOPED_TRACE("barrier " + std::to_string(nth) + " of the trial refused on node rank 1");
-    vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
-    cfg.timeout_ms = 6000;
-    vmmipc_comm_t c = nullptr;
-    ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+    vmmipc_comm_t c = Fresh();
+    ASSERT_NE(c, nullptr);
     if (n_ >= 2 && me_ == 1) vmmipc__test_fail_at("barrier_batch", nth);
     vmmipc_win_t w = nullptr;
     vmmipc_result_t r = vmmipc_allgather_map(c, nullptr, nullptr, &w);
@@ -479,12 +505,7 @@ TEST_F(DeviceTrial, APathRefusedOnOneRankLeavesTheOtherOnEveryNodeRank) {
       EXPECT_EQ(cs.sync_path, other);
       EXPECT_EQ(cs.sync_barrier_path, other);
     }
-    vmmipc_win_device_t d;
-    ASSERT_VMM_OK(vmmipc_win_device(w, &d));
-    auto in = Read(d.signal_in, d.nranks);
-    std::vector<uint64_t> slots(3 * static_cast<size_t>(n_), 1);
-    ASSERT_EQ(dtoh(slots.data(), reinterpret_cast<CUdeviceptr>(in[ranks_[0]]), slots.size() * 8), CUDA_SUCCESS);
-    for (size_t i = 0; i < slots.size(); i++) EXPECT_EQ(slots[i], 0u) << "slot " << i;
+    ExpectSlotsZero(w);
     MPI_Barrier(MPI_COMM_WORLD);
     EXPECT_VMM_OK(vmmipc_win_barrier(w, s_));
     EXPECT_EQ(streamSync(s_), CUDA_SUCCESS);
@@ -504,10 +525,8 @@ TEST_F(DeviceTrial, ACallRefusedAnywhereInTheTrialLeavesTheOtherPath) {
   if (!TrialRuns() || !vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "no trial here (a setting, or a node of one rank)";
   for (int nth : {1, 3, 8, 30, 60, 90}) {
     SCOPED_TRACE("call " + std::to_string(nth) + " of the trial refused on node rank 1");
-    vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
-    cfg.timeout_ms = 6000;
-    vmmipc_comm_t c = nullptr;
-    ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+    vmmipc_comm_t c = Fresh();
+    ASSERT_NE(c, nullptr);
     if (n_ >= 2 && me_ == 1) vmmipc__test_fail_at("trial_call", nth);
     vmmipc_win_t w[2] = {nullptr, nullptr};
     auto t0 = std::chrono::steady_clock::now();
@@ -531,14 +550,7 @@ TEST_F(DeviceTrial, ACallRefusedAnywhereInTheTrialLeavesTheOtherPath) {
     } else if (n_ >= 2) {
       EXPECT_EQ(cs.sync_decided_by, VMMIPC_SYNC_BY_TRIAL) << "the trial made fewer calls than " << nth;
     }
-    for (auto x : w) {
-      vmmipc_win_device_t d;
-      ASSERT_VMM_OK(vmmipc_win_device(x, &d));
-      auto in = Read(d.signal_in, d.nranks);
-      std::vector<uint64_t> slots(3 * static_cast<size_t>(n_), 1);
-      ASSERT_EQ(dtoh(slots.data(), reinterpret_cast<CUdeviceptr>(in[ranks_[0]]), slots.size() * 8), CUDA_SUCCESS);
-      for (size_t i = 0; i < slots.size(); i++) EXPECT_EQ(slots[i], 0u) << "slot " << i;
-    }
+    for (auto x : w) ExpectSlotsZero(x);
     MPI_Barrier(MPI_COMM_WORLD);
     if (n_ >= 2) { // a token ring over the node, values 1..3, then a barrier
       const int right = ranks_[(me_ + 1) % n_], left = ranks_[(me_ + n_ - 1) % n_];
@@ -568,20 +580,13 @@ TEST_F(DeviceTrial, ACallRefusedAnywhereInTheTrialLeavesTheOtherPath) {
 // again and succeeds.
 TEST_F(DeviceTrial, BothPathsRefusedFailTheFirstWindow) {
   if (!TrialRuns() || !vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "no trial here (a setting, or a node of one rank)";
-  if (n_ >= 2 && me_ <= 1) vmmipc__test_fail_at("trial_call", me_ == 1 ? 1 : 3);
-  vmmipc_win_t w = nullptr;
-  auto t0 = std::chrono::steady_clock::now();
-  vmmipc_result_t r = vmmipc_allgather_map(c_, nullptr, nullptr, &w);
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::string msg = vmmipc_last_error();
-  vmmipc__test_fail_at(nullptr, 0);
-  EXPECT_EQ(w, nullptr);
-  EXPECT_NE(r, VMMIPC_SUCCESS) << msg;
-  EXPECT_LT(s, 3.0) << msg;
+  std::string msg;
+  vmmipc_result_t r = FirstWindowFails("trial_call", me_ == 1 ? 1 : 3, n_ >= 2 && me_ <= 1, &msg);
   if (n_ >= 2) {
     EXPECT_EQ(r, VMMIPC_ERR_CUDA) << msg;
     EXPECT_TRUE(Has("both host-sync paths were refused")) << msg;
   }
+  vmmipc_win_t w = nullptr;
   ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
   vmmipc_comm_stats_t cs = VMMIPC_COMM_STATS_INIT;
   ASSERT_VMM_OK(vmmipc_comm_stats(c_, &cs));
@@ -599,16 +604,8 @@ TEST_F(DeviceTrial, BothPathsRefusedFailTheFirstWindow) {
 // first window fails with VMMIPC_ERR_ABORTED naming it.
 TEST_F(DeviceTrial, ARankAbortingInTheTrialFailsTheFirstWindowAtOnce) {
   if (!TrialRuns() || !vt::AnyRank(n_ >= 2)) GTEST_SKIP() << "no trial here (a setting, or a node of one rank)";
-  if (n_ >= 2 && me_ == 1) vmmipc__test_fail_at("trial_abort", 1);
-  vmmipc_win_t w = nullptr;
-  auto t0 = std::chrono::steady_clock::now();
-  vmmipc_result_t r = vmmipc_allgather_map(c_, nullptr, nullptr, &w);
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::string msg = vmmipc_last_error();
-  vmmipc__test_fail_at(nullptr, 0);
-  EXPECT_EQ(w, nullptr);
-  EXPECT_NE(r, VMMIPC_SUCCESS) << msg;
-  EXPECT_LT(s, 3.0) << "the abort ended the waits, not the 6 s timeout: " << msg;
+  std::string msg;
+  vmmipc_result_t r = FirstWindowFails("trial_abort", 1, n_ >= 2 && me_ == 1, &msg);
   // Every node's node rank 1 aborted: the message names one of them.
   int mine = n_ >= 2 && me_ == 1 ? vt::Rank() : -1, size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
