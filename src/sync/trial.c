@@ -46,6 +46,11 @@
 #define ORDERS_APART 8
 enum { SIG_MEMOPS, SIG_KERNELS, BAR_MEMOPS, BAR_KERNELS, FIGS };
 
+/* The path (VMMIPC__PATH_*) a figure times. */
+static int path_of(int fig) {
+  return fig == SIG_KERNELS || fig == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
+}
+
 /* What each node rank tells after a stage (MPI_BYTE). */
 struct trial_rec {
   int32_t ready;  /* 1: reached the trial with nothing failed so far */
@@ -68,7 +73,7 @@ typedef struct {
  * peers for the window's next figure. */
 static vmmipc_result_t enqueue(trial_t *t, int fig, int rounds) {
   struct vmmipc_comm *c = t->c;
-  const int k = fig == SIG_KERNELS || fig == BAR_KERNELS;
+  const int k = path_of(fig) == VMMIPC__PATH_KERNELS;
   struct vmmipc_win *w = &t->w[k];
   const int n = c->node_size, q = c->node_rank;
   const int right = c->rank_of[(q + 1) % n], left = c->rank_of[(q + n - 1) % n];
@@ -118,11 +123,14 @@ static void release(trial_t *t) { fill_failed(t, t->c->node_rank, 0, 2); }
  * arrivals, so that they finish the stage and learn at its allgather that
  * the path is out everywhere. Their figures for it are void; nobody picks
  * it. */
-static void refused(trial_t *t, int fig, struct trial_rec *mine) {
-  const int kernels = fig == SIG_KERNELS || fig == BAR_KERNELS;
-  mine->failed |= kernels ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
+static void fill_peers(trial_t *t, int path) {
   for (int q = 0; q < t->c->node_size; q++)
-    if (q != t->c->node_rank) fill_failed(t, q, kernels, 1);
+    if (q != t->c->node_rank) fill_failed(t, q, path == VMMIPC__PATH_KERNELS, 1);
+}
+
+static void refused(trial_t *t, int fig, struct trial_rec *mine) {
+  mine->failed |= path_of(fig);
+  fill_peers(t, path_of(fig));
 }
 
 /* A node peer that aborted, broke the comm or left (its END frame queued
@@ -215,10 +223,8 @@ static vmmipc_result_t failed_call(trial_t *t, vmmipc_result_t e, int fig, struc
  * the refusal may have landed over it meanwhile (a peer may wait on that
  * slot now). */
 static void refill(trial_t *t, const struct trial_rec *mine) {
-  for (int k = 0; k < 2; k++)
-    if (mine->failed & (k ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS))
-      for (int q = 0; q < t->c->node_size; q++)
-        if (q != t->c->node_rank) fill_failed(t, q, k, 1);
+  for (int path = VMMIPC__PATH_MEMOPS; path <= VMMIPC__PATH_KERNELS; path <<= 1)
+    if (mine->failed & path) fill_peers(t, path);
 }
 
 /* After enqueueing `fig` (e: its error): a refusal taken (above), the
@@ -246,7 +252,7 @@ static vmmipc_result_t stage(trial_t *t, vmmipc_result_t r, int rounds, const in
     const int chunk = pass ? rounds - rounds / 2 : passes == 2 ? rounds / 2 : rounds;
     for (int i = 0; i < FIGS && !r; i++) {
       const int f = pass ? FIGS - 1 - i : i;
-      int path = f == SIG_KERNELS || f == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
+      int path = path_of(f);
       if (skip[f] || (mine->failed & path) || (f >= BAR_MEMOPS && c->node_size < 2)) continue;
       /* An untimed round first: the ranks leave the allgather before it (or
        * the other figures) unevenly. A refused launch or operation takes
@@ -264,7 +270,7 @@ static vmmipc_result_t stage(trial_t *t, vmmipc_result_t r, int rounds, const in
     }
   }
   for (int f = 0; f < FIGS && !r; f++) { /* ns per hop or barrier; a path that failed here gives none */
-    int path = f == SIG_KERNELS || f == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS;
+    int path = path_of(f);
     double per = (double)done[f] * (f < BAR_MEMOPS ? c->node_size : 1);
     if (done[f] && !(mine->failed & path)) mine->ns[f] = (uint64_t)(spent[f] * 1e9 / per) + 1;
   }
@@ -301,7 +307,7 @@ static vmmipc_result_t measure(trial_t *t, vmmipc_result_t r, struct trial_rec *
   uint64_t ns[FIGS] = {0};
   int failed = 0, skip[FIGS] = {0};
   for (int f = 0; f < FIGS && !r; f++) { /* first launches and loads: untimed */
-    if (mine->failed & (f == SIG_KERNELS || f == BAR_KERNELS ? VMMIPC__PATH_KERNELS : VMMIPC__PATH_MEMOPS)) continue;
+    if (mine->failed & path_of(f)) continue;
     r = settle(t, enqueue(t, f, WARM), f, mine);
   }
   int64_t left_ms = 0;
