@@ -183,7 +183,9 @@ VMMIPC_API vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config
  * VMMIPC_ERR_ABORTED). The comm is still open after VMMIPC_ERR_BUSY or
  * VMMIPC_ERR_INVALID_ARG (a thread MPI does not allow); after any other
  * result it is freed: an agreement that fails (a peer dead or late) frees
- * it locally and returns why. */
+ * it locally and returns why. After MPI_Finalize, any collective or
+ * point-to-point call on a comm fails VMMIPC_ERR_MPI and breaks it, so that
+ * this destroy, vmmipc_win_free and vmmipc_heap_destroy free locally. */
 VMMIPC_API vmmipc_result_t vmmipc_comm_destroy(vmmipc_comm_t comm);
 /* Local: the ranks of the caller's node, as an MPI communicator owned by the
  * comm (do not free it). */

@@ -6,6 +6,10 @@
 // main: a gtest process cannot finalize MPI and go on. TEST_THREAD_LEVEL=
 // funneled initialises MPI with MPI_THREAD_FUNNELED, where the entry's
 // main-thread check (MPI_Is_thread_main) is itself an MPI call.
+// A healthy comm's calls after MPI_Finalize (a destructor that runs late)
+// made MPI calls too, and Open MPI killed the job: they now fail with
+// VMMIPC_ERR_MPI, break the comm, and the frees go locally.
+#include <dirent.h>
 #include <mpi.h>
 #include <vmmipc.h>
 
@@ -23,6 +27,15 @@ void Check(bool ok, int rank, const char *what, vmmipc_result_t r) {
   g_failures++;
 }
 
+int OpenFds() {
+  int n = 0;
+  if (DIR *d = opendir("/proc/self/fd")) {
+    while (readdir(d)) n++;
+    closedir(d);
+  }
+  return n;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -31,12 +44,23 @@ int main(int argc, char **argv) {
   const bool funneled = level && std::strcmp(level, "funneled") == 0;
   MPI_Init_thread(&argc, &argv, funneled ? MPI_THREAD_FUNNELED : MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  vmmipc_result_t r = vmmipc_set_device(0); // the heap needs a context
+  Check(r == VMMIPC_SUCCESS, rank, "vmmipc_set_device(0)", r);
   vmmipc_comm_t c = nullptr, d = nullptr;
-  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c);
+  r = vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c);
   Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_create (first)", r);
   r = vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &d);
   Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_create (second)", r);
-  MPI_Barrier(MPI_COMM_WORLD); // both comms made everywhere before any abort
+  vmmipc_comm_t e = nullptr; // stays healthy: a heap with a window, and MPI_Finalize under them
+  vmmipc_heap_t h = nullptr;
+  vmmipc_win_t w = nullptr;
+  r = vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &e);
+  Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_create (third)", r);
+  if (e) r = vmmipc_heap_create(e, nullptr, &h);
+  Check(r == VMMIPC_SUCCESS, rank, "vmmipc_heap_create", r);
+  if (h) r = vmmipc_heap_alloc(h, 4096, &w);
+  Check(r == VMMIPC_SUCCESS, rank, "vmmipc_heap_alloc before MPI_Finalize", r);
+  MPI_Barrier(MPI_COMM_WORLD); // every comm made everywhere before any abort
   if (c) vmmipc_comm_abort(c);
   if (d) vmmipc_comm_abort(d);
   MPI_Finalize();
@@ -50,6 +74,25 @@ int main(int argc, char **argv) {
   if (d) { // the destroy alone
     r = vmmipc_comm_destroy(d);
     Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_destroy of the second comm after MPI_Finalize", r);
+  }
+  if (e && h && w) { // the healthy comm: its calls fail, its frees go locally
+    const int before = OpenFds();
+    vmmipc_win_t w2 = nullptr;
+    r = vmmipc_heap_alloc(h, 4096, &w2);
+    Check(r == VMMIPC_ERR_MPI && w2 == nullptr, rank, "vmmipc_heap_alloc after MPI_Finalize is VMMIPC_ERR_MPI", r);
+    Check(std::strstr(vmmipc_last_error(), "MPI_Finalize") != nullptr, rank, "its message names MPI_Finalize", r);
+    vmmipc_desc_t d = nullptr;
+    r = vmmipc_recv(e, 1 - rank, &d);
+    Check(r == VMMIPC_ERR_MPI && d == nullptr, rank, "vmmipc_recv on the broken comm is VMMIPC_ERR_MPI", r);
+    r = vmmipc_win_free(w);
+    Check(r == VMMIPC_ERR_MPI, rank, "vmmipc_win_free frees the window locally (VMMIPC_ERR_MPI)", r);
+    r = vmmipc_heap_destroy(h);
+    Check(r == VMMIPC_SUCCESS, rank, "vmmipc_heap_destroy after MPI_Finalize", r);
+    r = vmmipc_comm_destroy(e);
+    Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_destroy of the healthy comm after MPI_Finalize", r);
+    const int after = OpenFds();
+    Check(after < before, rank, "the healthy comm's sockets closed", r);
+    if (after >= before) std::fprintf(stderr, "[rank %d] %d fds open before the frees, %d after\n", rank, before, after);
   }
   if (!g_failures) std::printf("[rank %d] ok: no MPI call after MPI_Finalize\n", rank);
   return g_failures ? 1 : 0;

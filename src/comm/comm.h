@@ -56,7 +56,7 @@ struct vmmipc_comm {
   const char *busy_op;     /* which call, for the refusal message (__atomic builtins) */
   int broken;              /* a bounded wait expired or a peer failed: every call fails (__atomic loads
                               from other threads) */
-  vmmipc_result_t broken_code; /* what every later call returns (VMMIPC_ERR_PEER unless aborted) */
+  vmmipc_result_t broken_code; /* what every later call returns (VMMIPC_ERR_PEER unless aborted, or MPI finalized) */
   char broken_msg[VMMIPC__ERRMSG_MAX];
   int broken_rank;             /* the rank its failure named (-1: none), named again by every later call */
   int aborted;             /* vmmipc_comm_abort was called (__atomic builtins; any thread) */
@@ -138,6 +138,8 @@ vmmipc_result_t vmmipc__freed_locally(struct vmmipc_comm *c, const char *op);
  * calls do. */
 vmmipc_result_t vmmipc__aborted_here(struct vmmipc_comm *c, const char *op, const char *what);
 void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code);
+/* Breaks it with exactly `code` as what every later call returns. */
+void vmmipc__break_as(struct vmmipc_comm *c, vmmipc_result_t code);
 /* Releases the stream waits on the comm's windows (once; any thread). */
 void vmmipc__release_waits(struct vmmipc_comm *c);
 /* Tells the node's peers that this rank aborted the comm, once. The caller

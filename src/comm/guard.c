@@ -96,6 +96,20 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
     vmmipc__leave(c);
     return b;
   }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) { /* a late destructor: no call of it can run again, so it breaks and its frees go locally */
+    vmmipc_result_t f = vmmipc__error(VMMIPC_ERR_MPI,
+                                      "%s: MPI was finalized before this call on rank %d; the communicator is broken: "
+                                      "every later call on it fails, and vmmipc_win_free, vmmipc_heap_destroy and "
+                                      "vmmipc_comm_destroy free locally; hint: free vmmipc objects before "
+                                      "MPI_Finalize",
+                                      op, c->rank);
+    vmmipc__error_rank(c->rank);
+    vmmipc__break_as(c, VMMIPC_ERR_MPI);
+    vmmipc__leave(c);
+    return f;
+  }
   if (collective) {
     c->epoch++; /* on every rank, whatever the outcome: frames of this call carry it */
     c->deadline_ms = vmmipc__now_ms() + c->timeout_ms; /* one for the call's steps and agreement */
@@ -165,6 +179,10 @@ void vmmipc__release_waits(struct vmmipc_comm *c) {
 }
 
 void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code) {
+  vmmipc__break_as(c, code == VMMIPC_ERR_ABORTED ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER);
+}
+
+void vmmipc__break_as(struct vmmipc_comm *c, vmmipc_result_t code) {
   if (c->broken) return;
   vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
   vmmipc__error_get(&st);
@@ -180,7 +198,7 @@ void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code) {
   else
     snprintf(c->broken_msg, sizeof c->broken_msg, "%s", why);
   c->broken_rank = st.rank >= 0 ? st.rank : c->rank;
-  c->broken_code = code == VMMIPC_ERR_ABORTED ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
+  c->broken_code = code;
   __atomic_store_n(&c->broken, 1, __ATOMIC_RELEASE);
   vmmipc__release_waits(c);
 }
