@@ -1142,6 +1142,65 @@ TEST_F(Faults, AnAbortAsHeapDestroyBeginsEndsItTheSameWay) {
   EXPECT_VMM_OK(vmmipc_comm_destroy(c));  // local now: aborted on rank 0, broken on the others
 }
 
+// The local frees of a failed comm wait out an abort that is telling the
+// peers (it holds the comm meanwhile, as VMMIPC__BUSY_ABORT), as calls at
+// entry do: they used a bare compare-and-swap and failed BUSY, the window
+// or heap still open (stop 46's mend, which had no test). "announce_slow"
+// holds rank 0's abort 300 ms there; `free` runs on rank 0's main thread
+// then, and must free locally with `want`: VMMIPC_ERR_ABORTED "freed
+// locally" for a window; SUCCESS for a heap, as a destroy of an aborted
+// comm (`said` empty: no message).
+static void FreeDuringAnAbortsAnnounce(vmmipc_comm_t c, const std::function<vmmipc_result_t()> &free,
+                                       vmmipc_result_t want, const std::string &said, const char *what) {
+  if (vt::Rank() == 0) {
+    std::thread aborter([c] {
+      vmmipc__test_fail_at("announce_slow", 1);  // per thread
+      EXPECT_VMM_OK(vmmipc_comm_abort(c));
+      vmmipc__test_fail_at(nullptr, 0);
+    });
+    while (__atomic_load_n(&c->busy, __ATOMIC_ACQUIRE) != VMMIPC__BUSY_ABORT) std::this_thread::yield();
+    auto t0 = std::chrono::steady_clock::now();
+    vmmipc_result_t r = free();
+    std::string msg = vmmipc_last_error();
+    aborter.join();
+    EXPECT_EQ(r, want) << what << ": " << msg;
+    if (!said.empty()) {
+      EXPECT_TRUE(Has(msg, said)) << what << ": " << msg;
+    }
+    EXPECT_LT(Since(t0), 2.0) << what;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_F(Faults, AWindowsLocalFreeWaitsOutAnAbortTellingThePeers) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  vmmipc_comm_t c = Create(3000);
+  ASSERT_NE(c, nullptr);
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
+  MPI_Barrier(MPI_COMM_WORLD);
+  FreeDuringAnAbortsAnnounce(c, [w] { return vmmipc_win_free(w); }, VMMIPC_ERR_ABORTED, "freed locally",
+                             "vmmipc_win_free");
+  if (vt::Rank() != 0) {
+    EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS);  // rank 0 freed locally
+  }
+  EXPECT_VMM_OK(vmmipc_comm_destroy(c));  // local: aborted on rank 0, broken on the others
+}
+
+TEST_F(Faults, AHeapsLocalDestroyWaitsOutAnAbortTellingThePeers) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
+  vmmipc_comm_t c = Create(3000);
+  ASSERT_NE(c, nullptr);
+  vmmipc_heap_t h = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_create(c, nullptr, &h));
+  MPI_Barrier(MPI_COMM_WORLD);
+  FreeDuringAnAbortsAnnounce(c, [h] { return vmmipc_heap_destroy(h); }, VMMIPC_SUCCESS, "", "vmmipc_heap_destroy");
+  if (vt::Rank() != 0) {
+    EXPECT_NE(vmmipc_heap_destroy(h), VMMIPC_ERR_BUSY) << "freed";
+  }
+  EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 // A call that lets the comm go must touch it no more: a destroy on another
 // thread may take it at once and free it. Here the call is one refused at
 // entry (the comm is aborted, so the destroy is local); "leave_linger"

@@ -99,6 +99,7 @@ vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t c) {
    * as VMMIPC__BUSY_ABORT, which a destroy waits out. */
   int idle = 0;
   if (__atomic_compare_exchange_n(&c->busy, &idle, VMMIPC__BUSY_ABORT, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+    if (VMMIPC__INJECT("announce_slow")) VMMIPC__STALL(300);
     vmmipc__announce_abort(c);
     __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
   }

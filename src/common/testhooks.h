@@ -21,6 +21,8 @@ extern "C" {
  * its record), "trim_unmap" (the next unmap of a heap trim fails, the range still
  * mapped), "abort_slow" (the next vmmipc_comm_abort pauses 300 ms after it
  * marked the comm and released its waits, as a slow release would),
+ * "announce_slow" (the next vmmipc_comm_abort pauses 300 ms while it holds
+ * the comm to tell the peers),
  * "abort_quiet" (the next vmmipc_comm_abort tells nobody over MPI, as one
  * from a thread MPI does not allow a call: the next call tells),
  * "enter_slow" (the next call that holds a comm pauses 300 ms before it
