@@ -79,6 +79,8 @@ vmmipc_mpi_test(test_caches NP 1 SOURCES test_caches.cc)
 vmmipc_mpi_test(test_after_finalize NP 2 SOURCES test_after_finalize.cc)
 vmmipc_mpi_test(test_after_finalize NP 2 VNODES 1)
 vmmipc_mpi_test(test_after_finalize NP 2 ENV TEST_THREAD_LEVEL=funneled SUFFIX .funneled)
+# A thread MPI does not allow is refused before it is counted (its own main, MPI_THREAD_FUNNELED).
+vmmipc_mpi_test(test_thread_level NP 2 SOURCES test_thread_level.cc)
 vmmipc_mpi_test(test_heap NP 1 2 4 SOURCES test_heap.cc TIMEOUT 240)
 # On the node layouts, without the two tests of a rank that never comes or
 # comes past the timeout (11 s of waiting a run): they exercise the heap's

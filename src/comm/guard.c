@@ -32,6 +32,7 @@ vmmipc_result_t vmmipc__enter_process(int thread_level, const char *op) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (thread_level < MPI_THREAD_SERIALIZED && !finalized) {
+    if (VMMIPC__INJECT("thread_check_slow")) VMMIPC__STALL(300); /* not counted yet: nobody is refused BUSY */
     int main_thread = 0;
     MPI_Is_thread_main(&main_thread);
     if (!main_thread)

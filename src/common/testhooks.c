@@ -27,11 +27,17 @@ int vmmipc__test_should_fail(const char *step) {
   vmmipc__fail_step[0] = '\0';
   return 1;
 }
+static int vmmipc__stalling; /* threads inside a stall now (__atomic builtins) */
+
 void vmmipc__test_sleep_ms(int ms) {
+  __atomic_fetch_add(&vmmipc__stalling, 1, __ATOMIC_SEQ_CST);
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0) {
   }
+  __atomic_fetch_sub(&vmmipc__stalling, 1, __ATOMIC_SEQ_CST);
 }
+
+int vmmipc__test_stalling(void) { return __atomic_load_n(&vmmipc__stalling, __ATOMIC_SEQ_CST); }
 
 void vmmipc__test_late(int timeout_ms) { vmmipc__test_sleep_ms(timeout_ms * 3 / 2); }
 

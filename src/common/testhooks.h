@@ -25,6 +25,8 @@ extern "C" {
  * the comm to tell the peers),
  * "abort_quiet" (the next vmmipc_comm_abort tells nobody over MPI, as one
  * from a thread MPI does not allow a call: the next call tells),
+ * "thread_check_slow" (the next call pauses 300 ms before it asks MPI
+ * whether this is MPI's main thread, below MPI_THREAD_SERIALIZED),
  * "enter_slow" (the next call that holds a comm pauses 300 ms before it
  * looks whether the comm was aborted), "leave_linger" (the next call that
  * leaves a comm pauses 300 ms before it lets the comm go, and 300 ms
@@ -57,6 +59,8 @@ int vmmipc__test_should_fail(const char *step);
 void vmmipc__test_late(int timeout_ms);
 /* Sleeps for ms milliseconds (a step that stalls for a set time). */
 void vmmipc__test_sleep_ms(int ms);
+/* How many threads of this process are inside such a stall now. */
+int vmmipc__test_stalling(void);
 /* Runs fn(arg) once, on this thread, inside its next collective (while the
  * comm is held): lets a test act at a known point of a call. */
 void vmmipc__test_on_inside(void (*fn)(void *), void *arg);

@@ -1,0 +1,75 @@
+// Below MPI_THREAD_SERIALIZED a call from a thread other than MPI's main one
+// is refused (INVALID_ARG). It must be refused before it is counted inside
+// vmmipc: counted, even while it asks MPI, it made the main thread's
+// concurrent call on another comm return BUSY on this rank alone (a
+// watchdog's call under MPI_THREAD_FUNNELED; stop 45's mend, which had no
+// test). The hook "thread_check_slow" holds the refused thread 300 ms just
+// before it asks MPI; the main thread's collective on another comm runs
+// meanwhile and must succeed. Its own main: MPI_THREAD_FUNNELED.
+#include <mpi.h>
+#include <vmmipc.h>
+
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "common/testhooks.h"
+
+namespace {
+
+int g_failures = 0;
+
+void Check(bool ok, int rank, const char *what, vmmipc_result_t r, const char *msg) {
+  if (ok) return;
+  std::fprintf(stderr, "[rank %d] FAILED: %s (result %d: %s)\n", rank, what, (int)r, msg);
+  g_failures++;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  int provided = 0, rank = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (provided != MPI_THREAD_FUNNELED) {
+    std::fprintf(stderr, "[rank %d] FAILED: MPI provides thread level %d, not MPI_THREAD_FUNNELED\n", rank, provided);
+    MPI_Finalize();
+    return 1;
+  }
+  vmmipc_result_t r = vmmipc_set_device(0);
+  Check(r == VMMIPC_SUCCESS, rank, "vmmipc_set_device(0)", r, vmmipc_last_error());
+  vmmipc_comm_t a = nullptr, b = nullptr;
+  r = vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &a);
+  Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_create (a)", r, vmmipc_last_error());
+  r = vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &b);
+  Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_create (b)", r, vmmipc_last_error());
+  if (a && b) {
+    vmmipc_result_t refused = VMMIPC_SUCCESS;
+    char refused_msg[512] = "";
+    std::thread watchdog([&] {  // not MPI's main thread
+      vmmipc__test_fail_at("thread_check_slow", 1);  // per thread
+      vmmipc_heap_t h = nullptr;
+      refused = vmmipc_heap_create(a, nullptr, &h);
+      std::snprintf(refused_msg, sizeof refused_msg, "%s", vmmipc_last_error());
+      vmmipc__test_fail_at(nullptr, 0);
+    });
+    while (vmmipc__test_stalling() == 0) std::this_thread::yield();  // it is held before MPI's answer
+    vmmipc_heap_t h = nullptr;
+    r = vmmipc_heap_create(b, nullptr, &h);  // collective on the other comm, during the hold
+    Check(r == VMMIPC_SUCCESS, rank, "the main thread's vmmipc_heap_create on another comm", r, vmmipc_last_error());
+    const bool held = vmmipc__test_stalling() > 0;
+    watchdog.join();
+    Check(held, rank, "the main thread's call ran while the other thread was held", r, "");
+    Check(refused == VMMIPC_ERR_INVALID_ARG && std::strstr(refused_msg, "other than MPI's main thread"), rank,
+          "the other thread's call is refused", refused, refused_msg);
+    r = vmmipc_heap_destroy(h);
+    Check(r == VMMIPC_SUCCESS, rank, "vmmipc_heap_destroy", r, vmmipc_last_error());
+  }
+  r = vmmipc_comm_destroy(a);
+  Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_destroy (a)", r, vmmipc_last_error());
+  r = vmmipc_comm_destroy(b);
+  Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_destroy (b)", r, vmmipc_last_error());
+  if (!g_failures) std::printf("[rank %d] ok: the refused thread was not counted\n", rank);
+  MPI_Finalize();
+  return g_failures ? 1 : 0;
+}
