@@ -236,21 +236,15 @@ vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, i
     if (now >= next_liveness) {
       next_liveness = now + 100;
       pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(w->comm->tp), p);
-      /* A failed peer never signals: this rank's stream waits are released
-       * now, as the comm's failure will release them at its next call. */
       if (vmmipc__pid_gone(pid)) {
         vmmipc__error(VMMIPC_ERR_PEER,
                       "%s: rank %d (pid %d) exited before its slot reached %llu (it holds %llu); hint: its "
                       "output has the first error",
                       op, rank, (int)pid, (unsigned long long)value, (unsigned long long)v);
         vmmipc__error_rank(rank);
-        vmmipc__release_waits(w->comm);
         return VMMIPC_ERR_PEER;
       }
-      if (p != w->comm->node_rank && (r = peer_failed(cu, w, p, rank, op))) {
-        if (r != VMMIPC_ERR_CUDA) vmmipc__release_waits(w->comm);
-        return r;
-      }
+      if (p != w->comm->node_rank && (r = peer_failed(cu, w, p, rank, op))) return r;
     }
     if (now >= deadline) {
       vmmipc__error(VMMIPC_ERR_TIMEOUT,
