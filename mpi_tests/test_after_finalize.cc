@@ -81,9 +81,9 @@ int main(int argc, char **argv) {
     r = vmmipc_heap_alloc(h, 4096, &w2);
     Check(r == VMMIPC_ERR_MPI && w2 == nullptr, rank, "vmmipc_heap_alloc after MPI_Finalize is VMMIPC_ERR_MPI", r);
     Check(std::strstr(vmmipc_last_error(), "MPI_Finalize") != nullptr, rank, "its message names MPI_Finalize", r);
-    vmmipc_desc_t d = nullptr;
-    r = vmmipc_recv(e, 1 - rank, &d);
-    Check(r == VMMIPC_ERR_MPI && d == nullptr, rank, "vmmipc_recv on the broken comm is VMMIPC_ERR_MPI", r);
+    vmmipc_desc_t got = nullptr;
+    r = vmmipc_recv(e, 1 - rank, &got);
+    Check(r == VMMIPC_ERR_MPI && got == nullptr, rank, "vmmipc_recv on the broken comm is VMMIPC_ERR_MPI", r);
     r = vmmipc_win_free(w);
     Check(r == VMMIPC_ERR_MPI, rank, "vmmipc_win_free frees the window locally (VMMIPC_ERR_MPI)", r);
     r = vmmipc_heap_destroy(h);
@@ -92,7 +92,8 @@ int main(int argc, char **argv) {
     Check(r == VMMIPC_SUCCESS, rank, "vmmipc_comm_destroy of the healthy comm after MPI_Finalize", r);
     const int after = OpenFds();
     Check(after < before, rank, "the healthy comm's sockets closed", r);
-    if (after >= before) std::fprintf(stderr, "[rank %d] %d fds open before the frees, %d after\n", rank, before, after);
+    if (after >= before)
+      std::fprintf(stderr, "[rank %d] %d fds open before the frees, %d after\n", rank, before, after);
   }
   if (!g_failures) std::printf("[rank %d] ok: no MPI call after MPI_Finalize\n", rank);
   return g_failures ? 1 : 0;

@@ -1158,7 +1158,12 @@ static void FreeDuringAnAbortsAnnounce(vmmipc_comm_t c, const std::function<vmmi
       EXPECT_VMM_OK(vmmipc_comm_abort(c));
       vmmipc__test_fail_at(nullptr, 0);
     });
-    while (__atomic_load_n(&c->busy, __ATOMIC_ACQUIRE) != VMMIPC__BUSY_ABORT) std::this_thread::yield();
+    // The abort holds the comm to tell the peers (bounded: a hook that never fires fails here).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (__atomic_load_n(&c->busy, __ATOMIC_ACQUIRE) != VMMIPC__BUSY_ABORT &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+    EXPECT_EQ(__atomic_load_n(&c->busy, __ATOMIC_ACQUIRE), VMMIPC__BUSY_ABORT) << "announce_slow did not hold";
     auto t0 = std::chrono::steady_clock::now();
     vmmipc_result_t r = free();
     std::string msg = vmmipc_last_error();
