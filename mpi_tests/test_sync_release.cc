@@ -116,6 +116,13 @@ TEST_F(Release, ALateSignalDoesNotRearmAWait) {
 // Node rank 1 fails (`fail`) once node rank 0 tells it (MPI) that it is
 // about to wait on it for 20 s; either order ends the wait. The wait must
 // end within 2 s with `code`, naming rank 1 (as before + rank + after).
+// Rank 0 queued a stream wait on rank 1 first: the host wait that found
+// the failure releases it too (before: it stayed armed until rank 0's next
+// collective, and the stand-in gave up on it after 5 s). From then on rank
+// 0's sync calls fail with that failure, a stream wait on a healthy node
+// rank 2 among them (4661d50 released without failing: that wait returned
+// SUCCESS and passed at once), and its next collective breaks the comm at
+// once instead of waiting out the timeout.
 void Release::PeerFailureEndsAHostWait(vmmipc_result_t code, const std::string &before, const std::string &after,
                                        void (*fail)(vmmipc_comm_t)) {
   const bool plays = n_ >= 2; // a node of one joins the collectives only
@@ -127,6 +134,7 @@ void Release::PeerFailureEndsAHostWait(vmmipc_result_t code, const std::string &
   int go = 1;
   if (plays && me_ == 0) {
     const int peer = ranks_[1];
+    EXPECT_VMM_OK(vmmipc_win_wait(w, peer, 5, s_));  // not ASSERT: rank 1 waits for the message below
     MPI_Send(&go, 1, MPI_INT, 1, 0, node);
     auto t0 = std::chrono::steady_clock::now();
     vmmipc_result_t r = vmmipc_win_wait_host(w, peer, 5, 20000);
@@ -137,12 +145,35 @@ void Release::PeerFailureEndsAHostWait(vmmipc_result_t code, const std::string &
     EXPECT_LT(s, 2.0) << info.message;
     EXPECT_EQ(info.rank, peer) << info.message;
     EXPECT_TRUE(Has(info.message, before + std::to_string(peer) + after)) << info.message;
+    t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(d_.streamSync(s_), CUDA_SUCCESS) << "the stream wait on the failed rank stayed armed";
+    EXPECT_LT(Since(t0), 2.0) << "the stream wait on the failed rank stayed armed";
+    // Refused: with the failure the host wait found, or (kernel path) with
+    // the window's device record of the released wait, which comes first.
+    const auto refused = [&](vmmipc_result_t got, const char *call) {
+      const std::string m = vmmipc_last_error();
+      EXPECT_TRUE((got == code && Has(m, "a host wait found it")) ||
+                  (got == VMMIPC_ERR_PEER && Has(m, "found the failure value")))
+          << call << " after the failure: " << got << ": " << m;
+    };
+    const int healthy = n_ >= 3 ? ranks_[2] : vt::Rank();
+    refused(vmmipc_win_wait(w, healthy, 7, s_), "vmmipc_win_wait");
+    refused(vmmipc_win_signal(w, healthy, 1, s_), "vmmipc_win_signal");
+    refused(vmmipc_win_wait_host(w, healthy, 7, 100), "vmmipc_win_wait_host");
+    refused(vmmipc_win_barrier(w, s_), "vmmipc_win_barrier");
+    t0 = std::chrono::steady_clock::now();
+    EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS);  // the next call that holds the comm breaks it: local
+    EXPECT_LT(Since(t0), 2.0) << "the free waited out the timeout";
+    EXPECT_TRUE(vmmipc__failed(c_)) << "the comm is broken";
+    w = nullptr;
   } else if (plays && me_ == 1) {
     MPI_Recv(&go, 1, MPI_INT, 0, 0, node, MPI_STATUS_IGNORE);
     fail(c_);
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS); // the failed rank frees locally; the others' agreement fails
+  if (w) {
+    EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS); // the failed rank frees locally; the others' agreement fails
+  }
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

@@ -236,15 +236,22 @@ vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, i
     if (now >= next_liveness) {
       next_liveness = now + 100;
       pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(w->comm->tp), p);
+      /* A failed peer never signals: this rank's sync calls fail from now
+       * on, its stream waits are released, and its next call that holds
+       * the comm breaks it (alarm.c). */
       if (vmmipc__pid_gone(pid)) {
         vmmipc__error(VMMIPC_ERR_PEER,
                       "%s: rank %d (pid %d) exited before its slot reached %llu (it holds %llu); hint: its "
                       "output has the first error",
                       op, rank, (int)pid, (unsigned long long)value, (unsigned long long)v);
         vmmipc__error_rank(rank);
+        vmmipc__sync_note(w->comm, VMMIPC_ERR_PEER);
         return VMMIPC_ERR_PEER;
       }
-      if (p != w->comm->node_rank && (r = peer_failed(cu, w, p, rank, op))) return r;
+      if (p != w->comm->node_rank && (r = peer_failed(cu, w, p, rank, op))) {
+        if (r != VMMIPC_ERR_CUDA) vmmipc__sync_note(w->comm, r);
+        return r;
+      }
     }
     if (now >= deadline) {
       vmmipc__error(VMMIPC_ERR_TIMEOUT,

@@ -46,6 +46,11 @@ struct vmmipc__sync {
   vmmipc_dev_record_t *alarm;      /* mapped host memory: the comm's first host-sync kernel wait that timed out */
   CUdeviceptr alarm_dev;           /* its device address */
   CUdeviceptr alarm_claim;         /* device memory: the first to time out takes the alarm */
+  /* A host wait that found its peer failed (alarm.c; first wins, __atomic): 1 being written, 2 set. */
+  int noted;
+  vmmipc_result_t noted_code;
+  int noted_rank;
+  char noted_msg[VMMIPC__ERRMSG_MAX];
   /* The keeper of the failure value (release.c). */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -144,8 +149,13 @@ CUdeviceptr vmmipc__slot_addr(const struct vmmipc_win *w, int q, int slot);
 
 /* ---- alarm.c ---- */
 /* VMMIPC_ERR_TIMEOUT naming the rank if a host-sync kernel wait on the comm
- * timed out (the comm then fails: see vmmipc__sync_check). */
+ * timed out, or the failure a host wait found (vmmipc__sync_note): the comm
+ * then fails (see vmmipc__sync_check). */
 vmmipc_result_t vmmipc__sync_alarm(struct vmmipc_comm *c, const char *op);
+/* A host wait found its peer failed (`code`, the thread's error naming it):
+ * recorded first (the first one wins), so that this rank's sync calls
+ * refuse with it, then this rank's stream waits are released. */
+void vmmipc__sync_note(struct vmmipc_comm *c, vmmipc_result_t code);
 /* The comm's check hook (comm.h), run by every call that holds the comm:
  * breaks it if the alarm is set. */
 void vmmipc__sync_check(struct vmmipc_comm *c);
