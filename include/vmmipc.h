@@ -563,7 +563,9 @@ VMMIPC_API vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t win, void *stream);
  * timeout_ms (<= 0: the comm's timeout), then VMMIPC_ERR_TIMEOUT naming rank.
  * Within about 100 ms of rank's exit or of its comm's failure (its slots
  * then hold VMMIPC_SIGNAL_FAILED) it returns VMMIPC_ERR_PEER, or
- * VMMIPC_ERR_ABORTED where rank aborted the comm, naming rank. */
+ * VMMIPC_ERR_ABORTED where rank aborted the comm, naming rank; this rank's
+ * comm has then failed too: its stream waits are released, its host sync
+ * calls return that failure, and its next collective breaks it. */
 VMMIPC_API vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t win, int rank, uint64_t value, int timeout_ms);
 
 /* ---- symmetric heap (docs/heap.md) ---------------------------------------- */
