@@ -21,9 +21,11 @@ if printf '%s\n' "$out" | grep -Eq 'TERMINATED WITH THE EXIT STRING: Killed \(si
   exit 77
 fi
 # 141 = 128 + SIGPIPE: the victim dies of SIGKILL, so this is the launcher's
-# own death; with nothing printed at all, no survivor spoke either way.
-if [ "$rc" -eq 141 ] && ! printf '%s\n' "$out" | grep -q 'KILLTEST'; then
-  echo "killrun.sh: the launcher died of SIGPIPE (exit 141) before any survivor printed: skipped"
+# own death, which takes the output of the survivors that had not printed
+# yet (CI on 2034168, MPICH: 1 of 4 printed OK, then Hydra died); none of
+# them said FAIL (above), and the silent ones cannot be judged.
+if [ "$rc" -eq 141 ]; then
+  echo "killrun.sh: the launcher died of SIGPIPE (exit 141) after $ok of $want survivors printed KILLTEST OK: skipped"
   exit 77
 fi
 echo "killrun.sh: $ok of $want survivors printed KILLTEST OK (launcher exit status $rc)"
