@@ -71,7 +71,7 @@ void vmmipc__tell_aborted_unasked(struct vmmipc_comm *c, const char *op) {
   if (c->thread_level == MPI_THREAD_SERIALIZED || MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
   vmmipc__error_saved_t keep;
   vmmipc__error_save(&keep);
-  if (!vmmipc__enter_process(c->thread_level, op)) { /* refuses a thread MPI does not allow */
+  if (!vmmipc__enter_process(c->thread_level, 0, op)) { /* refuses a thread MPI does not allow */
     vmmipc__agree_tell_aborted(c);
     vmmipc__leave_process();
   }

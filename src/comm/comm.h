@@ -121,8 +121,9 @@ int vmmipc__hold(struct vmmipc_comm *c);
 /* The process-wide half of vmmipc__enter, for calls that have no comm yet
  * (vmmipc_comm_create) or free it (vmmipc_comm_destroy): counts this thread
  * as inside a call that may use MPI, and refuses it as vmmipc__enter does
- * when the thread level does not allow it. vmmipc__leave_process follows. */
-vmmipc_result_t vmmipc__enter_process(int thread_level, const char *op);
+ * when the thread level does not allow it (unasked after MPI_Finalize, which
+ * the caller has asked). vmmipc__leave_process follows. */
+vmmipc_result_t vmmipc__enter_process(int thread_level, int finalized, const char *op);
 void vmmipc__leave_process(void);
 /* Marks the comm broken with the current error message (every later call
  * returns VMMIPC_ERR_PEER, or `code` for vmmipc__break_code), and releases

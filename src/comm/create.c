@@ -305,7 +305,7 @@ vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
    * decides whether another thread may be inside vmmipc meanwhile. */
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
-  vmmipc_result_t r = vmmipc__enter_process(level, op);
+  vmmipc_result_t r = vmmipc__enter_process(level, 0, op); /* not finalized: refused above */
   if (r) return r;
   r = comm_create(comm, cfg, out, op);
   vmmipc__leave_process();

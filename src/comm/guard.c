@@ -23,14 +23,12 @@ static const char *level_name(int level) {
   return "an unknown thread level";
 }
 
-vmmipc_result_t vmmipc__enter_process(int thread_level, const char *op) {
+vmmipc_result_t vmmipc__enter_process(int thread_level, int finalized, const char *op) {
   /* A thread MPI does not allow is refused before it is counted: counted,
    * even for a moment, it would make the main thread's call BUSY. After
    * MPI_Finalize the check is itself a call MPI forbids (Open MPI aborts the
    * job), and the call makes no MPI call: an aborted or broken comm's calls
    * are refused, its destroy is local. */
-  int finalized = 0;
-  MPI_Finalized(&finalized);
   if (thread_level < MPI_THREAD_SERIALIZED && !finalized) {
     if (VMMIPC__INJECT("thread_check_slow")) VMMIPC__STALL(300); /* not counted yet: nobody is refused BUSY */
     int main_thread = 0;
@@ -77,7 +75,9 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
                          op, other ? other : "a call");
   }
   __atomic_store_n(&c->busy_op, op, __ATOMIC_RELAXED);
-  vmmipc_result_t r = vmmipc__enter_process(c->thread_level, op);
+  int finalized = 0;
+  MPI_Finalized(&finalized); /* asked once per call: enter_process needs it too */
+  vmmipc_result_t r = vmmipc__enter_process(c->thread_level, finalized, op);
   if (r) {
     __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
     __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
@@ -97,8 +97,6 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
     vmmipc__leave(c);
     return b;
   }
-  int finalized = 0;
-  MPI_Finalized(&finalized);
   if (finalized) { /* a late destructor: no call of it can run again, so it breaks and its frees go locally */
     vmmipc_result_t f = vmmipc__error(VMMIPC_ERR_MPI,
                                       "%s: MPI was finalized before this call on rank %d; the communicator is broken: "
