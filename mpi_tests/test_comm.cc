@@ -13,6 +13,7 @@
 #include <string>
 
 #include "comm/comm.h"
+#include "common/testhooks.h"
 #include "harness/bufs.h"
 
 namespace {
@@ -258,6 +259,40 @@ TEST_F(Comm, ASilentPeerTimesOutAndIsNamed) {
     EXPECT_EQ(d, nullptr);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
+// A rank whose socket mesh fails (here: its first connection to a node
+// peer, as at the fd limit) ends every rank's vmmipc_comm_create at once:
+// a node peer that waits for its connection would otherwise wait out the
+// whole timeout (10 s here; 60 s by default) before it fails too.
+TEST_F(Comm, AMeshFailureEndsEveryRanksCreateAtOnce) {
+  int peers = 0; // rank 0's node peers: it connects to them (the higher node ranks)
+  for (int r = 1; r < vt::Size(); r++) peers += SameNodeExpected(0, r);
+  if (peers == 0) GTEST_SKIP() << "rank 0 has no node peer to connect to";
+  const int base = vt::FdCount();
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = 10000;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (vt::Rank() == 0) vmmipc__test_fail_at("mesh_connect", 1);
+  vmmipc_comm_t c = nullptr;
+  auto t0 = std::chrono::steady_clock::now();
+  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string err = vmmipc_last_error();
+  vmmipc__test_fail_at(nullptr, 0);
+  EXPECT_NE(r, VMMIPC_SUCCESS);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_LT(s, 4.0) << "vmmipc_comm_create waited out the timeout: " << err;
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  ASSERT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
+  EXPECT_EQ(info.rank, 0) << "the verdict names the rank whose mesh failed: " << err;
+  if (vt::Rank() == 0) {
+    EXPECT_NE(err.find("connecting to rank"), std::string::npos) << err;
+  }
+  EXPECT_EQ(vt::FdCount(), base) << "the failed create left fds open";
+  // The job goes on: the next create works everywhere.
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 

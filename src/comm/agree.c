@@ -725,7 +725,7 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
      * outcome came. */
     for (int r = 1; r < n && gone < 0 && dead < 0; r++) {
       int p = node_of(c, r);
-      if (p >= 0 && vmmipc__tp_coll_fd(c->tp, p) < 0) {
+      if (p >= 0 && vmmipc__tp_linked(c->tp, p) && vmmipc__tp_coll_fd(c->tp, p) < 0) { /* not one never made */
         vmmipc__tp_read_coll(c->tp, p, c->epoch); /* the error naming it */
         gone = p;
         gone_code = vmmipc__tp_aborted_by(c->tp) == p ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;

@@ -265,6 +265,19 @@ int64_t vmmipc__deadline(struct vmmipc_comm *c);
 /* A step before the agreement: two slacks before the call's bound. */
 int64_t vmmipc__step_deadline(struct vmmipc_comm *c);
 
+/* ---- a failed socket mesh told over the node (mesh_news.c) ---- */
+struct vmmipc__mesh_news;
+/* Before the mesh: receives for each node peer's outcome. *out is for
+ * vmmipc__mesh_news_end whatever this returns. */
+vmmipc_result_t vmmipc__mesh_news_start(struct vmmipc_comm *c, struct vmmipc__mesh_news **out);
+/* The mesh's stop callback (vmmipc__mesh_stop_fn): PEER, naming the rank
+ * to blame, once a node peer's outcome that came is a failure. */
+vmmipc_result_t vmmipc__mesh_news_stop(void *arg);
+/* After the mesh: sends this rank's outcome to each node peer and waits
+ * for theirs (bounded, watching their pids); frees the news. Returns
+ * `mine` if it failed, else the wait's error (the comm is then broken). */
+vmmipc_result_t vmmipc__mesh_news_end(struct vmmipc__mesh_news *m, vmmipc_result_t mine);
+
 /* ---- bounded MPI waits (mpiwait.c) ---- */
 /* Waits until every request completes or deadline_ms passes; 0 if all
  * completed, 1 on timeout (requests left pending), -1 on an MPI error

@@ -266,20 +266,22 @@ static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t
       r = vmmipc__error(VMMIPC_ERR_PEER, "%s: rank %d could not open its socket", op, c->rank_of[i]);
       vmmipc__error_rank(c->rank_of[i]);
     }
-  if (!r) {
+  if (!r) { /* every node rank is here, and tells the others how its mesh ended */
+    struct vmmipc__mesh_news *news = NULL;
+    r = vmmipc__mesh_news_start(c, &news);
     unsigned char *addrs = malloc((size_t)n * VMMIPC__ADDR_BYTES);
     pid_t *pids = malloc((size_t)n * sizeof *pids);
     uid_t *uids = malloc((size_t)n * sizeof *uids);
-    if (!addrs || !pids || !uids) {
-      r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: peer tables", op);
-    } else {
+    if (!r && (!addrs || !pids || !uids)) r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: peer tables", op);
+    if (!r) {
       for (int i = 0; i < n; i++) {
         memcpy(addrs + (size_t)i * VMMIPC__ADDR_BYTES, ni[i].addr, VMMIPC__ADDR_BYTES);
         pids[i] = (pid_t)all[c->rank_of[i]].pid;
         uids[i] = (uid_t)all[c->rank_of[i]].uid;
       }
-      r = vmmipc__tp_connect(c->tp, addrs, pids, uids);
+      r = vmmipc__tp_connect_until(c->tp, addrs, pids, uids, vmmipc__mesh_news_stop, news);
     }
+    r = vmmipc__mesh_news_end(news, r);
     free(addrs);
     free(pids);
     free(uids);

@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "common/le.h"
 #include "common/random.h"
+#include "common/testhooks.h"
 #include "transport/codec.h"
 
 #define CONN_BACKLOG 512
@@ -597,6 +598,10 @@ static vmmipc_result_t mesh_connect(mesh_t *m, int q, int ctx) {
                          vmmipc__conn_rank(c, c->node_rank), R, text);
   int fd;
   vmmipc_result_t rc = new_socket(&fd);
+  if (!rc && VMMIPC__INJECT("mesh_connect")) { /* the fd limit, as socket() reports it */
+    close(fd);
+    rc = vmmipc__os_error(VMMIPC_ERR_SYSTEM, EMFILE, k_fd_hint, "socket(AF_UNIX, SOCK_SEQPACKET)");
+  }
   if (rc) {
     vmmipc__error_prefix("rank %d connecting to rank %d: ", vmmipc__conn_rank(c, c->node_rank), R);
     return rc;
@@ -679,7 +684,7 @@ static void mesh_missing(const mesh_t *m, char *buf, size_t cap) {
 }
 
 vmmipc_result_t vmmipc__conn_mesh(vmmipc__conn_t *c, const unsigned char *addrs, const pid_t *pids,
-                                  const uid_t *uids, int64_t deadline_ms) {
+                                  const uid_t *uids, int64_t deadline_ms, vmmipc__mesh_stop_fn stop, void *arg) {
   int me = c->node_rank, n = c->node_size, R = vmmipc__conn_rank(c, me);
   for (int r = 0; r < n; r++) {
     if (pids[r] <= 0)
@@ -696,7 +701,10 @@ vmmipc_result_t vmmipc__conn_mesh(vmmipc__conn_t *c, const unsigned char *addrs,
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "rank %d setting up connections: its own pid or uid is wrong", R);
   memcpy(c->pids, pids, (size_t)n * sizeof *pids);
   memcpy(c->uids, uids, (size_t)n * sizeof *uids);
-  if (n == 1) return VMMIPC_SUCCESS;
+  if (n == 1) {
+    c->meshed = 1;
+    return VMMIPC_SUCCESS;
+  }
 
   mesh_t m;
   memset(&m, 0, sizeof m);
@@ -734,7 +742,7 @@ vmmipc_result_t vmmipc__conn_mesh(vmmipc__conn_t *c, const unsigned char *addrs,
     int64_t now = vmmipc__now_ms();
     if (now >= next_liveness) {
       next_liveness = now + CONN_SLICE_MS;
-      if ((rc = check_listener_file(c, R))) goto out;
+      if ((rc = check_listener_file(c, R)) || (stop && (rc = stop(arg)))) goto out;
       for (int q = 0; q < n; q++)
         if (q != me && (c->fd[0][q] < 0 || c->fd[1][q] < 0) && vmmipc__pid_gone(pids[q])) {
           rc = vmmipc__error(VMMIPC_ERR_PEER,
@@ -782,6 +790,7 @@ vmmipc_result_t vmmipc__conn_mesh(vmmipc__conn_t *c, const unsigned char *addrs,
   }
   /* Every connection exists: nothing needs the name any more. */
   close_listener(c);
+  c->meshed = 1;
 out:
   for (int i = 0; i < m.npend; i++) close_keep_errno(m.pend[i].fd);
   free(m.pend);

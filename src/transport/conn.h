@@ -33,6 +33,7 @@ typedef struct vmmipc__conn {
   int ns;                  /* VMMIPC_SOCKET_ABSTRACT or VMMIPC_SOCKET_FILESYSTEM */
   uint64_t comm_id;
   int listen_fd;           /* -1 once the mesh is complete */
+  int meshed;              /* 1 once the mesh is complete: before, a connection may never have been made */
   char *dir_path;          /* filesystem mode: this rank's private directory */
   char *sock_path;         /* filesystem mode: its socket file */
   dev_t sock_dev;          /* filesystem mode: the file bind() made, to notice it replaced */
@@ -60,12 +61,15 @@ vmmipc_result_t vmmipc__conn_open(const vmmipc__conn_opts_t *o, vmmipc__conn_t *
 void vmmipc__conn_close(vmmipc__conn_t *c);
 /* The address as text ("@name" for abstract names), for messages. */
 void vmmipc__conn_addr_text(const unsigned char addr[VMMIPC__ADDR_BYTES], char *buf, size_t cap);
+/* Asked every 100 ms while the mesh waits: an error (set, with the rank
+ * to blame) stops it, as when a node peer's own mesh failed. */
+typedef vmmipc_result_t (*vmmipc__mesh_stop_fn)(void *arg);
 /* Connects every pair of the node (addrs: node_size addresses, as
  * published; pids, uids: each rank's, as allgathered), drains and drops
  * foreign connections while it waits, and gives up at deadline_ms
- * (vmmipc__now_ms() clock). */
+ * (vmmipc__now_ms() clock), or when stop (may be NULL) says so. */
 vmmipc_result_t vmmipc__conn_mesh(vmmipc__conn_t *c, const unsigned char *addrs, const pid_t *pids,
-                                  const uid_t *uids, int64_t deadline_ms);
+                                  const uid_t *uids, int64_t deadline_ms, vmmipc__mesh_stop_fn stop, void *arg);
 /* Closes both connections to node rank p and remembers why. */
 void vmmipc__conn_drop(vmmipc__conn_t *c, int p, const char *why);
 /* The comm rank of node rank p, for messages. */

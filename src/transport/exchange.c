@@ -59,7 +59,12 @@ const unsigned char *vmmipc__tp_addr(const vmmipc__tp_t *tp) { return tp->conn->
 
 vmmipc_result_t vmmipc__tp_connect(vmmipc__tp_t *tp, const unsigned char *addrs, const pid_t *pids,
                                    const uid_t *uids) {
-  return vmmipc__conn_mesh(tp->conn, addrs, pids, uids, vmmipc__now_ms() + tp->timeout_ms);
+  return vmmipc__tp_connect_until(tp, addrs, pids, uids, NULL, NULL);
+}
+
+vmmipc_result_t vmmipc__tp_connect_until(vmmipc__tp_t *tp, const unsigned char *addrs, const pid_t *pids,
+                                         const uid_t *uids, vmmipc__mesh_stop_fn stop, void *arg) {
+  return vmmipc__conn_mesh(tp->conn, addrs, pids, uids, vmmipc__now_ms() + tp->timeout_ms, stop, arg);
 }
 
 void vmmipc__tp_close(vmmipc__tp_t *tp) {

@@ -41,6 +41,12 @@ const unsigned char *vmmipc__tp_addr(const vmmipc__tp_t *tp);
 /* Connects the whole node (see vmmipc__conn_mesh), bounded by the timeout. */
 vmmipc_result_t vmmipc__tp_connect(vmmipc__tp_t *tp, const unsigned char *addrs, const pid_t *pids,
                                    const uid_t *uids);
+/* As vmmipc__tp_connect, stopped early when stop(arg) returns an error. */
+vmmipc_result_t vmmipc__tp_connect_until(vmmipc__tp_t *tp, const unsigned char *addrs, const pid_t *pids,
+                                         const uid_t *uids, vmmipc__mesh_stop_fn stop, void *arg);
+/* 0 while node rank p's connection may never have been made (the mesh did
+ * not complete, and it is not there): nothing can come from it. */
+int vmmipc__tp_linked(const vmmipc__tp_t *tp, int p);
 void vmmipc__tp_close(vmmipc__tp_t *tp);
 
 /* One message to send: bytes plus fds (borrowed). */

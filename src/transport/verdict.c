@@ -28,6 +28,8 @@ static int coll_fd(const vmmipc__tp_t *tp, int p) {
 
 int vmmipc__tp_coll_fd(const vmmipc__tp_t *tp, int p) { return coll_fd(tp, p); }
 
+int vmmipc__tp_linked(const vmmipc__tp_t *tp, int p) { return tp && tp->conn && (tp->conn->meshed || coll_fd(tp, p) >= 0); }
+
 vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) {
   int fd = coll_fd(tp, p);
   int R = vmmipc__conn_rank(tp->conn, p);
