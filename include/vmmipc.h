@@ -170,8 +170,10 @@ typedef struct vmmipc_comm *vmmipc_comm_t;
 /* Collective over `comm` (all its ranks; any order relative to
  * vmmipc_set_device). Duplicates it, groups ranks by node, agrees on the
  * timeout and socket mode, connects every pair of node ranks (then nothing
- * listens). Blocks up to about twice the timeout, plus MPI_Comm_split. *out:
- * the caller's; free with vmmipc_comm_destroy. config NULL: defaults. */
+ * listens). Blocks up to about twice the timeout, plus MPI_Comm_split; a
+ * rank that fails to connect tells its node peers, so every rank returns
+ * within about 100 ms plus one agreement, with its error. *out: the
+ * caller's; free with vmmipc_comm_destroy. config NULL: defaults. */
 VMMIPC_API vmmipc_result_t vmmipc_comm_create(MPI_Comm comm, const vmmipc_config_t *config,
                                                  vmmipc_comm_t *out);
 /* Collective. First frees, in step, the windows and heaps that every rank
