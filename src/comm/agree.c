@@ -43,7 +43,8 @@
 #include "common/le.h"
 #include "common/testhooks.h"
 
-/* Tags on the private duplicate (MPI guarantees >= 32767): outcomes and
+/* Tags on the private duplicate (MPI guarantees >= 32767): the mesh
+ * outcomes of vmmipc_comm_create 0x1000 (mesh_news.c), outcomes and
  * verdicts 0x2000..0x3fff, withdrawals 0x4000..0x5fff, the flush before
  * the communicators are freed 0x6000 (a member's last message) and 0x6001
  * (the collector's answer). */

@@ -267,16 +267,18 @@ int64_t vmmipc__step_deadline(struct vmmipc_comm *c);
 
 /* ---- a failed socket mesh told over the node (mesh_news.c) ---- */
 struct vmmipc__mesh_news;
-/* Before the mesh: receives for each node peer's outcome. *out is for
- * vmmipc__mesh_news_end whatever this returns. */
+/* Before the mesh: receives for each node peer's outcome. Whatever this
+ * returns, vmmipc__mesh_news_end follows (with *out, which may be NULL):
+ * a rank that fails here still tells its peers. */
 vmmipc_result_t vmmipc__mesh_news_start(struct vmmipc_comm *c, struct vmmipc__mesh_news **out);
 /* The mesh's stop callback (vmmipc__mesh_stop_fn): PEER, naming the rank
  * to blame, once a node peer's outcome that came is a failure. */
 vmmipc_result_t vmmipc__mesh_news_stop(void *arg);
 /* After the mesh: sends this rank's outcome to each node peer and waits
- * for theirs (bounded, watching their pids); frees the news. Returns
- * `mine` if it failed, else the wait's error (the comm is then broken). */
-vmmipc_result_t vmmipc__mesh_news_end(struct vmmipc__mesh_news *m, vmmipc_result_t mine);
+ * for theirs (bounded by the mesh's timeout plus a second, watching their
+ * pids); frees the news. Returns `mine` if it failed, else the wait's
+ * error, naming the peer (its MPI communicators are then not freed). */
+vmmipc_result_t vmmipc__mesh_news_end(struct vmmipc_comm *c, struct vmmipc__mesh_news *m, vmmipc_result_t mine);
 
 /* ---- bounded MPI waits (mpiwait.c) ---- */
 /* Waits until every request completes or deadline_ms passes; 0 if all

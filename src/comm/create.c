@@ -281,7 +281,7 @@ static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t
       }
       r = vmmipc__tp_connect_until(c->tp, addrs, pids, uids, vmmipc__mesh_news_stop, news);
     }
-    r = vmmipc__mesh_news_end(news, r);
+    r = vmmipc__mesh_news_end(c, news, r);
     free(addrs);
     free(pids);
     free(uids);

@@ -338,6 +338,8 @@ void vmmipc__conn_close(vmmipc__conn_t *c) {
   for (int k = 0; k < 2; k++)
     for (int p = 0; c->fd[k] && p < c->node_size; p++) close_keep_errno(c->fd[k][p]);
   for (int p = 0; c->closed && p < c->node_size; p++) free(c->closed[p]);
+  for (int i = 0; i < c->nheld; i++) close_keep_errno(c->held[i]);
+  free(c->held);
   free(c->fd[0]);
   free(c->fd[1]);
   free(c->closed);
@@ -792,7 +794,17 @@ vmmipc_result_t vmmipc__conn_mesh(vmmipc__conn_t *c, const unsigned char *addrs,
   close_listener(c);
   c->meshed = 1;
 out:
-  for (int i = 0; i < m.npend; i++) close_keep_errno(m.pend[i].fd);
+  /* Failed: the peers that connected here may have all their connections
+   * and go on to the agreement, where a hang-up would blame them. */
+  int *held = rc && m.npend && !c->held ? calloc((size_t)m.npend, sizeof *held) : NULL;
+  for (int i = 0; i < m.npend; i++) {
+    if (held) held[i] = m.pend[i].fd;
+    else close_keep_errno(m.pend[i].fd);
+  }
+  if (held) {
+    c->held = held;
+    c->nheld = m.npend;
+  }
   free(m.pend);
   free(m.hello_due);
   free(pfd);

@@ -34,6 +34,8 @@ typedef struct vmmipc__conn {
   uint64_t comm_id;
   int listen_fd;           /* -1 once the mesh is complete */
   int meshed;              /* 1 once the mesh is complete: before, a connection may never have been made */
+  int *held, nheld;        /* a failed mesh's accepted connections without a HELLO yet, open until the
+                              close: their peers, whose mesh may be complete, see no hang-up */
   char *dir_path;          /* filesystem mode: this rank's private directory */
   char *sock_path;         /* filesystem mode: its socket file */
   dev_t sock_dev;          /* filesystem mode: the file bind() made, to notice it replaced */
