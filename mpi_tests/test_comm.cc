@@ -296,6 +296,32 @@ TEST_F(Comm, AMeshFailureEndsEveryRanksCreateAtOnce) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// A rank whose mesh fails while it holds a node peer's connection whose
+// HELLO it has not read: that peer may have all its connections, and its
+// agreement must not take the failed rank's close of that connection for a
+// hang-up. Every rank reports the failed rank's own error. Five rounds:
+// the peer reads the close only if it comes before the outcomes.
+TEST_F(Comm, AMeshFailureHoldingAConnectionIsNotAHangUp) {
+  if (vt::Size() < 2 || !SameNodeExpected(0, 1)) GTEST_SKIP() << "ranks 0 and 1 are not on one node";
+  const int base = vt::FdCount();
+  for (int round = 0; round < 5; round++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (vt::Rank() == 1) vmmipc__test_fail_at("mesh_pending", 1);
+    vmmipc_comm_t c = nullptr;
+    vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c);
+    const std::string err = vmmipc_last_error();
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(r, VMMIPC_ERR_RESOURCE) << "round " << round << ": " << err;
+    EXPECT_EQ(c, nullptr);
+    vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+    ASSERT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
+    EXPECT_EQ(info.rank, 1) << "round " << round << ": " << err;
+    EXPECT_NE(err.find("setting up connections: accept"), std::string::npos) << "round " << round << ": " << err;
+    if (c) vmmipc_comm_destroy(c);
+  }
+  EXPECT_EQ(vt::FdCount(), base) << "the failed creates left fds open";
+}
+
 TEST_F(Comm, BadPeersAreRefusedWithoutWaiting) {
   vmmipc_comm_t c = nullptr;
   ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
