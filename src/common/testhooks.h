@@ -27,7 +27,7 @@ extern "C" {
  * from a thread MPI does not allow a call: the next call tells),
  * "mesh_connect" (the next connection this rank makes to a node peer while
  * setting up a comm's sockets fails, as at the fd limit), "mesh_pending"
- * (this rank's mesh fails so as soon as it accepted a connection, before
+ * (this rank's mesh fails as soon as it has accepted a connection, before
  * reading its HELLO),
  * "thread_check_slow" (the next call pauses 300 ms before it asks MPI
  * whether this is MPI's main thread, below MPI_THREAD_SERIALIZED),
