@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wave 4's long GPU runs, in parallel lanes so that they fit one device call
 # each (docs/dev/gpu-validation.md records what ran):
-#   scripts/gpu/wave4_lanes.sh mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps|ends OUTDIR
+#   scripts/gpu/wave4_lanes.sh mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps|ends|mesh OUTDIR
 # mps   under a private MPS daemon (scripts/mps.sh), two lanes at once:
 #         1. the Python suites (python, python_heap) at 2 and 4 ranks, REPEAT (10)
 #            runs in a row each;
@@ -34,6 +34,8 @@
 #       suites in what is left;
 # pick  the entries that match PICK_MPS under MPS (PICK_MPS_S), then those that match PICK_NOMPS
 #       without it (what an earlier call did not reach);
+# mesh  the seventeenth session's mesh news: without MPS the layouts of the suites that create and
+#       break comms (LAYOUTS_S), then under MPS the chaos campaign in what is left (from CHAOS_SEED0);
 # nomps without MPS, two lanes: every ctest entry but the layouts, the chaos
 #       campaign and the Python suites; the Python suites REPEAT runs in a row.
 # Layout entries that passed are listed in build-real/layouts-passed[-mps].txt, and
@@ -43,7 +45,7 @@
 # Builds build-real/ first (kept on a warm machine). Every lane is bounded by
 # DEADLINE_S (540); OUTDIR gets lanes-PART.txt (summary) and lanes-PART.tgz.
 set -uo pipefail
-part=${1:?mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps|ends|tell|idle|verify|pick} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
+part=${1:?mps|nomps|final|closing|sync|sync-nomps|seal|seal-mps|refuse|layouts-mps|ends|tell|idle|verify|pick|mesh} out=$(mkdir -p "${2:?outdir}" && cd "$2" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 2
 # shellcheck source=scripts/env.sh
@@ -231,6 +233,14 @@ elif [ "$part" = pick ]; then
   step pick-mps "${PICK_MPS_S:-120}" "$logs/pick-mps.log" "${ct[@]}" -j 2 -LE layouts -R "${PICK_MPS:-^$}"
   mps_off
   step pick-nomps "$(($(left) - 15))" "$logs/pick-nomps.log" "${ct[@]}" -j 2 -LE layouts -R "${PICK_NOMPS:-^$}"
+elif [ "$part" = mesh ]; then
+  # The seventeenth session's mesh news (every comm_create on a node): without MPS the node layouts of
+  # the suites that create and break comms, then under MPS the chaos campaign in what is left.
+  step mesh-layouts-nomps "${LAYOUTS_S:-300}" "$logs/mesh-layouts-nomps.log" "${ct[@]}" -j 4 -L layouts \
+    -R '^test_(comm|agree|faults|kill|hostile|after_finalize|heap|coll)[.]'
+  mps_on
+  [ "$(left)" -gt 60 ] && chaos "$(($(left) - 15))" "${CHAOS_RUNS:-40}" "${CHAOS_SEED0:-18000}"
+  mps_off
 elif [ "$part" = closing ]; then
   mps_on
   chaos "${CHAOS_S:-150}" "${CHAOS_RUNS:-60}" "${CHAOS_SEED0:-9000}"
