@@ -568,13 +568,11 @@ static int blame_abort(int r, int seen_by, vmmipc_result_t *code) {
 static int tag_of(uint64_t k) { return AGREE_TAG_BASE + (int)(k % AGREE_TAG_SPAN); }
 static int wtag_of(uint64_t k) { return AGREE_WITHDRAW_BASE + (int)(k % AGREE_TAG_SPAN); }
 
-/* A message that may never be received: sent, its buffer kept. The
- * sender's communicators are not at risk: one that is not received stays
- * with its receiver, whose flush takes it (vmmipc__agree_flush) or which
- * keeps its communicators (a flush that did not finish, a broken comm). */
+/* A message that may never be received, on the comm's duplicate: its
+ * receiver's flush takes it (vmmipc__agree_flush), or the receiver keeps
+ * its communicators (a flush that did not finish, a broken comm). */
 static void send_kept(struct vmmipc_comm *c, unsigned char *b, int len, int to, int tag) {
-  MPI_Request req = MPI_REQUEST_NULL;
-  if (MPI_Isend(b, len, MPI_BYTE, to, tag, c->dup, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+  vmmipc__mpi_send_unwaited(c->dup, b, len, MPI_BYTE, to, tag);
 }
 
 /* After this rank broke the comm on its own: tells the others, so that
@@ -726,7 +724,7 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
      * outcome came. */
     for (int r = 1; r < n && gone < 0 && dead < 0; r++) {
       int p = node_of(c, r);
-      if (p >= 0 && vmmipc__tp_linked(c->tp, p) && vmmipc__tp_coll_fd(c->tp, p) < 0) { /* not one never made */
+      if (p >= 0 && vmmipc__tp_hung_up(c->tp, p)) {
         vmmipc__tp_read_coll(c->tp, p, c->epoch); /* the error naming it */
         gone = p;
         gone_code = vmmipc__tp_aborted_by(c->tp) == p ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;

@@ -310,6 +310,11 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
 void vmmipc__mpi_abandon(MPI_Request *reqs, int n, int cancel, void *keep);
 /* Keeps `keep` (malloc'd) allocated for the life of the process. */
 void vmmipc__mpi_keep(void *keep);
+/* Sends without waiting (MPI_Isend, its request freed): for a message that
+ * may never be received. `b` must outlive the send: static, or kept
+ * (vmmipc__mpi_keep). Failures are ignored: the receiver's own bound ends
+ * its wait. */
+void vmmipc__mpi_send_unwaited(MPI_Comm comm, const void *b, int count, MPI_Datatype type, int to, int tag);
 /* Error for a failed MPI call, with MPI's error string. */
 vmmipc_result_t vmmipc__mpi_error(int mpi_rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

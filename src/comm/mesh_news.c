@@ -67,13 +67,10 @@ vmmipc_result_t vmmipc__mesh_news_stop(void *arg) {
  * the peers' outcomes come here unreceived. */
 static void tell_only(struct vmmipc_comm *c, struct vmmipc__mesh_news *m, vmmipc_result_t mine) {
   static const int32_t no_memory[2] = {VMMIPC_ERR_NO_MEMORY, -1}, mpi[2] = {VMMIPC_ERR_MPI, -1};
-  for (int p = 0; p < c->node_size; p++) {
-    MPI_Request req = MPI_REQUEST_NULL;
-    if (p != c->node_rank &&
-        MPI_Isend(mine == VMMIPC_ERR_NO_MEMORY ? no_memory : mpi, 2, MPI_INT32_T, c->rank_of[p], MESH_NEWS_TAG,
-                  c->dup, &req) == MPI_SUCCESS)
-      MPI_Request_free(&req);
-  }
+  for (int p = 0; p < c->node_size; p++)
+    if (p != c->node_rank)
+      vmmipc__mpi_send_unwaited(c->dup, mine == VMMIPC_ERR_NO_MEMORY ? no_memory : mpi, 2, MPI_INT32_T,
+                                c->rank_of[p], MESH_NEWS_TAG);
   if (m && m->reqs) vmmipc__mpi_abandon(m->reqs, c->node_size, 1, NULL);
   c->mpi_dirty = 1;
 }
@@ -96,19 +93,12 @@ vmmipc_result_t vmmipc__mesh_news_end(struct vmmipc_comm *c, struct vmmipc__mesh
       mrc = MPI_Isend(m->mine, 2, MPI_INT32_T, c->rank_of[p], MESH_NEWS_TAG, c->dup, &m->reqs[n + p]);
   char *watch = calloc((size_t)n, 1); /* their pids: a peer that died sends nothing */
   for (int p = 0; watch && p < n; p++) watch[p] = p != c->node_rank ? 2 : 0;
-  vmmipc__error_saved_t keep;
+  vmmipc__error_saved_t keep; /* this rank's own failure, or the state a success leaves */
   vmmipc__error_save(&keep);
   int gone = -1, w = VMMIPC__WAIT_MPI;
   vmmipc_result_t gone_code, r = VMMIPC_SUCCESS;
   if (mrc == MPI_SUCCESS) w = vmmipc__mpi_wait_watch(c, m->reqs, 2 * n, m->deadline_ms, &mrc, watch, &gone, &gone_code);
   free(watch);
-  if (w == VMMIPC__WAIT_DONE) {
-    vmmipc__error_restore(&keep);
-    free(m->reqs);
-    free(m->got);
-    free(m);
-    return mine;
-  }
   if (w == VMMIPC__WAIT_GONE && gone >= 0) {
     vmmipc__error_rank(c->rank_of[gone]); /* the wait said which rank exited */
     r = VMMIPC_ERR_PEER;
@@ -120,16 +110,22 @@ vmmipc_result_t vmmipc__mesh_news_end(struct vmmipc_comm *c, struct vmmipc__mesh
                       "vmmipc_comm_create: rank %d: rank %d did not say how its socket setup ended within %d ms",
                       c->rank, late, c->timeout_ms);
     vmmipc__error_rank(late);
-  } else {
+  } else if (w != VMMIPC__WAIT_DONE) {
     r = w == VMMIPC__WAIT_MPI ? vmmipc__mpi_error(mrc, "vmmipc_comm_create: rank %d: the node's mesh outcomes", c->rank)
                               : VMMIPC_ERR_PEER;
   }
-  /* Pending on the comm: receives cancelled, sends left to MPI with their
-   * buffer, and the MPI communicators not freed. */
-  vmmipc__mpi_abandon(m->reqs, n, 1, m->got);
-  vmmipc__mpi_abandon(m->reqs + n, n, 0, m);
-  free(m->reqs);
-  c->mpi_dirty = 1;
-  if (mine) vmmipc__error_restore(&keep); /* this rank's own failure comes first */
+  MPI_Request *reqs = m->reqs;
+  if (w == VMMIPC__WAIT_DONE) {
+    free(m->got);
+    free(m);
+  } else {
+    /* Pending on the comm: receives cancelled, sends left to MPI with their
+     * buffer, and the MPI communicators not freed. */
+    vmmipc__mpi_abandon(m->reqs, n, 1, m->got);
+    vmmipc__mpi_abandon(m->reqs + n, n, 0, m);
+    c->mpi_dirty = 1;
+  }
+  free(reqs);
+  if (mine || !r) vmmipc__error_restore(&keep); /* this rank's own failure comes first */
   return mine ? mine : r;
 }

@@ -240,3 +240,8 @@ void vmmipc__mpi_abandon(MPI_Request *reqs, int n, int cancel, void *keep) {
   }
   vmmipc__mpi_keep(keep);
 }
+
+void vmmipc__mpi_send_unwaited(MPI_Comm comm, const void *b, int count, MPI_Datatype type, int to, int tag) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Isend(b, count, type, to, tag, comm, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+}
