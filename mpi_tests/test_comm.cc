@@ -322,6 +322,40 @@ TEST_F(Comm, AMeshFailureHoldingAConnectionIsNotAHangUp) {
   EXPECT_EQ(vt::FdCount(), base) << "the failed creates left fds open";
 }
 
+// A node rank that comes to the exchange of socket addresses after its node
+// peers gave up on it (here 1.5 x the timeout late) finds the exchange
+// complete, since every peer had sent its address. Its peers tell it that
+// they failed, so it stops at once rather than waiting out its mesh's own
+// timeout for connections that never come.
+TEST_F(Comm, ALateRankLearnsAtOnceThatItsNodeGaveUp) {
+  int late = 1; // rank 0's first node peer
+  while (late < vt::Size() && !SameNodeExpected(0, late)) late++;
+  if (late == vt::Size()) GTEST_SKIP() << "rank 0 has no node peer";
+  const int base = vt::FdCount();
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = 2000;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (vt::Rank() == late) vmmipc__test_fail_at("addr_late", 1);
+  vmmipc_comm_t c = nullptr;
+  auto t0 = std::chrono::steady_clock::now();
+  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string err = vmmipc_last_error();
+  vmmipc__test_fail_at(nullptr, 0);
+  // Every rank reports the node's timeout: the late rank came too late.
+  EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << err;
+  EXPECT_EQ(c, nullptr);
+  if (vt::Rank() == late) {
+    // 3 s late; its mesh alone would wait 2 s more for rank 0's connection.
+    EXPECT_LT(s, 4.5) << "the late rank waited out its mesh: " << err;
+  }
+  if (c) vmmipc_comm_destroy(c);
+  EXPECT_EQ(vt::FdCount(), base) << "the failed create left fds open";
+  // The job goes on: the next create works everywhere.
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 TEST_F(Comm, BadPeersAreRefusedWithoutWaiting) {
   vmmipc_comm_t c = nullptr;
   ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));

@@ -279,6 +279,10 @@ vmmipc_result_t vmmipc__mesh_news_stop(void *arg);
  * pids); frees the news. Returns `mine` if it failed, else the wait's
  * error, naming the peer (its MPI communicators are then not freed). */
 vmmipc_result_t vmmipc__mesh_news_end(struct vmmipc_comm *c, struct vmmipc__mesh_news *m, vmmipc_result_t mine);
+/* Tells every node peer, unwaited, that this rank's setup failed with
+ * `code` before its mesh (a late peer whose exchange of addresses completed
+ * then stops at once); the comm's MPI communicators are then left to MPI. */
+void vmmipc__mesh_news_tell(struct vmmipc_comm *c, vmmipc_result_t code);
 
 /* ---- bounded MPI waits (mpiwait.c) ---- */
 /* Waits until every request completes or deadline_ms passes; 0 if all

@@ -15,6 +15,7 @@
 #include "common/defaults.h"
 #include "common/host.h"
 #include "common/structsize.h"
+#include "common/testhooks.h"
 #include "common/random.h"
 #include "vmm/mapcache.h"
 
@@ -240,6 +241,7 @@ static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t
   mine->status = (int32_t)local;
   if (!local) memcpy(mine->addr, vmmipc__tp_addr(c->tp), VMMIPC__ADDR_BYTES);
   MPI_Request req = MPI_REQUEST_NULL;
+  if (VMMIPC__INJECT("addr_late")) VMMIPC__LATE(c->timeout_ms);
   int mrc = MPI_Iallgather(mine, (int)sizeof *mine, MPI_BYTE, ni, (int)sizeof *mine, MPI_BYTE, c->node, &req);
   int w = mrc == MPI_SUCCESS ? vmmipc__mpi_wait(&req, 1, vmmipc__now_ms() + c->timeout_ms, &mrc) : -1;
   if (w != 0) {
@@ -249,6 +251,8 @@ static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t
                               "%s: publishing socket addresses over the node timed out after %d ms: a rank of this "
                               "node is not in the call",
                               op, c->timeout_ms);
+    /* A late peer's exchange may still complete: it must not wait for our connections. */
+    vmmipc__mesh_news_tell(c, r);
     if (w > 0) { /* pending on the node comm: keep the buffers and the comms */
       vmmipc__mpi_abandon(&req, 1, 0, ni);
       ni = NULL;
@@ -266,6 +270,9 @@ static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t
       r = vmmipc__error(VMMIPC_ERR_PEER, "%s: rank %d could not open its socket", op, c->rank_of[i]);
       vmmipc__error_rank(c->rank_of[i]);
     }
+  /* Without the news below, a peer that gave up on this exchange may have
+   * told us (vmmipc__mesh_news_tell), unreceived: MPI keeps the comms. */
+  if (r) c->mpi_dirty = 1;
   if (!r) { /* every node rank is here, and tells the others how its mesh ended */
     struct vmmipc__mesh_news *news = NULL;
     r = vmmipc__mesh_news_start(c, &news);

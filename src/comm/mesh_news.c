@@ -62,17 +62,22 @@ vmmipc_result_t vmmipc__mesh_news_stop(void *arg) {
   return VMMIPC_SUCCESS;
 }
 
-/* Without its receives (start failed): tells the peers that this rank
- * failed, unwaited, and leaves the comm's MPI communicators to MPI, since
- * the peers' outcomes come here unreceived. */
-static void tell_only(struct vmmipc_comm *c, struct vmmipc__mesh_news *m, vmmipc_result_t mine) {
-  static const int32_t no_memory[2] = {VMMIPC_ERR_NO_MEMORY, -1}, mpi[2] = {VMMIPC_ERR_MPI, -1};
+void vmmipc__mesh_news_tell(struct vmmipc_comm *c, vmmipc_result_t code) {
+  /* static: the sends may outlive this call */
+  static const int32_t no_memory[2] = {VMMIPC_ERR_NO_MEMORY, -1}, timeout[2] = {VMMIPC_ERR_TIMEOUT, -1},
+                       mpi[2] = {VMMIPC_ERR_MPI, -1};
+  const int32_t *b = code == VMMIPC_ERR_NO_MEMORY ? no_memory : code == VMMIPC_ERR_TIMEOUT ? timeout : mpi;
   for (int p = 0; p < c->node_size; p++)
-    if (p != c->node_rank)
-      vmmipc__mpi_send_unwaited(c->dup, mine == VMMIPC_ERR_NO_MEMORY ? no_memory : mpi, 2, MPI_INT32_T,
-                                c->rank_of[p], MESH_NEWS_TAG);
-  if (m && m->reqs) vmmipc__mpi_abandon(m->reqs, c->node_size, 1, NULL);
+    if (p != c->node_rank) vmmipc__mpi_send_unwaited(c->dup, b, 2, MPI_INT32_T, c->rank_of[p], MESH_NEWS_TAG);
   c->mpi_dirty = 1;
+}
+
+/* Without its receives (start failed): tells the peers that this rank
+ * failed, and gives up the receives it posted, since the peers' outcomes
+ * come here unreceived. */
+static void tell_only(struct vmmipc_comm *c, struct vmmipc__mesh_news *m, vmmipc_result_t mine) {
+  vmmipc__mesh_news_tell(c, mine == VMMIPC_ERR_NO_MEMORY ? mine : VMMIPC_ERR_MPI);
+  if (m && m->reqs) vmmipc__mpi_abandon(m->reqs, c->node_size, 1, NULL);
 }
 
 vmmipc_result_t vmmipc__mesh_news_end(struct vmmipc_comm *c, struct vmmipc__mesh_news *m, vmmipc_result_t mine) {
