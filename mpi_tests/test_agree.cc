@@ -285,6 +285,34 @@ TEST_F(Agree, AWithdrawalTheFlushReceivedLeavesNoCommunicatorBehind) {
   MPI_Comm_free_keyval(&key);
 }
 
+// A create that every rank refuses alike after the exchange of socket
+// addresses (here rank 0 asks for another timeout than its peers) is not
+// broken, and no message can be left on it: every rank frees its MPI
+// communicators. Before, a5b8f7a kept them on every rank (one leaked per
+// failed create), since a peer that had given up on the exchange might
+// have told it over MPI.
+TEST_F(Agree, ACreateRefusedAlikeLeavesNoCommunicatorBehind) {
+  MPI_Comm user = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &user), MPI_SUCCESS);
+  int key = MPI_KEYVAL_INVALID;
+  ASSERT_EQ(MPI_Comm_create_keyval(CountCopy, CountDelete, &key, nullptr), MPI_SUCCESS);
+  ASSERT_EQ(MPI_Comm_set_attr(user, key, &g_attr_copies), MPI_SUCCESS);
+  const int copies = g_attr_copies, before = vt::FdCount();
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = vt::Rank() == 0 ? 3000 : 3001;
+  vmmipc_comm_t c = nullptr;
+  vmmipc_result_t r = vmmipc_comm_create(user, &cfg, &c);
+  if (vt::Size() > 1) {
+    EXPECT_EQ(r, VMMIPC_ERR_INVALID_ARG) << vmmipc_last_error();
+    EXPECT_EQ(c, nullptr);
+  }
+  if (c) vmmipc_comm_destroy(c);
+  EXPECT_EQ(vt::FdCount(), before);
+  EXPECT_EQ(g_attr_copies, copies) << "rank " << vt::Rank() << " kept its comm's MPI communicators";
+  MPI_Comm_free(&user);
+  MPI_Comm_free_keyval(&key);
+}
+
 // Rank 0 aborts the comm (vmmipc_comm_abort) and destroys it: locally, with
 // no agreement. Its peers, each alone on its node (VMMIPC_NODE_ID), get no
 // END frame: their vmmipc_comm_destroy runs its agreement over MPI and

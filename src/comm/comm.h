@@ -280,8 +280,9 @@ vmmipc_result_t vmmipc__mesh_news_stop(void *arg);
  * error, naming the peer (its MPI communicators are then not freed). */
 vmmipc_result_t vmmipc__mesh_news_end(struct vmmipc_comm *c, struct vmmipc__mesh_news *m, vmmipc_result_t mine);
 /* Tells every node peer, unwaited, that this rank's setup failed with
- * `code` before its mesh (a late peer whose exchange of addresses completed
- * then stops at once); the comm's MPI communicators are then left to MPI. */
+ * `code` before its mesh (its exchange of addresses timed out or failed: a
+ * late peer whose exchange completed then stops at once); the comm's MPI
+ * communicators are then left to MPI. */
 void vmmipc__mesh_news_tell(struct vmmipc_comm *c, vmmipc_result_t code);
 
 /* ---- bounded MPI waits (mpiwait.c) ---- */

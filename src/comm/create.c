@@ -251,14 +251,17 @@ static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t
                               "%s: publishing socket addresses over the node timed out after %d ms: a rank of this "
                               "node is not in the call",
                               op, c->timeout_ms);
-    /* A late peer's exchange may still complete: it must not wait for our connections. */
+    /* A late peer's exchange may still complete: it must not wait for our
+     * connections. Broken, so that every rank keeps its MPI communicators:
+     * the peer that takes no news (its own setup failed) gets the verdict
+     * of a broken comm, and the tell stays unreceived. */
     vmmipc__mesh_news_tell(c, r);
-    if (w > 0) { /* pending on the node comm: keep the buffers and the comms */
+    c->broken = 1;
+    if (w > 0) { /* pending on the node comm: keep the buffers */
       vmmipc__mpi_abandon(&req, 1, 0, ni);
       ni = NULL;
       vmmipc__mpi_keep(mine);
       mine = NULL;
-      c->broken = 1;
     }
     free(mine);
     free(ni);
@@ -270,9 +273,6 @@ static vmmipc_result_t open_sockets(struct vmmipc_comm *c, const vmmipc_config_t
       r = vmmipc__error(VMMIPC_ERR_PEER, "%s: rank %d could not open its socket", op, c->rank_of[i]);
       vmmipc__error_rank(c->rank_of[i]);
     }
-  /* Without the news below, a peer that gave up on this exchange may have
-   * told us (vmmipc__mesh_news_tell), unreceived: MPI keeps the comms. */
-  if (r) c->mpi_dirty = 1;
   if (!r) { /* every node rank is here, and tells the others how its mesh ended */
     struct vmmipc__mesh_news *news = NULL;
     r = vmmipc__mesh_news_start(c, &news);
