@@ -255,6 +255,19 @@ int CountDelete(MPI_Comm, int, void *value, void *) {
   if (!value) g_attr_copies--;
   return MPI_SUCCESS;
 }
+// A duplicate of MPI_COMM_WORLD carrying that attribute: a comm made over
+// it and not freed leaves a copy counted.
+struct CountedComm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int key = MPI_KEYVAL_INVALID;
+  bool ok = MPI_Comm_dup(MPI_COMM_WORLD, &comm) == MPI_SUCCESS &&
+            MPI_Comm_create_keyval(CountCopy, CountDelete, &key, nullptr) == MPI_SUCCESS &&
+            MPI_Comm_set_attr(comm, key, &g_attr_copies) == MPI_SUCCESS;
+  ~CountedComm() {
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    if (key != MPI_KEYVAL_INVALID) MPI_Comm_free_keyval(&key);
+  }
+};
 
 // Every other rank gives up while the verdict is on its way (a withdrawal
 // the collector receives in the destroy's flush), and every call succeeds:
@@ -264,16 +277,13 @@ int CountDelete(MPI_Comm, int, void *value, void *) {
 // attribute of the communicator the comm was made over.
 TEST_F(Agree, AWithdrawalTheFlushReceivedLeavesNoCommunicatorBehind) {
   if (vt::Size() < 2) GTEST_SKIP() << "needs two ranks";
-  MPI_Comm user = MPI_COMM_NULL;
-  ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &user), MPI_SUCCESS);
-  int key = MPI_KEYVAL_INVALID;
-  ASSERT_EQ(MPI_Comm_create_keyval(CountCopy, CountDelete, &key, nullptr), MPI_SUCCESS);
-  ASSERT_EQ(MPI_Comm_set_attr(user, key, &g_attr_copies), MPI_SUCCESS);
+  CountedComm user;
+  ASSERT_TRUE(user.ok);
   const int copies = g_attr_copies, before = vt::FdCount();
   vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
   cfg.timeout_ms = 5000;
   vmmipc_comm_t c = nullptr;
-  ASSERT_VMM_OK(vmmipc_comm_create(user, &cfg, &c));
+  ASSERT_VMM_OK(vmmipc_comm_create(user.comm, &cfg, &c));
   ASSERT_EQ(g_attr_copies, copies + 1) << "MPI_Comm_idup did not copy the attribute";
   if (vt::Rank() != 0) vmmipc__test_fail_at("withdraw", 1);
   vmmipc_result_t r = MapAndCheck(c, 40);
@@ -281,8 +291,6 @@ TEST_F(Agree, AWithdrawalTheFlushReceivedLeavesNoCommunicatorBehind) {
   EXPECT_EQ(r, VMMIPC_SUCCESS) << vmmipc_last_error();
   vt::DestroyInStep(c, before);
   EXPECT_EQ(g_attr_copies, copies) << "rank " << vt::Rank() << " kept its comm's MPI communicators";
-  MPI_Comm_free(&user);
-  MPI_Comm_free_keyval(&key);
 }
 
 // A create that every rank refuses alike after the exchange of socket
@@ -292,16 +300,13 @@ TEST_F(Agree, AWithdrawalTheFlushReceivedLeavesNoCommunicatorBehind) {
 // failed create), since a peer that had given up on the exchange might
 // have told it over MPI.
 TEST_F(Agree, ACreateRefusedAlikeLeavesNoCommunicatorBehind) {
-  MPI_Comm user = MPI_COMM_NULL;
-  ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &user), MPI_SUCCESS);
-  int key = MPI_KEYVAL_INVALID;
-  ASSERT_EQ(MPI_Comm_create_keyval(CountCopy, CountDelete, &key, nullptr), MPI_SUCCESS);
-  ASSERT_EQ(MPI_Comm_set_attr(user, key, &g_attr_copies), MPI_SUCCESS);
+  CountedComm user;
+  ASSERT_TRUE(user.ok);
   const int copies = g_attr_copies, before = vt::FdCount();
   vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
   cfg.timeout_ms = vt::Rank() == 0 ? 3000 : 3001;
   vmmipc_comm_t c = nullptr;
-  vmmipc_result_t r = vmmipc_comm_create(user, &cfg, &c);
+  vmmipc_result_t r = vmmipc_comm_create(user.comm, &cfg, &c);
   if (vt::Size() > 1) {
     EXPECT_EQ(r, VMMIPC_ERR_INVALID_ARG) << vmmipc_last_error();
     EXPECT_EQ(c, nullptr);
@@ -309,8 +314,6 @@ TEST_F(Agree, ACreateRefusedAlikeLeavesNoCommunicatorBehind) {
   if (c) vmmipc_comm_destroy(c);
   EXPECT_EQ(vt::FdCount(), before);
   EXPECT_EQ(g_attr_copies, copies) << "rank " << vt::Rank() << " kept its comm's MPI communicators";
-  MPI_Comm_free(&user);
-  MPI_Comm_free_keyval(&key);
 }
 
 // Rank 0 aborts the comm (vmmipc_comm_abort) and destroys it: locally, with

@@ -262,6 +262,20 @@ TEST_F(Comm, ASilentPeerTimesOutAndIsNamed) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// vmmipc_comm_create over MPI_COMM_WORLD from a common start, with the test
+// hook `step` armed on `rank` for it: its seconds and its error message.
+vmmipc_result_t CreateWithStepArmed(const vmmipc_config_t &cfg, int rank, const char *step, vmmipc_comm_t *c,
+                                    double *s, std::string *err) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (vt::Rank() == rank) vmmipc__test_fail_at(step, 1);
+  auto t0 = std::chrono::steady_clock::now();
+  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, c);
+  *s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  *err = vmmipc_last_error();
+  vmmipc__test_fail_at(nullptr, 0);
+  return r;
+}
+
 // A rank whose socket mesh fails (here: its first connection to a node
 // peer, as at the fd limit) ends every rank's vmmipc_comm_create at once:
 // a node peer that waits for its connection would otherwise wait out the
@@ -273,14 +287,10 @@ TEST_F(Comm, AMeshFailureEndsEveryRanksCreateAtOnce) {
   const int base = vt::FdCount();
   vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
   cfg.timeout_ms = 10000;
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (vt::Rank() == 0) vmmipc__test_fail_at("mesh_connect", 1);
   vmmipc_comm_t c = nullptr;
-  auto t0 = std::chrono::steady_clock::now();
-  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c);
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::string err = vmmipc_last_error();
-  vmmipc__test_fail_at(nullptr, 0);
+  double s = 0;
+  std::string err;
+  vmmipc_result_t r = CreateWithStepArmed(cfg, 0, "mesh_connect", &c, &s, &err);
   EXPECT_NE(r, VMMIPC_SUCCESS);
   EXPECT_EQ(c, nullptr);
   EXPECT_LT(s, 4.0) << "vmmipc_comm_create waited out the timeout: " << err;
@@ -334,14 +344,10 @@ TEST_F(Comm, ALateRankLearnsAtOnceThatItsNodeGaveUp) {
   const int base = vt::FdCount();
   vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
   cfg.timeout_ms = 2000;
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (vt::Rank() == late) vmmipc__test_fail_at("addr_late", 1);
   vmmipc_comm_t c = nullptr;
-  auto t0 = std::chrono::steady_clock::now();
-  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c);
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::string err = vmmipc_last_error();
-  vmmipc__test_fail_at(nullptr, 0);
+  double s = 0;
+  std::string err;
+  vmmipc_result_t r = CreateWithStepArmed(cfg, late, "addr_late", &c, &s, &err);
   // Every rank reports the node's timeout: the late rank came too late.
   EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << err;
   EXPECT_EQ(c, nullptr);
