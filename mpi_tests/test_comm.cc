@@ -263,17 +263,25 @@ TEST_F(Comm, ASilentPeerTimesOutAndIsNamed) {
 }
 
 // vmmipc_comm_create over MPI_COMM_WORLD from a common start, with the test
-// hook `step` armed on `rank` for it: its seconds and its error message.
-vmmipc_result_t CreateWithStepArmed(const vmmipc_config_t &cfg, int rank, const char *step, vmmipc_comm_t *c,
-                                    double *s, std::string *err) {
+// hook `step` armed on `rank` for it: its result, comm, seconds and error.
+struct ArmedCreate {
+  vmmipc_result_t r = VMMIPC_SUCCESS;
+  vmmipc_comm_t c = nullptr;
+  double s = 0;
+  std::string err;
+};
+ArmedCreate CreateWithStepArmed(int timeout_ms, int rank, const char *step) {
+  ArmedCreate a;
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = timeout_ms;
   MPI_Barrier(MPI_COMM_WORLD);
   if (vt::Rank() == rank) vmmipc__test_fail_at(step, 1);
   auto t0 = std::chrono::steady_clock::now();
-  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, c);
-  *s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  *err = vmmipc_last_error();
+  a.r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &a.c);
+  a.s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  a.err = vmmipc_last_error();
   vmmipc__test_fail_at(nullptr, 0);
-  return r;
+  return a;
 }
 
 // A rank whose socket mesh fails (here: its first connection to a node
@@ -285,15 +293,12 @@ TEST_F(Comm, AMeshFailureEndsEveryRanksCreateAtOnce) {
   for (int r = 1; r < vt::Size(); r++) peers += SameNodeExpected(0, r);
   if (peers == 0) GTEST_SKIP() << "rank 0 has no node peer to connect to";
   const int base = vt::FdCount();
-  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
-  cfg.timeout_ms = 10000;
-  vmmipc_comm_t c = nullptr;
-  double s = 0;
-  std::string err;
-  vmmipc_result_t r = CreateWithStepArmed(cfg, 0, "mesh_connect", &c, &s, &err);
-  EXPECT_NE(r, VMMIPC_SUCCESS);
+  ArmedCreate a = CreateWithStepArmed(10000, 0, "mesh_connect");
+  vmmipc_comm_t c = a.c;
+  const std::string &err = a.err;
+  EXPECT_NE(a.r, VMMIPC_SUCCESS);
   EXPECT_EQ(c, nullptr);
-  EXPECT_LT(s, 4.0) << "vmmipc_comm_create waited out the timeout: " << err;
+  EXPECT_LT(a.s, 4.0) << "vmmipc_comm_create waited out the timeout: " << err;
   vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
   ASSERT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
   EXPECT_EQ(info.rank, 0) << "the verdict names the rank whose mesh failed: " << err;
@@ -342,18 +347,15 @@ TEST_F(Comm, ALateRankLearnsAtOnceThatItsNodeGaveUp) {
   while (late < vt::Size() && !SameNodeExpected(0, late)) late++;
   if (late == vt::Size()) GTEST_SKIP() << "rank 0 has no node peer";
   const int base = vt::FdCount();
-  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
-  cfg.timeout_ms = 2000;
-  vmmipc_comm_t c = nullptr;
-  double s = 0;
-  std::string err;
-  vmmipc_result_t r = CreateWithStepArmed(cfg, late, "addr_late", &c, &s, &err);
+  ArmedCreate a = CreateWithStepArmed(2000, late, "addr_late");
+  vmmipc_comm_t c = a.c;
+  const std::string &err = a.err;
   // Every rank reports the node's timeout: the late rank came too late.
-  EXPECT_EQ(r, VMMIPC_ERR_TIMEOUT) << err;
+  EXPECT_EQ(a.r, VMMIPC_ERR_TIMEOUT) << err;
   EXPECT_EQ(c, nullptr);
   if (vt::Rank() == late) {
     // 3 s late; its mesh alone would wait 2 s more for rank 0's connection.
-    EXPECT_LT(s, 4.5) << "the late rank waited out its mesh: " << err;
+    EXPECT_LT(a.s, 4.5) << "the late rank waited out its mesh: " << err;
   }
   if (c) vmmipc_comm_destroy(c);
   EXPECT_EQ(vt::FdCount(), base) << "the failed create left fds open";
