@@ -101,9 +101,10 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
     if (check_pids) next_liveness = now + 100;
     for (int p = 0; watch && pfd && p < ns; p++) {
       if (!watch[p]) continue;
+      int fd = vmmipc__tp_coll_fd(c->tp, p);
       /* A connection never made (a failed mesh, vmmipc_comm_create's
        * agreement) cannot hang up: its pid only, not a closed socket. */
-      if (watch[p] == 2 || !vmmipc__tp_linked(c->tp, p)) {
+      if (watch[p] == 2 || (fd < 0 && !vmmipc__tp_hung_up(c->tp, p))) {
         if (check_pids && vmmipc__pid_gone(vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p))) {
           vmmipc__error(VMMIPC_ERR_PEER, "rank %d (pid %d) exited", vmmipc__conn_rank(vmmipc__tp_conn(c->tp), p),
                         (int)vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p));
@@ -113,7 +114,6 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
         }
         continue;
       }
-      int fd = vmmipc__tp_coll_fd(c->tp, p);
       if (watch[p] >= 3) { /* hang-ups, and (4) an END frame queued first */
         pid_t pid = vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p);
         if (check_pids && vmmipc__pid_gone(pid)) {

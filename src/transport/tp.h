@@ -44,11 +44,9 @@ vmmipc_result_t vmmipc__tp_connect(vmmipc__tp_t *tp, const unsigned char *addrs,
 /* As vmmipc__tp_connect, stopped early when stop(arg) returns an error. */
 vmmipc_result_t vmmipc__tp_connect_until(vmmipc__tp_t *tp, const unsigned char *addrs, const pid_t *pids,
                                          const uid_t *uids, vmmipc__mesh_stop_fn stop, void *arg);
-/* 0 while node rank p's connection may never have been made (the mesh did
- * not complete, and it is not there): nothing can come from it. */
-int vmmipc__tp_linked(const vmmipc__tp_t *tp, int p);
 /* 1 when node rank p's connection was made and is closed now (it hung up,
- * aborted, or broke the protocol): not one never made. */
+ * aborted, or broke the protocol). A closed one that is not hung up was
+ * never made (the mesh did not complete): nothing can come from it. */
 int vmmipc__tp_hung_up(const vmmipc__tp_t *tp, int p);
 void vmmipc__tp_close(vmmipc__tp_t *tp);
 

@@ -28,8 +28,6 @@ static int coll_fd(const vmmipc__tp_t *tp, int p) {
 
 int vmmipc__tp_coll_fd(const vmmipc__tp_t *tp, int p) { return coll_fd(tp, p); }
 
-int vmmipc__tp_linked(const vmmipc__tp_t *tp, int p) { return tp && tp->conn && (tp->conn->meshed || coll_fd(tp, p) >= 0); }
-
 int vmmipc__tp_hung_up(const vmmipc__tp_t *tp, int p) {
   if (!tp || !tp->conn || p < 0 || p >= tp->conn->node_size || p == tp->conn->node_rank) return 0;
   return tp->conn->meshed && coll_fd(tp, p) < 0;
