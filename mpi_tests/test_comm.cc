@@ -364,6 +364,37 @@ TEST_F(Comm, ALateRankLearnsAtOnceThatItsNodeGaveUp) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// The same on a node that does not hold rank 0 (0,1,1; 0,0,1,1): the late
+// rank comes to the agreement late too, after rank 0 stopped collecting it.
+// Every rank's verdict names the late rank, not rank 0, and the late rank
+// does not wait out its mesh.
+TEST_F(Comm, ALateRankOffRankZerosNodeIsTheOneNamed) {
+  int late = -1; // the first rank off rank 0's node that has a node peer
+  for (int r = 1; r < vt::Size() && late < 0; r++) {
+    if (SameNodeExpected(0, r)) continue;
+    for (int q = 1; q < vt::Size(); q++) {
+      if (q != r && SameNodeExpected(q, r)) late = r;
+    }
+  }
+  if (late < 0) GTEST_SKIP() << "no node without rank 0 holds two ranks";
+  const int base = vt::FdCount();
+  ArmedCreate a = CreateWithStepArmed(2000, late, "addr_late");
+  EXPECT_EQ(a.r, VMMIPC_ERR_TIMEOUT) << a.err;
+  EXPECT_EQ(a.c, nullptr);
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  ASSERT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
+  EXPECT_EQ(info.rank, late) << a.err;
+  EXPECT_EQ(a.err.find("rank 0, which collects it"), std::string::npos) << a.err;
+  if (vt::Rank() == late) {
+    EXPECT_LT(a.s, 4.5) << "the late rank waited out its mesh: " << a.err;
+  }
+  if (a.c) vmmipc_comm_destroy(a.c);
+  EXPECT_EQ(vt::FdCount(), base) << "the failed create left fds open";
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 TEST_F(Comm, BadPeersAreRefusedWithoutWaiting) {
   vmmipc_comm_t c = nullptr;
   ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
