@@ -228,7 +228,11 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
     vmmipc__leave(c);
     return r;
   }
-  if (c->broken) vmmipc__deferred_reap_local(c);
+  /* Broken in the agreement, or aborted here between the drain's rounds
+   * (it then returns the verdict it reached, as vmmipc_comm_destroy's
+   * does): what this rank released and the rounds did not reach goes now,
+   * locally. */
+  if (c->broken || (!r && __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))) vmmipc__deferred_reap_local(c);
   if (h->live) { /* the comm broke in the agreement, or a window is still pinned here: the windows need the heap */
     r = refuse_live(h, h->live - vmmipc__deferred_count_of(c, 0, h), op);
     vmmipc__leave(c);
