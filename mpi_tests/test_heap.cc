@@ -732,4 +732,38 @@ TEST_F(Heap, ATrimThatFailsOnOneRankKeepsTheHeapInStep) {
   }
 }
 
+// The same, where the rollback fails too on another rank (its remap's
+// access, hook "access"): every rank still reports the trim's failure,
+// code and rank, in vmmipc_last_error_info as in the message. Before, the
+// rollback's error replaced the structured error there (rank -1), the
+// message alone being kept. That rank's heap is out of step after it
+// (docs/heap.md): its next alloc is refused, and its destroy still frees it.
+TEST_F(Heap, ATrimWhoseRollbackFailsStillNamesTheRankThatFailed) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs a second rank";
+  const int f = vt::Size() - 1, g = 0;
+  vmmipc_heap_t h = MakeHeap(c_, kGran, 16 * kGran);
+  ASSERT_NE(h, nullptr);
+  vmmipc_win_t a = nullptr, b1 = nullptr, b2 = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran / 2, &a));
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b1));
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b2));
+  ASSERT_VMM_OK(vmmipc_win_free(b2));
+  ASSERT_VMM_OK(vmmipc_win_free(b1));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (vt::Rank() == f) vmmipc__test_fail_at("trim_unmap", 2);
+  if (vt::Rank() == g) vmmipc__test_fail_at("access", 1);  // its first remap after the verdict
+  vmmipc_result_t r = vmmipc_heap_trim(h);
+  vmmipc__test_fail_at(nullptr, 0);
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+  EXPECT_EQ(r, VMMIPC_ERR_CUDA) << info.message;
+  EXPECT_TRUE(vt::SameEverywhere(r)) << info.message;
+  EXPECT_EQ(info.code, r) << info.message;
+  EXPECT_EQ(info.rank, f) << info.message;
+  EXPECT_STREQ(info.operation, "vmmipc_heap_trim") << info.message;
+  EXPECT_TRUE(Has(info.message, "rank " + std::to_string(f))) << info.message;
+  ASSERT_VMM_OK(vmmipc_win_free(a));
+  EXPECT_VMM_OK(vmmipc_heap_destroy(h));
+}
+
 }  // namespace

@@ -6,7 +6,6 @@
  * needed unless the heap must grow (segment.c, which agrees). The digest
  * catches ranks whose heaps went out of step (a window freed on one rank
  * only). */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -225,10 +224,10 @@ vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t h) {
   }
   r = vmmipc__agree_key(c, local, 0, op, 1, h->id); /* what failed where, told to all */
   if (r) {
-    char keep[VMMIPC__ERRMSG_MAX];
-    snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+    vmmipc__error_saved_t keep; /* the verdict, whole: a failed remap would replace it */
+    vmmipc__error_save(&keep);
     for (int i = 0; i < k; i++) (void)vmmipc__heap_step_remap(h, &h->steps[h->num_steps - 1 - i], op);
-    vmmipc__error_set_raw(keep);
+    vmmipc__error_restore(&keep);
   } else {
     for (int i = 0; i < k; i++) {
       struct vmmipc__heap_step *s = &h->steps[h->num_steps - 1];

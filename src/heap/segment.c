@@ -4,7 +4,6 @@
  * once and maps it into this rank's segment there, with one set-access
  * call over the whole step. Then one agreement: a step exists on every
  * rank or on none. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -180,10 +179,10 @@ vmmipc_result_t vmmipc__heap_step_unmap(struct vmmipc_heap *h, struct vmmipc__he
     if (!rc) continue;
     r = vmmipc__cu_error(rc, NULL, "%s: cuMemUnmap of a growth step (offset %zu, segment of rank %d)", op, s->off,
                          h->c->rank_of[q]);
-    char keep[VMMIPC__ERRMSG_MAX];
-    snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+    vmmipc__error_saved_t keep; /* the unmap's error, whole: a failed remap would replace it */
+    vmmipc__error_save(&keep);
     if (remap_below(cu, h, s, q, op)) h->broken = 1; /* half mapped here: out of step */
-    vmmipc__error_set_raw(keep);
+    vmmipc__error_restore(&keep);
     return r;
   }
   return VMMIPC_SUCCESS;
@@ -264,10 +263,10 @@ vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const cha
   free(recvs);
   vmmipc_result_t r = vmmipc__agree_key(c, local, secondary, op, 1, h->id);
   if (r) {
-    char keep[VMMIPC__ERRMSG_MAX];
-    snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+    vmmipc__error_saved_t keep; /* the verdict, whole: a failed undo would replace it */
+    vmmipc__error_save(&keep);
     if (s->handle) undo_step(h, s, mapped, op); /* every rank undoes its part: no half-mapped step */
-    vmmipc__error_set_raw(keep);
+    vmmipc__error_restore(&keep);
     free(s->handle);
     s->handle = NULL;
     free(mapped);
