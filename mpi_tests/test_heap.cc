@@ -304,7 +304,8 @@ TEST_F(Heap, FailedGrowthIsAllOrNothing) {
     const char *says;
   };
   const Case cases[] = {{"heap_oom", VMMIPC_ERR_NO_MEMORY, "OUT_OF_MEMORY"},
-                        {"heap_fds", VMMIPC_ERR_RESOURCE, "file descriptor limit"}};
+                        {"heap_fds", VMMIPC_ERR_RESOURCE, "file descriptor limit"},
+                        {"heap_step_tables", VMMIPC_ERR_NO_MEMORY, "the tables of a growth step"}};
   for (const Case &k : cases)
     for (int f : {vt::Size() - 1, 0}) {
       vmmipc_heap_t h = MakeHeap(c_, kGran, 16 * kGran);

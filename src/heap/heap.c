@@ -81,6 +81,8 @@ static void heap_free_record(struct vmmipc_heap *h) {
   free(h->steps);
   free(h->free);
   free(h->all);
+  free(h->step_sends);
+  free(h->step_recvs);
   free(h);
 }
 
@@ -97,10 +99,14 @@ vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *
     return r;
   }
   struct vmmipc_heap *h = calloc(1, sizeof *h);
-  if (h) h->all = malloc((size_t)c->size * HEAP_ALL_PER_RANK);
+  if (h) {
+    h->all = malloc((size_t)c->size * HEAP_ALL_PER_RANK);
+    h->step_sends = calloc((size_t)c->node_size, sizeof *h->step_sends);
+    h->step_recvs = calloc((size_t)c->node_size, sizeof *h->step_recvs);
+  }
   vmmipc_result_t local = VMMIPC_SUCCESS;
   if (!out) local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: out is NULL", op);
-  if (!local && (!h || !h->all)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's record", op);
+  if (!local && (!h || !h->all || !h->step_sends || !h->step_recvs)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's record", op);
   if (!local) local = check_config(cfg, op);
   size_t reserve = 0, grow = 0;
   if (!local) local = local_geometry(h, cfg, op, &reserve, &grow);

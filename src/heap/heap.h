@@ -51,6 +51,8 @@ struct vmmipc_heap {
   uint64_t digest;         /* hash of every change to the state: equal on every rank */
   int broken;              /* the ranks' states were found to differ: only destroy works */
   unsigned char *all;      /* every rank's input of the last call (comm size x the largest record) */
+  vmmipc__tp_send_t *step_sends; /* a growth step's exchange (node size each), made with the heap: a step */
+  vmmipc__tp_recv_t *step_recvs; /* that runs out of host memory still reaches its peers */
   struct vmmipc__deferred def; /* its place in the comm's queue once released (vmmipc_heap_release) */
   int released;            /* (__atomic builtins) */
   uint64_t id;             /* the epoch of the call that made it: the same on every rank */

@@ -214,11 +214,19 @@ vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const cha
   s->size = bytes;
   s->handle = calloc((size_t)n, sizeof *s->handle);
   unsigned char *mapped = calloc((size_t)n, 1);
-  vmmipc__tp_send_t *sends = calloc((size_t)n, sizeof *sends);
-  vmmipc__tp_recv_t *recvs = calloc((size_t)n, sizeof *recvs);
+  vmmipc__tp_send_t *sends = h->step_sends; /* the heap's: the exchange below always takes place */
+  vmmipc__tp_recv_t *recvs = h->step_recvs;
+  memset(sends, 0, (size_t)n * sizeof *sends);
+  memset(recvs, 0, (size_t)n * sizeof *recvs);
+  if (VMMIPC__INJECT("heap_step_tables")) { /* tests: no host memory for the step's own tables */
+    free(s->handle);
+    s->handle = NULL;
+    free(mapped);
+    mapped = NULL;
+  }
   grow_ctx_t g = {h, s, NULL, op, mapped};
   vmmipc_result_t local = VMMIPC_SUCCESS;
-  if (!s->handle || !mapped || !sends || !recvs)
+  if (!s->handle || !mapped)
     local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the tables of a growth step", op);
   if (!local) local = vmmipc__cu_load(&g.cu);
   int fd = -1;
@@ -227,7 +235,7 @@ vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const cha
   vmmipc__put64(msg, s->off);
   vmmipc__put64(msg + 8, s->size);
   int ns = 0;
-  for (int q = 0; sends && recvs && q < n; q++) {
+  for (int q = 0; q < n; q++) {
     if (q == me) continue;
     sends[ns].peer = q;
     if (!local) {
@@ -243,7 +251,7 @@ vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const cha
    * peer still in the call's agreement leaves these frames queued, as
    * frames of a later epoch, instead of dropping them as leftovers. */
   c->epoch++;
-  if (n > 1 && sends && recvs) {
+  if (n > 1) {
     /* Its bound is shared with its agreement (comm/deadline.c). */
     vmmipc__tp_xchg_t x = {VMMIPC__CTX_COLL, c->epoch, sends, ns, recvs, ns, import_step, &g, local, -1,
                            vmmipc__step_deadline(c)};
@@ -259,8 +267,6 @@ vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const cha
     }
   }
   if (fd >= 0) close(fd); /* the peers hold their own now: nothing stays open */
-  free(sends);
-  free(recvs);
   vmmipc_result_t r = vmmipc__agree_key(c, local, secondary, op, 1, h->id);
   if (r) {
     vmmipc__error_saved_t keep; /* the verdict, whole: a failed undo would replace it */
