@@ -781,6 +781,60 @@ TEST_F(Faults, AnAbortBetweenTheDestroysRoundsReachesOtherNodes) {
   }
 }
 
+// A collective that fails on one rank (f), where rank 0's cleanup of what
+// it had mapped of f's fails too (hook "unmap", reported after a real
+// unmap): every rank reports the verdict, its code, rank and operation,
+// not the cleanup's error. Before, rank 0 reported vmmipc_buf_free's
+// cuMemUnmap failure with rank -1. Once where the first window builds the
+// signal pool (f fails importing rank 0's pool; rank 0 frees the peers'
+// pools), once for a window's peer mappings (no mapping cache; f fails to
+// set access to rank 0's buffer; rank 0 unmaps f's).
+TEST_F(Faults, ACleanupThatFailsKeepsTheVerdict) {
+  const int me = vt::Rank();
+  for (int pool : {1, 0}) {
+    vt::Baseline base;  // before the comm: its destroy frees the pool
+    vmmipc_comm_t c = nullptr;
+    if (pool) {
+      vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+      cfg.timeout_ms = 5000;
+      cfg.map_cache_entries = 0;
+      ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+    } else {
+      c = Create(5000);
+    }
+    ASSERT_NE(c, nullptr);
+    int f = -1;  // rank 0's first node peer, as rank 0 sees it
+    for (int r = 1; me == 0 && r < vt::Size() && f < 0; r++)
+      if (Same(c, r)) f = r;
+    MPI_Bcast(&f, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (f < 0) {
+      ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+      GTEST_SKIP() << "rank 0 has no node peer";
+    }
+    const std::string how = std::string(pool ? "the signal pool" : "a window") + ", rank " + std::to_string(f) +
+                            " failing and rank 0's cleanup failing too";
+    vmmipc_buf_t b = vt::PatternBuf(1, 900 + me);
+    if (me == 0) vmmipc__test_fail_at("unmap", 1);
+    if (me == f) vmmipc__test_fail_at(pool ? "import" : "access", 1);
+    vmmipc_win_t w = nullptr;
+    vmmipc_result_t r = vmmipc_allgather_map(c, b, nullptr, &w);
+    vmmipc__test_fail_at(nullptr, 0);
+    vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+    ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+    EXPECT_EQ(r, VMMIPC_ERR_CUDA) << how << ": " << info.message;
+    EXPECT_TRUE(vt::SameEverywhere(r)) << how;
+    EXPECT_EQ(info.code, r) << how << ": " << info.message;
+    EXPECT_EQ(info.rank, f) << how << ": " << info.message;
+    EXPECT_STREQ(info.operation, "vmmipc_allgather_map") << how << ": " << info.message;
+    EXPECT_TRUE(Has(info.message, "failed on rank " + std::to_string(f))) << how << ": " << info.message;
+    EXPECT_EQ(w, nullptr);
+    if (w) vmmipc_win_free(w);
+    vmmipc_buf_free(b);
+    EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+    base.Expect(how.c_str());
+  }
+}
+
 // The same between two rounds of a heap destroy's drain, where the call
 // that was cut short is not the comm's destroy: the aborted rank's call
 // tells the ranks of other nodes as it leaves, and makes no further call

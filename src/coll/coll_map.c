@@ -22,10 +22,13 @@ static vmmipc_result_t import_peer(void *arg, int p, vmmipc_desc_t d) {
 
 static void win_drop(struct vmmipc_win *w, int n) {
   if (!w) return;
+  vmmipc__error_saved_t keep; /* a release that fails here is not the caller's error */
+  vmmipc__error_save(&keep);
   vmmipc__windev_free(w);
   for (int i = 0; w->peers && i < n; i++) vmmipc_buf_free(w->peers[i]);
   free(w->peers);
   free(w);
+  vmmipc__error_restore(&keep);
 }
 
 /* Unmaps the peers here (cached mappings may stay idle) and gives the

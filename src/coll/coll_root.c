@@ -63,7 +63,10 @@ static vmmipc_result_t map_from_root(vmmipc_comm_t c, int scatter, const vmmipc_
   r = vmmipc__agree_key(c, local, secondary, op, root >= 0 && root < c->size, (uint64_t)(int64_t)root);
   vmmipc__coll_done(c, r);
   if (r && out && *out) {
+    vmmipc__error_saved_t keep; /* the verdict stays the error: a failed release is not the caller's */
+    vmmipc__error_save(&keep);
     vmmipc_buf_free(*out);
+    vmmipc__error_restore(&keep);
     *out = NULL;
   }
   c->timing.total_s = vmmipc__now() - t0;

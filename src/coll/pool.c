@@ -64,6 +64,8 @@ static vmmipc_result_t import_pool(void *arg, int q, vmmipc_desc_t d) {
 
 void vmmipc__pool_destroy(struct vmmipc__pool *p, int node_size) {
   if (!p) return;
+  vmmipc__error_saved_t keep; /* a release that fails here is not the caller's error */
+  vmmipc__error_save(&keep);
   vmmipc__sync_free(p); /* its keeper first: it writes into the pool */
   for (int q = 0; p->peer && q < node_size; q++) vmmipc_buf_free(p->peer[q]);
   const vmmipc__cu_t *cu = NULL;
@@ -75,6 +77,7 @@ void vmmipc__pool_destroy(struct vmmipc__pool *p, int node_size) {
   free(p->used);
   free(p->zgen);
   free(p);
+  vmmipc__error_restore(&keep);
 }
 
 vmmipc_result_t vmmipc__pool_setup(struct vmmipc_comm *c, const char *op) {

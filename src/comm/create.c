@@ -119,6 +119,8 @@ static const char *resolve_dir(const vmmipc_config_t *cfg) {
 
 static void comm_free(struct vmmipc_comm *c) {
   if (!c) return;
+  vmmipc__error_saved_t keep; /* the destroy's result is made: a failed release here is not its error */
+  vmmipc__error_save(&keep);
   vmmipc__live_remove(c); /* an abort still inside finishes first */
   vmmipc__release_waits(c); /* teardown: nothing waits on the pool once it is gone */
   if (c->pool && c->pool_free) c->pool_free(c->pool, c->node_size);
@@ -140,6 +142,7 @@ static void comm_free(struct vmmipc_comm *c) {
   free(c->due);
   pthread_mutex_destroy(&c->def_mu);
   free(c);
+  vmmipc__error_restore(&keep);
 }
 
 /* The first rank whose status is a failure, or -1. */

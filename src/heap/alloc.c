@@ -22,11 +22,14 @@ static void heap_reap(struct vmmipc_win *w, int in_step);
 /* A view: base and size only; it owns nothing (vmmipc_buf_free frees the record). */
 static void drop_window(struct vmmipc_win *w, int n) {
   if (!w) return;
+  vmmipc__error_saved_t keep; /* a release that fails here is not the caller's error */
+  vmmipc__error_save(&keep);
   vmmipc__windev_free(w); /* the device API's arrays, if a kernel asked for them */
   for (int q = 0; w->peers && q < n; q++) vmmipc_buf_free(w->peers[q]);
   vmmipc_buf_free(w->own);
   free(w->peers);
   free(w);
+  vmmipc__error_restore(&keep);
 }
 
 static vmmipc_result_t new_window(int n, int me, struct vmmipc_win **out) {
