@@ -258,8 +258,9 @@ VMMIPC_API vmmipc_result_t vmmipc_comm_stats(vmmipc_comm_t comm, vmmipc_comm_sta
  * freed it); *released (may be NULL) gets their bytes. Mappings in use (open
  * windows, bcast_map/scatter_map buffers not freed) stay. Thread-safe: may
  * run while another thread is in a call on the comm, whose mappings are in
- * use; works on a broken comm too. Errors: VMMIPC_ERR_INVALID_ARG (comm
- * NULL), VMMIPC_ERR_CUDA (a release failed; the others still went). */
+ * use, vmmipc_comm_destroy included (the free waits for the trim); works on
+ * a broken comm too. Errors: VMMIPC_ERR_INVALID_ARG (comm NULL, or not live:
+ * destroyed), VMMIPC_ERR_CUDA (a release failed; the others still went). */
 VMMIPC_API vmmipc_result_t vmmipc_comm_cache_trim(vmmipc_comm_t comm, uint64_t *released);
 /* Local, and callable from any thread while another thread is blocked in a
  * call on `comm`, as ncclCommAbort is: marks the comm aborted, wakes the

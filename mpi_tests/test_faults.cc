@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <condition_variable>
@@ -1304,6 +1305,40 @@ TEST_F(Faults, ADestroyOnAnotherThreadWaitsForACallLeavingTheComm) {
   EXPECT_GT(refused, 0) << "the destroy came while the call held the comm";
   EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << msg;
   EXPECT_TRUE(Has(msg, "vmmipc_heap_create") && Has(msg, "aborted the communicator")) << msg;
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// vmmipc_comm_cache_trim is thread-safe during another call on the comm,
+// its destroy included (api.md): a trim on another thread while the comm
+// is destroyed finishes before the free, and a trim after it is refused
+// ("not a live comm") without touching the freed comm. The thread trims
+// until it is refused (at most 10 s). Before, trim read c->cache with no
+// guard: a trim during the free read the freed comm and its freed cache
+// (ASan: heap-use-after-free), and no trim was ever refused.
+TEST_F(Faults, ACacheTrimDuringADestroyOnAnotherThreadIsSafe) {
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;  // with a mapping cache
+  cfg.timeout_ms = 3000;
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+  ASSERT_VMM_OK(vmmipc_comm_abort(c));  // every rank: each destroy is local
+  std::atomic<int> trims{0};
+  vmmipc_result_t last = VMMIPC_SUCCESS;
+  std::string msg;
+  std::thread trimmer([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < until) {
+      uint64_t released = 0;
+      last = vmmipc_comm_cache_trim(c, &released);
+      trims++;
+      if (last != VMMIPC_SUCCESS) break;
+    }
+    msg = vmmipc_last_error();
+  });
+  while (trims.load() == 0) std::this_thread::yield();  // the trims have begun
+  EXPECT_VMM_OK(vmmipc_comm_destroy(c));  // freed locally: aborted before the call
+  trimmer.join();
+  EXPECT_EQ(last, VMMIPC_ERR_INVALID_ARG) << "after " << trims.load() << " trims: " << msg;
+  EXPECT_TRUE(Has(msg, "not a live comm")) << msg;
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

@@ -56,8 +56,7 @@ void vmmipc__unlinger(struct vmmipc_comm *c) {
   pthread_mutex_unlock(&live_mu);
 }
 
-/* Counts an abort into c if c is live; 0 if it is not (destroyed). */
-static int abort_enter(struct vmmipc_comm *c) {
+int vmmipc__live_enter(struct vmmipc_comm *c) {
   pthread_mutex_lock(&live_mu);
   struct vmmipc_comm *x = live_head;
   while (x && x != c) x = x->live_next;
@@ -88,7 +87,7 @@ void vmmipc__announce_abort(struct vmmipc_comm *c) {
 
 vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t c) {
   if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_comm_abort: comm is NULL");
-  if (!abort_enter(c))
+  if (!vmmipc__live_enter(c))
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                          "vmmipc_comm_abort: not a live comm; hint: a comm must not be used after "
                          "vmmipc_comm_destroy returned");
