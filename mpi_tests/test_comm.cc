@@ -1,6 +1,7 @@
 // The node-local communicator: node split, send/recv of descriptors, the
 // socket namespace modes, refusing foreign processes, bounded waits.
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "comm/comm.h"
 #include "common/testhooks.h"
@@ -391,6 +393,52 @@ TEST_F(Comm, ALateRankOffRankZerosNodeIsTheOneNamed) {
   if (a.c) vmmipc_comm_destroy(a.c);
   EXPECT_EQ(vt::FdCount(), base) << "the failed create left fds open";
   vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
+// The fds open in this process, from /proc/self/fd.
+std::vector<int> OpenFds() {
+  std::vector<int> fds;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return fds;
+  const int own = dirfd(d);
+  while (struct dirent *e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    if (fd != own) fds.push_back(fd);
+  }
+  closedir(d);
+  return fds;
+}
+
+// A rank whose transport cannot get its tables (hook "conn_tables": the
+// last of them has no host memory) fails its vmmipc_comm_create with
+// VMMIPC_ERR_NO_MEMORY and closes no fd it does not own: every fd open
+// before is open after. Before, the socket tables were malloc'ed and set
+// to -1 only after the check, so the failure path closed whatever numbers
+// they held (fd 0 in fresh memory; a freed comm's old fds in reused
+// memory, which may be another comm's sockets by then).
+TEST_F(Comm, ATransportWithoutMemoryClosesNoFdItDoesNotOwn) {
+  const int f = vt::Size() - 1;
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = 5000;
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::vector<int> before = OpenFds();
+  if (vt::Rank() == f) vmmipc__test_fail_at("conn_tables", 1);
+  vmmipc_comm_t c = nullptr;
+  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c);
+  const std::string err = vmmipc_last_error();
+  vmmipc__test_fail_at(nullptr, 0);
+  EXPECT_NE(r, VMMIPC_SUCCESS) << err;
+  EXPECT_TRUE(vt::SameEverywhere(r)) << err;
+  if (vt::Rank() == f) {
+    EXPECT_EQ(r, VMMIPC_ERR_NO_MEMORY) << err;
+  }
+  EXPECT_EQ(c, nullptr);
+  if (c) vmmipc_comm_destroy(c);
+  for (int fd : before) EXPECT_NE(fcntl(fd, F_GETFD), -1) << "fd " << fd << " was closed by the failed create";
+  EXPECT_EQ(OpenFds().size(), before.size()) << "fds leaked or closed";
   ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }

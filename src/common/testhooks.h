@@ -18,7 +18,8 @@ extern "C" {
  * timeout late), "heap_oom" (the next heap growth step is out of device
  * memory), "heap_fds" (the next heap growth step's export hits the fd
  * limit), "heap_step_tables" (the next heap growth step has no host memory
- * for its own tables), "heap_record" (the next vmmipc_heap_create has no host memory for
+ * for its own tables), "conn_tables" (the next transport opened has no host
+ * memory for its last table), "heap_record" (the next vmmipc_heap_create has no host memory for
  * its record), "trim_unmap" (the next unmap of a heap trim fails, the range still
  * mapped), "abort_slow" (the next vmmipc_comm_abort pauses 300 ms after it
  * marked the comm and released its waits, as a slow release would),

@@ -224,16 +224,21 @@ vmmipc_result_t vmmipc__conn_open(const vmmipc__conn_opts_t *o, vmmipc__conn_t *
   c->ranks = malloc(n * sizeof *c->ranks);
   c->pids = calloc(n, sizeof *c->pids);
   c->uids = calloc(n, sizeof *c->uids);
-  c->fd[0] = malloc(n * sizeof(int));
-  c->fd[1] = malloc(n * sizeof(int));
+  for (int k = 0; k < 2; k++) { /* no socket yet: the failure path below closes only what is >= 0 */
+    c->fd[k] = malloc(n * sizeof(int));
+    for (size_t i = 0; c->fd[k] && i < n; i++) c->fd[k][i] = -1;
+  }
   c->closed = calloc(n, sizeof *c->closed);
+  if (VMMIPC__INJECT("conn_tables")) { /* tests: no host memory for the last table */
+    free(c->closed);
+    c->closed = NULL;
+  }
   vmmipc_result_t rc = VMMIPC_SUCCESS;
   if (!c->ranks || !c->pids || !c->uids || !c->fd[0] || !c->fd[1] || !c->closed) {
     rc = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "opening the transport: tables for %d ranks", o->node_size);
     goto fail;
   }
   memcpy(c->ranks, o->ranks, n * sizeof *c->ranks);
-  for (size_t i = 0; i < n; i++) c->fd[0][i] = c->fd[1][i] = -1;
   if (o->node_size == 1) { /* nobody to talk to: no socket at all */
     *out = c;
     return VMMIPC_SUCCESS;
