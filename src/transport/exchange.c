@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/host.h"
 #include "common/le.h"
+#include "common/testhooks.h"
 #include "transport/tp.h"
 #include "transport/tp_priv.h"
 
@@ -608,17 +609,16 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
   memset(&s, 0, sizeof s);
   s.tp = tp;
   s.x = x;
+  struct pollfd *pfd = NULL;
+  char *hears = NULL, *ends = NULL;
   s.sops = calloc((size_t)x->num_sends + 1, sizeof *s.sops);
   s.rops = calloc((size_t)x->num_recvs + (size_t)x->num_sends + 1, sizeof *s.rops);
-  /* The poll set: every receive op (the receives, and the peers only sent
-   * to, watched for their END) and every send still waiting for room. */
-  struct pollfd *pfd = calloc(2 * (size_t)x->num_sends + (size_t)x->num_recvs + (size_t)n + 1, sizeof *pfd);
-  char *hears = calloc((size_t)n, 1);
-  char *ends = x->ctx == VMMIPC__CTX_P2P ? calloc((size_t)n, 1) : NULL;
-  if (!s.sops || !s.rops || !pfd || !hears || (x->ctx == VMMIPC__CTX_P2P && !ends)) {
+  if (!s.sops || !s.rops) {
     rc = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "transport exchange");
     goto fail;
   }
+  /* The operations first: a failure below tells the peers (tell_peers reads
+   * each send's peer and sequence number). */
   for (int i = 0; i < x->num_sends; i++) {
     sop_t *o = &s.sops[i];
     o->msg = &x->sends[i];
@@ -629,8 +629,21 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
     rop_t *o = &s.rops[s.nrops++];
     o->slot = &x->recvs[i];
     o->peer = x->recvs[i].peer;
-    hears[o->peer] = 1;
   }
+  /* The poll set: every receive op (the receives, and the peers only sent
+   * to, watched for their END) and every send still waiting for room. */
+  pfd = calloc(2 * (size_t)x->num_sends + (size_t)x->num_recvs + (size_t)n + 1, sizeof *pfd);
+  if (pfd && VMMIPC__INJECT("xchg_tables")) { /* tests: no host memory for the poll set */
+    free(pfd);
+    pfd = NULL;
+  }
+  hears = calloc((size_t)n, 1);
+  ends = x->ctx == VMMIPC__CTX_P2P ? calloc((size_t)n, 1) : NULL;
+  if (!pfd || !hears || (x->ctx == VMMIPC__CTX_P2P && !ends)) {
+    rc = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "transport exchange");
+    goto fail;
+  }
+  for (int i = 0; i < x->num_recvs; i++) hears[x->recvs[i].peer] = 1;
   for (int i = 0; x->ctx == VMMIPC__CTX_COLL && i < x->num_sends; i++) {
     /* Watch peers we only send to: their ABORT must end our wait. */
     int p = x->sends[i].peer;
