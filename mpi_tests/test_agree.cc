@@ -497,6 +497,13 @@ TEST_F(Agree, AbortFromAnotherThreadEndsABlockedRecv) {
       t.join();
       EXPECT_VMM_OK(arc);
       EXPECT_EQ(r, VMMIPC_ERR_ABORTED) << vmmipc_last_error();
+      // Its record names this rank, as its node peers' do (before: rank -1,
+      // "rank 1: the communicator was aborted").
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+      EXPECT_EQ(info.rank, 1) << info.message;
+      EXPECT_TRUE(Has(info.message, "rank 1 aborted the communicator")) << info.message;
+      EXPECT_STREQ(info.operation, "vmmipc_recv") << info.message;
       // Every later call fails at once.
       EXPECT_EQ(vmmipc_recv(c, 0, &got), VMMIPC_ERR_ABORTED);
       vmmipc_win_t w = nullptr;

@@ -91,7 +91,8 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
       break;
     }
     if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
-      vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d: the communicator was aborted (vmmipc_comm_abort)", c->rank);
+      vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort)", c->rank);
+      vmmipc__error_rank(c->rank);
       rc = VMMIPC__WAIT_ABORTED;
       break;
     }

@@ -672,8 +672,9 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
     if ((rc = end_from_peers(&s, ends, &pending))) goto fail;
     if (!pending) break;
     if (tp->aborted && __atomic_load_n(tp->aborted, __ATOMIC_ACQUIRE)) {
-      rc = vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d: the communicator was aborted (vmmipc_comm_abort)",
-                         tp_rank(tp, tp->conn->node_rank));
+      const int me = tp_rank(tp, tp->conn->node_rank); /* this rank aborted: named as its peers name it */
+      rc = vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort)", me);
+      vmmipc__error_rank(me);
       goto fail;
     }
     int64_t now = vmmipc__now_ms();
