@@ -106,7 +106,8 @@ vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *
   }
   vmmipc_result_t local = VMMIPC_SUCCESS;
   if (!out) local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: out is NULL", op);
-  if (!local && (!h || !h->all || !h->step_sends || !h->step_recvs)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's record", op);
+  if (!local && (!h || !h->all || !h->step_sends || !h->step_recvs))
+    local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: the heap's record", op);
   if (!local) local = check_config(cfg, op);
   size_t reserve = 0, grow = 0;
   if (!local) local = local_geometry(h, cfg, op, &reserve, &grow);
