@@ -755,14 +755,8 @@ TEST_F(Heap, ATrimWhoseRollbackFailsStillNamesTheRankThatFailed) {
   if (vt::Rank() == g) vmmipc__test_fail_at("access", 1);  // its first remap after the verdict
   vmmipc_result_t r = vmmipc_heap_trim(h);
   vmmipc__test_fail_at(nullptr, 0);
-  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
-  ASSERT_VMM_OK(vmmipc_last_error_info(&info));
-  EXPECT_EQ(r, VMMIPC_ERR_CUDA) << info.message;
-  EXPECT_TRUE(vt::SameEverywhere(r)) << info.message;
-  EXPECT_EQ(info.code, r) << info.message;
-  EXPECT_EQ(info.rank, f) << info.message;
-  EXPECT_STREQ(info.operation, "vmmipc_heap_trim") << info.message;
-  EXPECT_TRUE(Has(info.message, "rank " + std::to_string(f))) << info.message;
+  const std::string msg = vt::ExpectVerdict(r, VMMIPC_ERR_CUDA, f, "vmmipc_heap_trim");
+  EXPECT_TRUE(Has(msg, "rank " + std::to_string(f))) << msg;
   ASSERT_VMM_OK(vmmipc_win_free(a));
   EXPECT_VMM_OK(vmmipc_heap_destroy(h));
 }

@@ -35,6 +35,24 @@ inline bool SameEverywhere(vmmipc_result_t r) {
   return lo == hi;
 }
 
+// The verdict every rank reports alike: the result `code`, the same in
+// vmmipc_last_error_info, naming `rank` (and the call `op` unless NULL).
+// Collective (every rank compares its result). Returns the message.
+inline std::string ExpectVerdict(vmmipc_result_t r, vmmipc_result_t code, int rank, const char *op,
+                                 const std::string &how = "") {
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  EXPECT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
+  const std::string at = how + ": " + info.message;
+  EXPECT_EQ(r, code) << at;
+  EXPECT_TRUE(SameEverywhere(r)) << at;
+  EXPECT_EQ(info.code, r) << at;
+  EXPECT_EQ(info.rank, rank) << at;
+  if (op) {
+    EXPECT_STREQ(info.operation, op) << at;
+  }
+  return info.message;
+}
+
 // A comm for suites that count fds and driver objects: no mapping cache
 // (it would keep some), and its signal pool, which lives as long as the
 // comm, made now (by a first window) so that the baselines exclude it.
