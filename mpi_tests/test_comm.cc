@@ -16,6 +16,7 @@
 
 #include "comm/comm.h"
 #include "common/testhooks.h"
+#include "transport/tp.h"
 #include "harness/bufs.h"
 
 namespace {
@@ -440,6 +441,39 @@ TEST_F(Comm, ATransportWithoutMemoryClosesNoFdItDoesNotOwn) {
   for (int fd : before) EXPECT_NE(fcntl(fd, F_GETFD), -1) << "fd " << fd << " was closed by the failed create";
   EXPECT_EQ(OpenFds().size(), before.size()) << "fds leaked or closed";
   ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
+// A malformed descriptor from a node peer (an empty message with one fd,
+// sent by its transport on vmmipc_send's connection) fails vmmipc_recv with
+// VMMIPC_ERR_INVALID_DESC naming the sender in vmmipc_last_error_info too,
+// as the collectives do; its fd is closed. Before, the record named no
+// rank (-1).
+TEST_F(Comm, AMalformedDescriptorNamesItsSender) {
+  if (vt::Size() < 2 || !SameNodeExpected(0, 1)) GTEST_SKIP() << "ranks 0 and 1 are not on one node";
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  const int base = vt::FdCount();
+  if (vt::Rank() == 1) {
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    vmmipc__tp_send_t m = {c->node_of[0], nullptr, 0, &p[0], 1};
+    vmmipc__tp_xchg_t x = {VMMIPC__CTX_P2P, 0, &m, 1, nullptr, 0, nullptr, nullptr, VMMIPC_SUCCESS, -1, 0};
+    EXPECT_VMM_OK(vmmipc__tp_exchange(c->tp, &x));
+    close(p[0]);
+    close(p[1]);
+  } else if (vt::Rank() == 0) {
+    vmmipc_desc_t d = nullptr;
+    vmmipc_result_t r = vmmipc_recv(c, 1, &d);
+    vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+    ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+    EXPECT_EQ(r, VMMIPC_ERR_INVALID_DESC) << info.message;
+    EXPECT_EQ(info.rank, 1) << info.message;
+    EXPECT_TRUE(vt::Has(info.message, "vmmipc_recv from rank 1")) << info.message;
+    EXPECT_EQ(d, nullptr);
+  }
+  EXPECT_EQ(vt::FdCount(), base) << "the message's fd was not closed";
+  MPI_Barrier(MPI_COMM_WORLD);
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 

@@ -56,7 +56,10 @@ vmmipc_result_t vmmipc_recv(vmmipc_comm_t c, int source, vmmipc_desc_t *out) {
   vmmipc__tp_recv_t m = {peer, NULL, 0, NULL, 0, 0};
   vmmipc__tp_xchg_t x = {VMMIPC__CTX_P2P, 0, NULL, 0, &m, 1, NULL, NULL, VMMIPC_SUCCESS, -1, 0};
   r = vmmipc__tp_exchange(c->tp, &x);
-  if (!r) r = vmmipc__desc_adopt(m.bytes, m.num_bytes, m.fds, m.num_fds, out);
+  if (!r) {
+    r = vmmipc__desc_adopt(m.bytes, m.num_bytes, m.fds, m.num_fds, out);
+    if (r == VMMIPC_ERR_INVALID_DESC) vmmipc__error_rank(source); /* the sender's fault, as in the collectives */
+  }
   if (r) vmmipc__error_prefix("%s from rank %d: ", op, source);
   if (r) fail_if_gone(c, peer, &x, r);
   free(m.bytes);
