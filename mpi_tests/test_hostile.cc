@@ -1,4 +1,4 @@
-// A hostile neighbour: a process of the same user (forked from rank 0
+// A hostile neighbour: a process of the same user (started by rank 0
 // before any comm exists; it never calls MPI) that, for the whole test,
 //   - squats names: binds abstract names in the old predictable scheme
 //     ("@vmmipc-<nonce>-<rank>") and variations of every rank's
@@ -116,8 +116,9 @@ constexpr int kMaxHeld = 2000;     // connections held at once
 constexpr int kPerTarget = 600;    // more than a backlog (512) holds
 constexpr int kMaxSquats = 256;
 constexpr int kMaxDirs = 64;
+constexpr const char *kFlooderEnv = "VMMIPC_HOSTILE_FLOODER";  // set for the flooder's process only
 
-// Shared with the flooder (MAP_SHARED, made before the fork).
+// Shared with the flooder (a memfd that rank 0 maps before starting it).
 struct Shared {
   std::atomic<long> scans, targets, connects, backlog_full, dropped, forged, squats, dirs;
   std::atomic<int> held_max;
@@ -567,20 +568,35 @@ TEST_F(Hostile, SquattersAndFloodersCannotStopAJob) {
   Shared *sh = nullptr;
   pid_t flooder = -1;
   if (me == 0) {
-    void *mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int shm = memfd_create("vmmipc-hostile-shared", MFD_CLOEXEC);
+    ASSERT_GE(shm, 0) << std::strerror(errno);
+    ASSERT_EQ(ftruncate(shm, sizeof(Shared)), 0) << std::strerror(errno);
+    void *mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0);
     ASSERT_NE(mem, MAP_FAILED);
     sh = new (mem) Shared();
     int ready[2];
     ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+    // Everything the child needs is made here: between fork and exec it
+    // calls only async-signal-safe functions.
+    std::string spec = std::string(kFlooderEnv) + "=" + std::to_string(ready[1]) + ":" + std::to_string(shm) + ":";
+    for (int r = 0; r < n; r++) spec += (r ? "," : "") + std::to_string(pids[static_cast<size_t>(r)]);
+    spec += std::string(":") + dir;
+    std::vector<char *> envp;
+    for (char **e = environ; *e; e++) envp.push_back(*e);
+    envp.push_back(&spec[0]);
+    envp.push_back(nullptr);
+    char name[] = "test_hostile-flooder";
+    char *argv[] = {name, nullptr};
     std::fflush(nullptr);
     flooder = fork();
     ASSERT_GE(flooder, 0);
-    if (flooder == 0) {  // no MPI, no gtest from here on
-      close(ready[0]);
-      std::vector<pid_t> ranks(pids.begin(), pids.end());
-      Flooder f(sh, ranks, dir);
-      _exit(f.Run(ready[1]));
+    if (flooder == 0) {  // the same program, fresh: see RunFlooderIfAsked
+      fcntl(ready[1], F_SETFD, 0);
+      fcntl(shm, F_SETFD, 0);
+      execve("/proc/self/exe", argv, envp.data());
+      _exit(127);
     }
+    close(shm);
     close(ready[1]);
     char c = 0;
     pollfd p = {ready[0], POLLIN, 0};
@@ -669,5 +685,31 @@ TEST_F(Hostile, SquattersAndFloodersCannotStopAJob) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+// The flooder's process: rank 0 runs this program again with kFlooderEnv
+// set, and it floods from here, before main and MPI. A forked copy of a
+// rank would run on in a process whose other threads (MPI's, the
+// sanitizer's) may have held a lock at the fork, held for good in the copy:
+// an ASan run once saw the flooder stop after the first comm.
+int RunFlooderIfAsked() {
+  const char *spec = std::getenv(kFlooderEnv);
+  if (!spec) return 0;
+  int ready = -1, shm = -1, used = 0;
+  if (std::sscanf(spec, "%d:%d:%n", &ready, &shm, &used) != 2 || used == 0) _exit(3);
+  std::vector<pid_t> ranks;
+  const char *p = spec + used;
+  while (*p && *p != ':') {
+    char *end = nullptr;
+    ranks.push_back(static_cast<pid_t>(std::strtol(p, &end, 10)));
+    p = *end == ',' ? end + 1 : end;
+  }
+  if (*p != ':' || ranks.empty()) _exit(3);
+  void *mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0);
+  if (mem == MAP_FAILED) _exit(4);
+  close(shm);
+  Flooder f(static_cast<Shared *>(mem), ranks, p + 1);
+  _exit(f.Run(ready));
+}
+[[maybe_unused]] const int kFlooderRan = RunFlooderIfAsked();
 
 }  // namespace
