@@ -56,13 +56,17 @@ void vmmipc__unlinger(struct vmmipc_comm *c) {
   pthread_mutex_unlock(&live_mu);
 }
 
-int vmmipc__live_enter(struct vmmipc_comm *c) {
+vmmipc_result_t vmmipc__live_enter(struct vmmipc_comm *c, const char *op) {
+  if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm is NULL", op);
   pthread_mutex_lock(&live_mu);
   struct vmmipc_comm *x = live_head;
   while (x && x != c) x = x->live_next;
   if (x) c->lingering++;
   pthread_mutex_unlock(&live_mu);
-  return x != NULL;
+  if (!x)
+    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                         "%s: not a live comm; hint: a comm must not be used after vmmipc_comm_destroy returned", op);
+  return VMMIPC_SUCCESS;
 }
 
 void vmmipc__tell_aborted_unasked(struct vmmipc_comm *c, const char *op) {
@@ -86,11 +90,8 @@ void vmmipc__announce_abort(struct vmmipc_comm *c) {
 }
 
 vmmipc_result_t vmmipc_comm_abort(vmmipc_comm_t c) {
-  if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_comm_abort: comm is NULL");
-  if (!vmmipc__live_enter(c))
-    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
-                         "vmmipc_comm_abort: not a live comm; hint: a comm must not be used after "
-                         "vmmipc_comm_destroy returned");
+  vmmipc_result_t r = vmmipc__live_enter(c, "vmmipc_comm_abort");
+  if (r) return r;
   __atomic_store_n(&c->aborted, 1, __ATOMIC_SEQ_CST);
   vmmipc__release_waits(c);
   if (VMMIPC__INJECT("abort_slow")) VMMIPC__LATE(200);

@@ -196,9 +196,10 @@ void vmmipc__live_remove(struct vmmipc_comm *c);
 void vmmipc__linger(struct vmmipc_comm *c);
 void vmmipc__unlinger(struct vmmipc_comm *c);
 /* Counts this thread into c if c is live (found by address, touching
- * nothing of it), as linger does; 0 if it is not (destroyed). The calls
- * that may run during a destroy on another thread (abort, cache trim). */
-int vmmipc__live_enter(struct vmmipc_comm *c);
+ * nothing of it), as linger does; else INVALID_ARG for `op` (a NULL or
+ * destroyed comm). The calls that may run during a destroy on another
+ * thread (abort, cache trim). */
+vmmipc_result_t vmmipc__live_enter(struct vmmipc_comm *c, const char *op);
 
 /* ---- agreement (agree.c) ---- */
 /* All-or-nothing outcome of a collective over comm->dup, bounded by the

@@ -5,16 +5,13 @@
 
 vmmipc_result_t vmmipc_comm_cache_trim(vmmipc_comm_t c, uint64_t *released) {
   if (released) *released = 0;
-  if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "vmmipc_comm_cache_trim: comm is NULL");
   /* The cache has its own lock and never releases what a call uses, so
    * this holds no comm: it also works on a broken or aborted comm. Counted
    * in as an abort is, so that a destroy on another thread frees the comm
    * and its cache only after it. */
-  if (!vmmipc__live_enter(c))
-    return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
-                         "vmmipc_comm_cache_trim: not a live comm; hint: a comm must not be used after "
-                         "vmmipc_comm_destroy returned");
-  vmmipc_result_t r = vmmipc__mapcache_trim(c->cache, released);
+  vmmipc_result_t r = vmmipc__live_enter(c, "vmmipc_comm_cache_trim");
+  if (r) return r;
+  r = vmmipc__mapcache_trim(c->cache, released);
   if (r) vmmipc__error_prefix("vmmipc_comm_cache_trim: ");
   vmmipc__unlinger(c);
   return r;
