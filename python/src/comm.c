@@ -79,6 +79,7 @@ void vmp_comm_release_local(VmpComm *c, const char *why) {
  * 1 bcast_map, 2 scatter_map, 3 heap_create (each refuses a NULL out on
  * every rank, as the library's collectives do). */
 PyObject *vmp_join_failed(VmpComm *c, int kind, int root) {
+  if (!c->h || c->closing) return NULL; /* closed meanwhile (a bufs generator ran): no call to join */
   VMP_ERR_SAVE(saved);
   vmmipc_comm_t h = c->h;
   c->busy++;
@@ -314,6 +315,13 @@ static PyObject *comm_scatter_map(VmpComm *self, PyObject *args, PyObject *kw) {
         return vmp_join_failed(self, VMP_JOIN_SCATTER, root);
       }
     }
+  }
+  /* Reading bufs may have run Python code (a generator), during which
+     another thread may have closed the comm or begun to. */
+  if (vmp_comm_check(self, "vmmipc.Comm.scatter_map") < 0) {
+    PyMem_Free(bufs);
+    Py_XDECREF(seq);
+    return NULL;
   }
   vmmipc_buf_t out = NULL;
   vmmipc_result_t r;

@@ -141,10 +141,17 @@ PyObject *vmp_view_new(PyObject *owner, uintptr_t ptr, size_t size, int readonly
     Py_DECREF(v);
     return NULL;
   }
-  /* The view holds its memory: one pin of the window per view (the owner
-     is open: its mapping() checked), one count of the buffer's. */
+  /* The view holds its memory: one pin of the window per view, one count
+     of the buffer's. The owner is checked again here: parsing dtype and
+     shape may run Python code (a generator, a .name), and another thread
+     may have closed the owner meanwhile, or be inside its close(), past
+     the count of views. */
   if (PyObject_TypeCheck(owner, &VmpWindow_Type)) {
     VmpWindow *w = (VmpWindow *)owner;
+    if (vmp_window_check(w, "vmmipc.Window.mapping") < 0) {
+      Py_DECREF(v);
+      return NULL;
+    }
     vmmipc_result_t r = vmmipc_win_pin(w->h);
     if (r != VMMIPC_SUCCESS) {
       Py_DECREF(v);
@@ -153,8 +160,13 @@ PyObject *vmp_view_new(PyObject *owner, uintptr_t ptr, size_t size, int readonly
     w->views++;
     w->work.handed = 1;
   } else if (PyObject_TypeCheck(owner, &VmpBuffer_Type)) {
-    ((VmpBuffer *)owner)->views++;
-    ((VmpBuffer *)owner)->work.handed = 1;
+    VmpBuffer *b = (VmpBuffer *)owner;
+    if (vmp_open_check(b->h, b->closing, "vmmipc.Buffer.mapping", "buffer") < 0) {
+      Py_DECREF(v);
+      return NULL;
+    }
+    b->views++;
+    b->work.handed = 1;
   }
   Py_INCREF(owner);
   v->owner = owner;

@@ -177,7 +177,9 @@ static PyObject *window_mapping(VmpWindow *self, PyObject *args, PyObject *kw) {
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
   /* The caller's own buffer is writable even in a read-only window. */
   int ro = self->readonly && rank != self->comm->rank;
-  return vmp_view_new((PyObject *)self, (uintptr_t)p, n, ro, vmp_current_device(), dtype, shape);
+  /* The peers' memory is accessible from the window's device, whichever is current now. */
+  int dev = self->device >= 0 ? self->device : vmp_current_device();
+  return vmp_view_new((PyObject *)self, (uintptr_t)p, n, ro, dev, dtype, shape);
 }
 
 /* signal / wait: (rank, value, stream=0); they enqueue and return. */
@@ -190,8 +192,10 @@ static PyObject *window_sigwait(VmpWindow *self, PyObject *args, PyObject *kw, i
   int rank;
   uint64_t value;
   void *stream;
-  if (win_rank(self, rank_o, is_wait ? "vmmipc.Window.wait" : "vmmipc.Window.signal", &rank) < 0 ||
-      vmp_u64_arg(value_o, "value", &value) < 0 || vmp_stream_arg(stream_o, &stream) < 0)
+  /* The stream first: reading it may run Python code (.cuda_stream), during
+     which another thread may close the window; the check comes after. */
+  if (vmp_stream_arg(stream_o, &stream) < 0 || vmp_u64_arg(value_o, "value", &value) < 0 ||
+      win_rank(self, rank_o, is_wait ? "vmmipc.Window.wait" : "vmmipc.Window.signal", &rank) < 0)
     return NULL;
   vmmipc_result_t r = is_wait ? vmmipc_win_wait(self->h, rank, value, stream)
                               : vmmipc_win_signal(self->h, rank, value, stream);
@@ -213,8 +217,8 @@ static PyObject *window_barrier(VmpWindow *self, PyObject *args, PyObject *kw) {
   PyObject *stream_o = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:barrier", kwlist, &stream_o)) return NULL;
   void *stream;
-  if (vmp_window_check(self, "vmmipc.Window.barrier") < 0 || vmp_ensure_context(self->device) < 0 ||
-      vmp_stream_arg(stream_o, &stream) < 0)
+  if (vmp_stream_arg(stream_o, &stream) < 0 || vmp_window_check(self, "vmmipc.Window.barrier") < 0 ||
+      vmp_ensure_context(self->device) < 0)  /* the stream first, as in signal */
     return NULL;
   vmmipc_result_t r;
   vmmipc_win_t h = self->h;

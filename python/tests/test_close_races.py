@@ -114,3 +114,98 @@ def test_a_scatter_holds_its_own_list_of_buffers():
             b.close()                          # none is left counted busy
             closed &= b.closed
     assert all_true(closed)
+
+
+def close_begins_inside(win, call):
+    """Rank 0 makes call(start), whose argument runs start(): that begins
+    win.close() on a thread of its own and returns once the close is inside
+    the library. The other ranks join the close only after the call.
+    Returns {"call": "ran" or (code, message)} on rank 0, {} elsewhere."""
+    got = {}
+    if RANK == 0:
+        closer = threading.Thread(target=win.close)
+
+        def start():
+            closer.start()
+            while not win._busy:        # until the close is inside the library
+                time.sleep(0)           # hands the GIL over; not a wait for time
+
+        made = None
+        try:
+            made = call(start)
+            got["call"] = "ran"
+        except vmmipc.Error as e:
+            got["call"] = (e.code, str(e))
+        for r in range(1, SIZE):
+            WORLD.send(True, dest=r, tag=TAG)
+        closer.join(60)
+        assert not closer.is_alive()
+        del made                        # a view wrongly made: dropped once the close is over
+    else:
+        WORLD.recv(source=0, tag=TAG)
+        win.close()
+    return got
+
+
+class ClosingStream:
+    """A stream whose handle (the legacy default stream) is read by Python code."""
+
+    def __init__(self, start):
+        self.start = start
+
+    def __cuda_stream__(self):
+        self.start()
+        return (0, 0)
+
+
+@pytest.mark.parametrize("call", ["mapping", "signal", "wait", "barrier"])
+def test_a_call_whose_argument_lets_a_close_begin_is_refused(call):
+    # A shape generator or a stream object runs Python code while the call
+    # converts it, and another thread's close() may begin meanwhile. Before,
+    # the call went on with a window inside vmmipc_win_free: the mapping gave
+    # a view of memory the close then unmapped (reading it: SIGSEGV), and
+    # signal, wait and barrier were made on a handle being freed.
+    needs_threads()
+    with vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS) as c, vmmipc.alloc(1 << 21) as buf:
+        win = c.allgather_map(buf)
+
+        def shape(start):
+            start()
+            yield 1 << 21
+
+        calls = {"mapping": lambda s: win.mapping(0, shape=shape(s)),
+                 "signal": lambda s: win.signal(0, 1, stream=ClosingStream(s)),
+                 "wait": lambda s: win.wait(0, 0, stream=ClosingStream(s)),
+                 "barrier": lambda s: win.barrier(stream=ClosingStream(s))}
+        got = close_begins_inside(win, calls[call])
+        assert all_true(win.closed and win.views == 0 and refused(got, "window")), got
+
+
+def test_a_scatter_whose_buffers_let_a_close_begin_is_refused():
+    # The root's bufs may be a generator; the comm's close() may begin on
+    # another thread while it runs.
+    needs_threads()
+    c = vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS)
+    got = {}
+    if RANK == 0:
+        closer = threading.Thread(target=c.close)
+
+        def bufs():
+            closer.start()
+            while not c._busy:
+                time.sleep(0)
+            yield from [None] * SIZE
+
+        try:
+            c.scatter_map(bufs(), 0)
+            got["scatter_map"] = "ran"
+        except vmmipc.Error as e:
+            got["scatter_map"] = (e.code, str(e))
+        for r in range(1, SIZE):
+            WORLD.send(True, dest=r, tag=TAG)
+        closer.join(60)
+        assert not closer.is_alive()
+    else:
+        WORLD.recv(source=0, tag=TAG)
+        c.close()
+    assert all_true(c.closed and refused(got, "comm")), got

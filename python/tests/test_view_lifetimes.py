@@ -10,7 +10,8 @@ import threading
 import pytest
 
 import vmmipc
-from conftest import NODE, NXT, PREV, RANK, SIZE, STANDIN, all_true, capsule_tensor, consume, pattern, read, write
+from conftest import (NODE, NXT, PREV, RANK, SIZE, STANDIN, WORLD, all_true, capsule_tensor, consume, pattern, read,
+                      write)
 from support import Stream
 
 HOLDER = SIZE - 1        # the one rank that holds a view in the one-rank tests
@@ -240,3 +241,39 @@ def test_exporting_on_one_stream_again_and_again_tracks_it_once():
     buf.close()
     assert stream.destroy() == 0
     assert all_true(tracked == 1 and buf.closed), tracked
+
+
+def test_a_buffer_mapping_whose_shape_closes_the_buffer_is_refused():
+    # Parsing the shape runs Python code, which may close the buffer. Before,
+    # the view was made anyway: a live Mapping of freed memory, counted on a
+    # closed buffer.
+    buf = vmmipc.alloc(1 << 21)
+
+    def shape():
+        buf.close()
+        yield 1 << 21
+
+    with pytest.raises(vmmipc.Error) as e:
+        buf.mapping(shape=shape())
+    assert buf.closed and buf.views == 0
+    assert e.value.code == vmmipc.Result.INVALID_ARG and "the buffer is closed" in str(e.value), str(e.value)
+
+
+def test_a_window_mapping_is_on_the_windows_device():
+    # The peers' memory is mapped for the device current when the window was
+    # made. Before, mapping() named the device current at the call: a DLPack
+    # consumer then made a tensor on a device without access to the memory.
+    if vmmipc.device_count() < 2:
+        pytest.skip("needs two devices")
+    vmmipc.set_device(0)
+    with vmmipc.Comm(WORLD) as c, vmmipc.alloc(1 << 21) as buf:
+        win = c.allgather_map(buf)
+        vmmipc.set_device(1)
+        try:
+            m = win.mapping(NXT)
+            got = (m.device, m.__dlpack_device__())
+            del m
+        finally:
+            vmmipc.set_device(0)
+        win.close()
+    assert got == (0, (2, 0)), got
