@@ -864,6 +864,39 @@ TEST_F(Faults, AnExchangeWithoutMemoryTellsItsPeers) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// A rank whose host-sync setup (the comm's first window makes its signal
+// pool) lacks host memory for its records table (hook "sync_tables") fails
+// the call with VMMIPC_ERR_NO_MEMORY naming it on every rank, leaves
+// nothing behind, and the comm goes on. Before, freeing the half-made setup
+// read the missing table: that rank died of a NULL dereference (SIGSEGV in
+// vmmipc__sync_free).
+TEST_F(Faults, AHostSyncSetupWithoutMemoryFailsCleanly) {
+  const int me = vt::Rank();
+  vt::Baseline base;
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = 10000;
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));  // no window yet: no signal pool
+  const int f = vt::LastWithPeers(vt::NodeIds(c));
+  if (f < 0) {
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    GTEST_SKIP() << "no rank has a node peer";
+  }
+  vmmipc_buf_t b = vt::PatternBuf(1, 800 + me);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == f) vmmipc__test_fail_at("sync_tables", 1);
+  vmmipc_win_t w = nullptr;
+  vmmipc_result_t r = vmmipc_allgather_map(c, b, nullptr, &w);
+  vmmipc__test_fail_at(nullptr, 0);
+  vt::ExpectVerdict(r, VMMIPC_ERR_NO_MEMORY, f, "vmmipc_allgather_map");
+  EXPECT_EQ(w, nullptr);
+  if (w) vmmipc_win_free(w);
+  vmmipc_buf_free(b);
+  MapAndCheck(c, 1, 43);  // the comm goes on, its pool made again
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  base.Expect("a host-sync setup without memory");
+}
+
 // The same between two rounds of a heap destroy's drain, where the call
 // that was cut short is not the comm's destroy: the aborted rank's call
 // tells the ranks of other nodes as it leaves, and makes no further call

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/testhooks.h"
 #include "driver/device.h"
 #include "sync/release.h"
 #include "sync/sync.h"
@@ -222,6 +223,10 @@ vmmipc_result_t vmmipc__sync_setup(struct vmmipc_comm *c, struct vmmipc__pool *p
     s->chunk = calloc((size_t)s->nchunks, sizeof *s->chunk);
     s->records = calloc((size_t)s->nchunks, sizeof *s->records);
     s->records_dev = calloc((size_t)s->nchunks, sizeof *s->records_dev);
+    if (VMMIPC__INJECT("sync_tables")) { /* tests: no host memory for the records table */
+      free(s->records);
+      s->records = NULL;
+    }
     if (!s->chunk || !s->records || !s->records_dev)
       local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: host-sync tables", op);
     if (!local) local = make_alarm(cu, p, s, op);
@@ -289,7 +294,7 @@ void vmmipc__sync_free(struct vmmipc__pool *p) {
   if (vmmipc__cu_load(&cu) == VMMIPC_SUCCESS) {
     for (int k = 0; s->chunk && k < s->nchunks; k++) {
       if (s->chunk[k]) cu->cuMemFree(s->chunk[k]);
-      if (s->records[k]) cu->cuMemFreeHost(s->records[k]);
+      if (s->records && s->records[k]) cu->cuMemFreeHost(s->records[k]); /* NULL: its calloc failed */
     }
     if (s->alarm_claim) cu->cuMemFree(s->alarm_claim);
     if (s->alarm) cu->cuMemFreeHost((void *)s->alarm);
