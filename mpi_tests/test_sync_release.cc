@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "comm/comm.h"
 #include "common/error.h"
@@ -148,13 +149,16 @@ void Release::PeerFailureEndsAHostWait(vmmipc_result_t code, const std::string &
     t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(d_.streamSync(s_), CUDA_SUCCESS) << "the stream wait on the failed rank stayed armed";
     EXPECT_LT(Since(t0), 2.0) << "the stream wait on the failed rank stayed armed";
-    // Refused: with the failure the host wait found, or (kernel path) with
-    // the window's device record of the released wait, which comes first.
+    // Refused with the failure the host wait found, naming the failed rank.
+    // Before, on the kernel path, the window's device record of the wait
+    // released on rank 1 came first: PEER, naming no rank ("found the
+    // failure value in rank 1's slot", or a healthy rank's).
     const auto refused = [&](vmmipc_result_t got, const char *call) {
-      const std::string m = vmmipc_last_error();
-      EXPECT_TRUE((got == code && Has(m, "a host wait found it")) ||
-                  (got == VMMIPC_ERR_PEER && Has(m, "found the failure value")))
-          << call << " after the failure: " << got << ": " << m;
+      vmmipc_error_info_t e = VMMIPC_ERROR_INFO_INIT;
+      ASSERT_VMM_OK(vmmipc_last_error_info(&e));
+      EXPECT_EQ(got, code) << call << " after the failure: " << e.message;
+      EXPECT_TRUE(Has(e.message, "a host wait found it")) << call << " after the failure: " << e.message;
+      EXPECT_EQ(e.rank, peer) << call << " after the failure: " << e.message;
     };
     const int healthy = n_ >= 3 ? ranks_[2] : vt::Rank();
     refused(vmmipc_win_wait(w, healthy, 7, s_), "vmmipc_win_wait");
@@ -197,6 +201,49 @@ TEST_F(Release, APeerWhoseCommBrokeEndsAHostWaitOnIt) {
     vmmipc__error(VMMIPC_ERR_PEER, "test: rank %d breaks its comm", vt::Rank());
     vmmipc__break(c);
   });
+}
+
+// A host wait on another thread, on a healthy rank, while the first
+// thread's host wait finds its peer failed: the first one's note releases
+// the second, which must report that failure, naming the failed rank (or,
+// if it starts after the note, refuse with it at once). Before, the
+// released wait said "the slot of rank R holds VMMIPC_SIGNAL_FAILED" of the
+// healthy rank R (this rank's own slot at 2 ranks), naming no rank.
+TEST_F(Release, AHostWaitReleasedByAnotherThreadsFindingNamesTheFailedRank) {
+  const bool plays = n_ >= 2;
+  if (!vt::AnyRank(plays)) GTEST_SKIP() << "needs two ranks on a node";
+  const int dev = vt::UseRankDevice();  // collective: here, not on the second thread
+  ASSERT_GE(dev, 0);
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  MPI_Comm node;
+  vmmipc_comm_node_comm(c_, &node);
+  int go = 1;
+  if (plays && me_ == 0) {
+    const int peer = ranks_[1], healthy = n_ >= 3 ? ranks_[2] : vt::Rank();
+    vmmipc_result_t second = VMMIPC_SUCCESS;
+    vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+    std::string msg;
+    std::thread t([&] {
+      ASSERT_VMM_OK(vmmipc_set_device(dev));
+      second = vmmipc_win_wait_host(w, healthy, 7, 20000);
+      vmmipc_last_error_info(&info);
+      msg = info.message;
+    });
+    MPI_Send(&go, 1, MPI_INT, 1, 0, node);
+    EXPECT_EQ(vmmipc_win_wait_host(w, peer, 5, 20000), VMMIPC_ERR_PEER) << vmmipc_last_error();
+    t.join();
+    EXPECT_EQ(second, VMMIPC_ERR_PEER) << msg;
+    EXPECT_EQ(info.rank, peer) << msg;
+    EXPECT_TRUE(Has(msg, "failed on rank " + std::to_string(peer))) << msg;
+  } else if (plays && me_ == 1) {
+    MPI_Recv(&go, 1, MPI_INT, 0, 0, node, MPI_STATUS_IGNORE);
+    vmmipc__error(VMMIPC_ERR_PEER, "test: rank %d breaks its comm", vt::Rank());
+    vmmipc__break(c_);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_NE(vmmipc_win_free(w), VMMIPC_SUCCESS);  // every rank: rank 0's comm is broken, rank 1's too
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace

@@ -135,16 +135,19 @@ vmmipc_result_t vmmipc__windev_check(struct vmmipc_win *w, const char *op) {
   int state = (int)(head & 0xff), barrier = (int)(head >> 8 & 1), rank = (int)(uint32_t)(head >> 32);
   unsigned long long value = v->record->value, seen = v->record->seen;
   const char *what = barrier ? "barrier" : "wait";
-  if (state == VMMIPC_DEV_FAILED)
-    return vmmipc__error(VMMIPC_ERR_PEER,
-                         "%s: a device %s on this window found the failure value 0x%llx in rank %d's slot (waiting "
-                         "for %llu); hint: a failure was detected; vmmipc_win_device_status reads and clears the "
-                         "record",
-                         op, what, seen, rank, value);
-  return vmmipc__error(VMMIPC_ERR_TIMEOUT,
-                       "%s: a device %s on this window timed out waiting for rank %d to reach %llu (its slot held "
-                       "%llu); hint: vmmipc_win_device_status reads and clears the record",
-                       op, what, rank, value, seen);
+  vmmipc_result_t code = state == VMMIPC_DEV_FAILED ? VMMIPC_ERR_PEER : VMMIPC_ERR_TIMEOUT;
+  if (code == VMMIPC_ERR_PEER)
+    vmmipc__error(code,
+                  "%s: a device %s on this window found the failure value 0x%llx in rank %d's slot (waiting for "
+                  "%llu); hint: a failure was detected; vmmipc_win_device_status reads and clears the record",
+                  op, what, seen, rank, value);
+  else
+    vmmipc__error(code,
+                  "%s: a device %s on this window timed out waiting for rank %d to reach %llu (its slot held %llu); "
+                  "hint: vmmipc_win_device_status reads and clears the record",
+                  op, what, rank, value, seen);
+  vmmipc__error_rank(rank);
+  return code;
 }
 
 vmmipc_result_t vmmipc_win_device(vmmipc_win_t w, vmmipc_win_device_t *out) {

@@ -215,8 +215,8 @@ vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, i
   vmmipc_result_t r = sync_value(value, op);
   if (!r) r = sync_args(w, op);
   int p = 0;
-  if (r || (r = sync_peer(w, rank, op, &p)) || (r = vmmipc__windev_check(w, op)) ||
-      (r = vmmipc__sync_alarm(w->comm, op)))
+  if (r || (r = sync_peer(w, rank, op, &p)) || (r = vmmipc__sync_alarm(w->comm, op)) ||
+      (r = vmmipc__windev_check(w, op)))
     return r;
   const vmmipc__cu_t *cu;
   if ((r = vmmipc__cu_load(&cu))) return r;
@@ -227,9 +227,11 @@ vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, i
   for (unsigned polls = 0;; polls++) {
     uint64_t v = 0;
     if ((r = read_slot(cu, w, p, &v, op))) return r;
-    if (v & VMMIPC_SIGNAL_FAILED) { /* released: the comm failed */
-      if ((r = sync_args(w, op))) return r;
-      return vmmipc__error(VMMIPC_ERR_PEER, "%s: the slot of rank %d holds VMMIPC_SIGNAL_FAILED", op, rank);
+    if (v & VMMIPC_SIGNAL_FAILED) { /* released: the comm failed, maybe in a host wait on another thread */
+      if ((r = sync_args(w, op)) || (r = vmmipc__sync_alarm(w->comm, op))) return r;
+      vmmipc__error(VMMIPC_ERR_PEER, "%s: the slot of rank %d holds VMMIPC_SIGNAL_FAILED", op, rank);
+      vmmipc__error_rank(rank);
+      return VMMIPC_ERR_PEER;
     }
     if ((int64_t)(v - value) >= 0) return VMMIPC_SUCCESS; /* the same test as CU_STREAM_WAIT_VALUE_GEQ */
     int64_t now = vmmipc__now_ms();
