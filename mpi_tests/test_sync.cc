@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coll/coll.h"
@@ -753,6 +754,31 @@ TEST_F(Sync, SignalAndWaitToSelfAndANodeOfOne) {
     ASSERT_VMM_OK(vmmipc_win_barrier(w, s_));
   }
   ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+}
+
+// vmmipc_win_wait_host reads its slot through the signal pool's own stream,
+// so it works on any thread, one with no current context among them (the
+// header allows it from several threads). Before, such a thread got
+// VMMIPC_ERR_CUDA: "reading the signal slot ... CUDA_ERROR_INVALID_CONTEXT".
+TEST_F(Sync, AHostWaitWorksOnAThreadWithNoCurrentContext) {
+  if (NoMemops()) GTEST_SKIP() << "stand-in without stream memory operations";
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+  const int self = vt::Rank();
+  ASSERT_VMM_OK(vmmipc_win_signal(w, self, 5, s_));
+  ASSERT_EQ(d_.streamSync(s_), CUDA_SUCCESS);
+  vmmipc_result_t r = VMMIPC_SUCCESS, late = VMMIPC_SUCCESS;
+  std::string msg;
+  std::thread t([&] {  // never sets a device
+    r = vmmipc_win_wait_host(w, self, 5, 1000);
+    msg = vmmipc_last_error();
+    late = vmmipc_win_wait_host(w, self, 6, 50);
+  });
+  t.join();
+  EXPECT_EQ(r, VMMIPC_SUCCESS) << msg;
+  EXPECT_EQ(late, VMMIPC_ERR_TIMEOUT) << "the slot holds 5";
   MPI_Barrier(MPI_COMM_WORLD);
   ASSERT_VMM_OK(vmmipc_win_free(w));
 }

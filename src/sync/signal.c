@@ -157,6 +157,11 @@ vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t w, void *stream) {
 static vmmipc_result_t read_word(const vmmipc__cu_t *cu, vmmipc_win_t w, CUdeviceptr at, uint64_t *v, const char *op,
                                  const char *what, int rank) {
   struct vmmipc__pool *pool = w->comm->pool;
+  /* Any thread, whatever context it has current (none, or another
+   * device's): the pool's, for the time of the copy, as the release does. */
+  CUcontext was = NULL;
+  int switched = cu->cuCtxGetCurrent(&was) == CUDA_SUCCESS && was != pool->ctx &&
+                 cu->cuCtxSetCurrent(pool->ctx) == CUDA_SUCCESS;
   vmmipc__relaxed_t relaxed; /* never spoils a capture the user has open */
   vmmipc__capture_relax(cu, &relaxed);
   pthread_mutex_lock(&pool->mu);
@@ -164,6 +169,7 @@ static vmmipc_result_t read_word(const vmmipc__cu_t *cu, vmmipc_win_t w, CUdevic
   if (!rc) rc = cu->cuStreamSynchronize(pool->stream);
   pthread_mutex_unlock(&pool->mu);
   vmmipc__capture_restore(cu, &relaxed);
+  if (switched) cu->cuCtxSetCurrent(was);
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: reading %s of rank %d", op, what, rank);
   return VMMIPC_SUCCESS;
 }
