@@ -568,7 +568,9 @@ VMMIPC_API vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t win, void *stream);
  * then hold VMMIPC_SIGNAL_FAILED) it returns VMMIPC_ERR_PEER, or
  * VMMIPC_ERR_ABORTED where rank aborted the comm, naming rank; this rank's
  * comm has then failed too: its stream waits are released, its host sync
- * calls return that failure, and its next collective breaks it. */
+ * calls return that failure, naming rank, and its next collective breaks
+ * it. Any thread may call it, with any context current or none: it reads
+ * through the window's own context. */
 VMMIPC_API vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t win, int rank, uint64_t value, int timeout_ms);
 
 /* ---- symmetric heap (docs/heap.md) ---------------------------------------- */

@@ -42,6 +42,14 @@ class Release : public ::testing::Test {
     int mine = vt::Rank();
     MPI_Allgather(&mine, 1, MPI_INT, ranks_.data(), 1, MPI_INT, node);
   }
+  // A window of c_ (every rank) and the node comm over which node rank 0
+  // tells node rank 1 when to fail.
+  vmmipc_win_t NodeWindow(MPI_Comm *node) {
+    vmmipc_win_t w = nullptr;
+    EXPECT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
+    vmmipc_comm_node_comm(c_, node);
+    return w;
+  }
   void PeerFailureEndsAHostWait(vmmipc_result_t code, const std::string &before, const std::string &after,
                                 void (*fail)(vmmipc_comm_t));
   void TearDown() override {
@@ -128,10 +136,9 @@ void Release::PeerFailureEndsAHostWait(vmmipc_result_t code, const std::string &
                                        void (*fail)(vmmipc_comm_t)) {
   const bool plays = n_ >= 2; // a node of one joins the collectives only
   if (!vt::AnyRank(plays)) GTEST_SKIP() << "needs two ranks on a node";
-  vmmipc_win_t w = nullptr;
-  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
   MPI_Comm node;
-  vmmipc_comm_node_comm(c_, &node);
+  vmmipc_win_t w = NodeWindow(&node);
+  ASSERT_NE(w, nullptr);
   int go = 1;
   if (plays && me_ == 0) {
     const int peer = ranks_[1];
@@ -214,10 +221,9 @@ TEST_F(Release, AHostWaitReleasedByAnotherThreadsFindingNamesTheFailedRank) {
   if (!vt::AnyRank(plays)) GTEST_SKIP() << "needs two ranks on a node";
   const int dev = vt::UseRankDevice();  // collective: here, not on the second thread
   ASSERT_GE(dev, 0);
-  vmmipc_win_t w = nullptr;
-  ASSERT_VMM_OK(vmmipc_allgather_map(c_, nullptr, nullptr, &w));
   MPI_Comm node;
-  vmmipc_comm_node_comm(c_, &node);
+  vmmipc_win_t w = NodeWindow(&node);
+  ASSERT_NE(w, nullptr);
   int go = 1;
   if (plays && me_ == 0) {
     const int peer = ranks_[1], healthy = n_ >= 3 ? ranks_[2] : vt::Rank();

@@ -279,9 +279,9 @@ static PyMethodDef window_methods[] = {
      "query(rank)\n--\n\nLocal: (ptr, size) of rank's memory as mapped here; (0, 0) where that rank gave nothing or "
      "is on another node."},
     {"mapping", (PyCFunction)(void (*)(void))window_mapping, METH_VARARGS | METH_KEYWORDS,
-     "mapping(rank, dtype=None, shape=None)\n--\n\nLocal: a view of rank's memory with __dlpack__, "
-     "__dlpack_device__ and __cuda_array_interface__. dtype: a name ('float32', torch.float32...; default uint8); "
-     "shape: default all the bytes. The view keeps the window alive."},
+     "mapping(rank, dtype=None, shape=None)\n--\n\nLocal: a view of rank's memory, on the window's device, with "
+     "__dlpack__, __dlpack_device__ and __cuda_array_interface__. dtype: a name ('float32', torch.float32...; default "
+     "uint8); shape: default all the bytes. The view keeps the window alive."},
     {"signal", (PyCFunction)(void (*)(void))window_signal, METH_VARARGS | METH_KEYWORDS,
      "signal(rank, value, stream=0)\n--\n\nEnqueues on stream: sets this rank's slot at rank to value once earlier "
      "work on stream is complete and visible. stream: an int handle (0: legacy default) or an object with "

@@ -116,18 +116,18 @@ def test_a_scatter_holds_its_own_list_of_buffers():
     assert all_true(closed)
 
 
-def close_begins_inside(win, call):
+def close_begins_inside(close, busy, call):
     """Rank 0 makes call(start), whose argument runs start(): that begins
-    win.close() on a thread of its own and returns once the close is inside
-    the library. The other ranks join the close only after the call.
+    close() on a thread of its own and returns once busy() says the close
+    is inside the library. The other ranks close only after the call.
     Returns {"call": "ran" or (code, message)} on rank 0, {} elsewhere."""
     got = {}
     if RANK == 0:
-        closer = threading.Thread(target=win.close)
+        closer = threading.Thread(target=close)
 
         def start():
             closer.start()
-            while not win._busy:        # until the close is inside the library
+            while not busy():           # until the close is inside the library
                 time.sleep(0)           # hands the GIL over; not a wait for time
 
         made = None
@@ -143,7 +143,7 @@ def close_begins_inside(win, call):
         del made                        # a view wrongly made: dropped once the close is over
     else:
         WORLD.recv(source=0, tag=TAG)
-        win.close()
+        close()
     return got
 
 
@@ -177,7 +177,7 @@ def test_a_call_whose_argument_lets_a_close_begin_is_refused(call):
                  "signal": lambda s: win.signal(0, 1, stream=ClosingStream(s)),
                  "wait": lambda s: win.wait(0, 0, stream=ClosingStream(s)),
                  "barrier": lambda s: win.barrier(stream=ClosingStream(s))}
-        got = close_begins_inside(win, calls[call])
+        got = close_begins_inside(win.close, lambda: win._busy, calls[call])
         assert all_true(win.closed and win.views == 0 and refused(got, "window")), got
 
 
@@ -186,26 +186,10 @@ def test_a_scatter_whose_buffers_let_a_close_begin_is_refused():
     # another thread while it runs.
     needs_threads()
     c = vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS)
-    got = {}
-    if RANK == 0:
-        closer = threading.Thread(target=c.close)
 
-        def bufs():
-            closer.start()
-            while not c._busy:
-                time.sleep(0)
-            yield from [None] * SIZE
+    def bufs(start):
+        start()
+        yield from [None] * SIZE
 
-        try:
-            c.scatter_map(bufs(), 0)
-            got["scatter_map"] = "ran"
-        except vmmipc.Error as e:
-            got["scatter_map"] = (e.code, str(e))
-        for r in range(1, SIZE):
-            WORLD.send(True, dest=r, tag=TAG)
-        closer.join(60)
-        assert not closer.is_alive()
-    else:
-        WORLD.recv(source=0, tag=TAG)
-        c.close()
+    got = close_begins_inside(c.close, lambda: c._busy, lambda s: c.scatter_map(bufs(s), 0))
     assert all_true(c.closed and refused(got, "comm")), got
