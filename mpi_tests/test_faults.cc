@@ -864,6 +864,36 @@ TEST_F(Faults, AnExchangeWithoutMemoryTellsItsPeers) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// Two breaks of one comm at once (a torn barrier in a host sync call while
+// a collective on another thread fails) leave the record of one of them:
+// its message, rank and code. The first break pauses while it writes the
+// record (hook "break_slow"), and the second starts meanwhile. Before,
+// both wrote the record unguarded: it held the second's message and code
+// and the first's rank. Local: rank 0, on a comm record of its own.
+TEST_F(Faults, TwoBreaksAtOnceLeaveOneBreaksRecord) {
+  if (vt::Rank() != 0) GTEST_SKIP() << "rank 0 runs it";
+  auto *c = static_cast<vmmipc_comm *>(std::calloc(1, sizeof(vmmipc_comm)));
+  ASSERT_NE(c, nullptr);
+  c->broken_rank = -1;
+  const auto breaker = [c](int blame) {
+    vmmipc__error(VMMIPC_ERR_PEER, "test: rank %d failed (break %d)", blame, blame);
+    vmmipc__error_rank(blame);
+    if (blame == 1) vmmipc__test_fail_at("break_slow", 1);  // the hooks are per thread
+    vmmipc__break_as(c, blame == 1 ? VMMIPC_ERR_PEER : VMMIPC_ERR_ABORTED);
+    vmmipc__test_fail_at(nullptr, 0);
+  };
+  std::thread a(breaker, 1);
+  while (!Has(c->broken_msg, "break 1")) std::this_thread::yield();  // the first is inside its pause
+  std::thread b(breaker, 2);
+  a.join();
+  b.join();
+  EXPECT_EQ(c->broken, 1);
+  EXPECT_EQ(c->broken_rank, 1) << c->broken_msg;
+  EXPECT_TRUE(Has(c->broken_msg, "break 1")) << c->broken_msg;
+  EXPECT_EQ(c->broken_code, VMMIPC_ERR_PEER) << c->broken_msg;
+  std::free(c);
+}
+
 // A rank whose host-sync setup (the comm's first window makes its signal
 // pool) lacks host memory for its records table (hook "sync_tables") fails
 // the call with VMMIPC_ERR_NO_MEMORY naming it on every rank, leaves

@@ -59,6 +59,7 @@ struct vmmipc_comm {
   vmmipc_result_t broken_code; /* what every later call returns (VMMIPC_ERR_PEER unless aborted, or MPI finalized) */
   char broken_msg[VMMIPC__ERRMSG_MAX];
   int broken_rank;             /* the rank its failure named (-1: none), named again by every later call */
+  int breaking;                /* a break is writing the record above (guard.c; __atomic builtins) */
   int aborted;             /* vmmipc_comm_abort was called (__atomic builtins; any thread) */
   int lingering;           /* threads outside a call that still touch it: aborts, calls letting it go (abort.c's
                               registry lock); its free waits for none */

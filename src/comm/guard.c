@@ -3,6 +3,7 @@
  * Overlapping calls on one comm are refused rather than serialised: two
  * collectives serialised in different orders on two ranks would match the
  * wrong calls, as in MPI. */
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -182,7 +183,14 @@ void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code) {
 }
 
 void vmmipc__break_as(struct vmmipc_comm *c, vmmipc_result_t code) {
-  if (c->broken) return;
+  if (__atomic_load_n(&c->broken, __ATOMIC_ACQUIRE)) return;
+  /* One break writes the record: a torn barrier breaks from a host sync
+   * call while a collective on another thread may break too. The others
+   * return once it is written (a few string copies). */
+  if (__atomic_exchange_n(&c->breaking, 1, __ATOMIC_ACQ_REL)) {
+    while (!__atomic_load_n(&c->broken, __ATOMIC_ACQUIRE)) sched_yield();
+    return;
+  }
   vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
   vmmipc__error_get(&st);
   const char *why = vmmipc_last_error();
@@ -196,6 +204,7 @@ void vmmipc__break_as(struct vmmipc_comm *c, vmmipc_result_t code) {
     snprintf(c->broken_msg, sizeof c->broken_msg, "rank %d: %s", c->rank, why);
   else
     snprintf(c->broken_msg, sizeof c->broken_msg, "%s", why);
+  if (VMMIPC__INJECT("break_slow")) VMMIPC__STALL(100); /* tests: a second break meanwhile */
   c->broken_rank = st.rank >= 0 ? st.rank : c->rank;
   c->broken_code = code;
   __atomic_store_n(&c->broken, 1, __ATOMIC_RELEASE);

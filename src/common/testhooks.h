@@ -21,8 +21,10 @@ extern "C" {
  * for its own tables), "conn_tables" (the next transport opened has no host
  * memory for its last table), "xchg_tables" (the next transport exchange
  * has no host memory for its poll set), "sync_tables" (the next host-sync
- * setup of a comm's signal pool has no host memory for its records table), "heap_record" (the next vmmipc_heap_create has no host memory for
- * its record), "trim_unmap" (the next unmap of a heap trim fails, the range still
+ * setup of a comm's signal pool has no host memory for its records table),
+ * "break_slow" (the next break of a comm pauses 100 ms between writing its
+ * message and its rank), "heap_record" (the next vmmipc_heap_create has no
+ * host memory for its record), "trim_unmap" (the next unmap of a heap trim fails, the range still
  * mapped), "abort_slow" (the next vmmipc_comm_abort pauses 300 ms after it
  * marked the comm and released its waits, as a slow release would),
  * "announce_slow" (the next vmmipc_comm_abort pauses 300 ms while it holds
