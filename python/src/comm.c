@@ -168,15 +168,18 @@ static void comm_dealloc(VmpComm *self) {
 
 static PyObject *comm_close(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
   if (!self->h || vmp_finalized) Py_RETURN_NONE;
+  if (self->closing) return vmp_refuse_closing("vmmipc.Comm.close", "comm");
   if (self->busy) return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Comm.close: a call on the comm is in progress");
   if (vmp_mpi_check("vmmipc.Comm.close") < 0) return NULL;
   /* Collected windows go to the library once their work is done (within
-   * the timeout): it frees them here, in step, before destroying. */
+   * the timeout): it frees them here, in step, before destroying. That
+   * wait lets the GIL go: the comm is closing from here on, so that a call
+   * (a second close too) from another thread meanwhile is refused. */
+  self->busy++;
+  self->closing = 1;
   int left = vmp_comm_settle(self, self->timeout_ms);
   vmmipc_result_t r;
   vmmipc_comm_t h = self->h;
-  self->busy++;
-  self->closing = 1;
   Py_BEGIN_ALLOW_THREADS
   r = vmmipc_comm_destroy(h);
   Py_END_ALLOW_THREADS

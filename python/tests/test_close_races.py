@@ -193,3 +193,51 @@ def test_a_scatter_whose_buffers_let_a_close_begin_is_refused():
 
     got = close_begins_inside(c.close, lambda: c._busy, lambda s: c.scatter_map(bufs(s), 0))
     assert all_true(c.closed and refused(got, "comm")), got
+
+
+def test_a_call_while_close_waits_for_collected_work_is_refused():
+    # Comm.close() first waits, letting the GIL go, for the device work of
+    # windows the garbage collector took. A call from another thread
+    # meanwhile, a second close among them, must be refused. Before, the
+    # comm was marked busy only after that wait: both closes went on to
+    # destroy it. One rank (COMM_SELF); the legacy stream is held by a wait
+    # on another comm's window until this rank signals it.
+    import gc
+    import warnings
+    from support import Stream
+    if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+        pytest.skip("needs MPI_THREAD_MULTIPLE (the close runs on a thread)")
+    side = Stream()
+    hold = vmmipc.Comm(MPI.COMM_SELF, timeout_ms=TIMEOUT_MS)
+    gate = hold.allgather_map(None)
+    own = vmmipc.Comm(MPI.COMM_SELF, timeout_ms=TIMEOUT_MS)
+    win = own.allgather_map(None)
+    win.query(0)                        # handed out: its work is what runs on the legacy stream
+    gate.wait(0, 1, stream=0)           # the legacy stream waits for this rank's own signal
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        del win
+        gc.collect()
+    closed = []
+    closer = threading.Thread(target=lambda: closed.append(own.close()))
+    closer.start()
+    while closer.is_alive() and not own._busy:
+        time.sleep(0)                   # hands the GIL over; not a wait for time
+    # Before: the close showed nothing while it waited, and ended after the
+    # comm's timeout with that work still queued.
+    assert own._busy, "close() waited for the collected window's work without marking the comm busy"
+    got = {}
+    for name, call in [("stats", own.stats), ("close", own.close)]:
+        try:
+            call()
+            got[name] = "ran"
+        except vmmipc.Error as e:
+            got[name] = (e.code, str(e))
+    gate.signal(0, 1, stream=side.handle)   # lets the legacy stream go: the close goes on
+    closer.join(60)
+    assert not closer.is_alive()
+    gate.close()
+    hold.close()
+    assert side.destroy() == 0
+    assert own.closed and closed == [None], closed
+    assert refused(got, "comm"), got
