@@ -1,7 +1,9 @@
 /* Descriptor collectives: vmmipc_allgather_desc and vmmipc_scatter_desc. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "coll/coll.h"
+#include "common/testhooks.h"
 
 typedef struct {
   vmmipc_desc_t *slot; /* [node_size] */
@@ -23,17 +25,18 @@ vmmipc_result_t vmmipc_allgather_desc(vmmipc_comm_t c, vmmipc_desc_t desc, vmmip
   if (!descs_out) local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: descs_out is NULL", op);
   for (int i = 0; descs_out && i < c->size; i++) descs_out[i] = NULL;
   vmmipc_desc_t *got = calloc((size_t)n, sizeof *got), *send = calloc((size_t)n, sizeof *send);
-  char *all = malloc((size_t)n);
-  if (!local && (!got || !send || !all)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d slots", op, n);
-  for (int p = 0; all && send && p < n; p++) {
-    all[p] = p != c->node_rank;
-    send[p] = desc;
+  if (VMMIPC__INJECT("coll_tables")) { /* tests: no host memory for the call's own tables */
+    free(got);
+    free(send);
+    got = send = NULL;
   }
+  if (!local && (!got || !send)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d slots", op, n);
+  for (int p = 0; send && p < n; p++) send[p] = desc;
   vmmipc_desc_t own = NULL;
   if (!local) local = vmmipc__desc_dup(desc, &own);
   keep_t k = {got};
   int secondary = 0;
-  vmmipc_result_t x = vmmipc__coll_exchange(c, send, all, all, keep_desc, &k, local, &secondary);
+  vmmipc_result_t x = vmmipc__coll_exchange(c, send, c->coll_all, c->coll_all, keep_desc, &k, local, &secondary);
   if (!local) local = x;
   r = vmmipc__agree(c, local, secondary && x == local, op);
   vmmipc__coll_done(c, r);
@@ -47,7 +50,6 @@ vmmipc_result_t vmmipc_allgather_desc(vmmipc_comm_t c, vmmipc_desc_t desc, vmmip
   }
   free(got);
   free(send);
-  free(all);
   c->timing.total_s = vmmipc__now() - t0;
   vmmipc__leave(c);
   return r;
@@ -68,21 +70,28 @@ vmmipc_result_t vmmipc_scatter_desc(vmmipc_comm_t c, const vmmipc_desc_t *descs,
    * are set whenever the root is a rank. */
   int root_node = (root >= 0 && root < c->size) ? c->node_of[root] : -1;
   vmmipc_desc_t *send = calloc((size_t)n, sizeof *send), *got = calloc((size_t)n, sizeof *got);
-  char *to = calloc((size_t)n, 1), *from = calloc((size_t)n, 1);
-  if (!local && (!send || !got || !to || !from)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d slots", op, n);
+  char *to = c->coll_to, *from = c->coll_from;
+  memset(to, 0, (size_t)n);
+  memset(from, 0, (size_t)n);
+  if (VMMIPC__INJECT("coll_tables")) { /* tests: no host memory for the call's own tables */
+    free(send);
+    free(got);
+    send = got = NULL;
+  }
+  if (!local && (!send || !got)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d slots", op, n);
   vmmipc_desc_t own = NULL;
-  if (send && to && from && root_node >= 0) {
+  if (root_node >= 0) {
     if (c->rank == root) {
       for (int p = 0; p < n; p++)
         if (p != c->node_rank) {
           to[p] = 1;
-          send[p] = local ? NULL : descs[c->rank_of[p]];
+          if (send) send[p] = local ? NULL : descs[c->rank_of[p]];
         }
       if (!local) local = vmmipc__desc_dup(descs[root], &own);
     } else {
       from[root_node] = 1;
     }
-  } else if (send && to && from && (root < 0 || root >= c->size)) {
+  } else if (root < 0 || root >= c->size) {
     /* No root here: whom this rank would hear from is unknown, so it tells
      * every node peer that it failed; a peer waiting on it as its root
      * then fails at once, not at the timeout. */
@@ -105,8 +114,6 @@ vmmipc_result_t vmmipc_scatter_desc(vmmipc_comm_t c, const vmmipc_desc_t *descs,
   }
   free(send);
   free(got);
-  free(to);
-  free(from);
   c->timing.total_s = vmmipc__now() - t0;
   vmmipc__leave(c);
   return r;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "coll/coll.h"
+#include "common/testhooks.h"
 #include "sync/sync.h"
 #include "vmm/vmm.h"
 
@@ -64,23 +65,22 @@ vmmipc_result_t vmmipc_allgather_map(vmmipc_comm_t c, vmmipc_buf_t buf, const vm
   if (w) w->slice = -1;
   if (w) w->peers = calloc((size_t)n, sizeof *w->peers);
   vmmipc_buf_t *send = calloc((size_t)n, sizeof *send);
-  char *all = malloc((size_t)n);
-  if (!local && (!w || !w->peers || !send || !all))
+  if (VMMIPC__INJECT("coll_tables")) { /* tests: no host memory for the call's own tables */
+    free(send);
+    send = NULL;
+  }
+  if (!local && (!w || !w->peers || !send))
     local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: window tables", op);
   if (!local && n > 1) local = vmmipc__check_access(access, op);
   if (!local && w) local = vmmipc__pool_take(c, &w->slice, op);
   if (!local && w) local = vmmipc__sync_win_ready(c, w->slice, op); /* what host sync may not do later */
-  for (int p = 0; all && send && p < n; p++) {
-    all[p] = p != c->node_rank;
-    send[p] = buf;
-  }
+  for (int p = 0; send && p < n; p++) send[p] = buf;
   map_ctx_t m = {c, w, access};
   int secondary = 0;
   vmmipc_result_t x =
-      vmmipc__coll_map_exchange(c, send, 0, all, all, access, import_peer, &m, local, &secondary);
+      vmmipc__coll_map_exchange(c, send, 0, c->coll_all, c->coll_all, access, import_peer, &m, local, &secondary);
   if (!local) local = x;
   free(send);
-  free(all);
   r = vmmipc__agree(c, local, secondary, op);
   vmmipc__coll_done(c, r);
   if (r) {

@@ -2,8 +2,10 @@
  * rank of its node (bcast: one export, fds duplicated), every other rank of
  * that node imports its own. One exchange, one agreement. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "coll/coll.h"
+#include "common/testhooks.h"
 #include "vmm/vmm.h"
 
 typedef struct {
@@ -36,13 +38,19 @@ static vmmipc_result_t map_from_root(vmmipc_comm_t c, int scatter, const vmmipc_
     local = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: bufs is NULL at the root", op);
   if (!local && root_node >= 0 && !is_root) local = vmmipc__check_access(access, op);
   vmmipc_buf_t *send = calloc((size_t)n, sizeof *send);
-  char *to = calloc((size_t)n, 1), *from = calloc((size_t)n, 1);
-  if (!local && (!send || !to || !from)) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d slots", op, n);
-  if (send && to && from && root_node >= 0) {
+  char *to = c->coll_to, *from = c->coll_from;
+  memset(to, 0, (size_t)n);
+  memset(from, 0, (size_t)n);
+  if (VMMIPC__INJECT("coll_tables")) { /* tests: no host memory for the call's own tables */
+    free(send);
+    send = NULL;
+  }
+  if (!local && !send) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: %d slots", op, n);
+  if (root_node >= 0) {
     /* Roles are set even after a local failure: the peers must be told. */
     if (!is_root) from[root_node] = 1;
     for (int p = 0; is_root && p < n; p++) to[p] = p != c->node_rank;
-  } else if (send && to && from && (root < 0 || root >= c->size)) {
+  } else if (root < 0 || root >= c->size) {
     /* No root here: whom this rank would hear from is unknown, so it tells
      * every node peer that it failed; a peer waiting on it as its root
      * then fails at once, not at the timeout. */
@@ -57,8 +65,6 @@ static vmmipc_result_t map_from_root(vmmipc_comm_t c, int scatter, const vmmipc_
       vmmipc__coll_map_exchange(c, send, scatter, to, from, access, import_from_root, &m, local, &secondary);
   if (!local) local = x;
   free(send);
-  free(to);
-  free(from);
   /* Keyed by the root (a root that is no rank failed here, and brings none). */
   r = vmmipc__agree_key(c, local, secondary, op, root >= 0 && root < c->size, (uint64_t)(int64_t)root);
   vmmipc__coll_done(c, r);

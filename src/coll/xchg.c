@@ -141,17 +141,25 @@ static vmmipc_result_t round_run(round_t *g, vmmipc_result_t local, int *seconda
   *secondary = 0;
   int n = c->node_size;
   double t0 = vmmipc__now();
-  vmmipc__tp_send_t *s = calloc((size_t)n, sizeof *s);
-  vmmipc__tp_recv_t *m = calloc((size_t)n, sizeof *m);
-  unsigned char **bytes = calloc((size_t)n, sizeof *bytes);
+  /* The comm's slots (a failure is always told), its notices' copy this call's. */
+  vmmipc__tp_send_t *s = c->coll_sends;
+  vmmipc__tp_recv_t *m = c->coll_recvs;
+  unsigned char **bytes = c->coll_bytes;
+  memset(s, 0, (size_t)n * sizeof *s);
+  memset(m, 0, (size_t)n * sizeof *m);
+  memset(bytes, 0, (size_t)n * sizeof *bytes);
   vmmipc__freed_id_t *freed = malloc(VMMIPC__FREED_RING * sizeof *freed);
+  if (VMMIPC__INJECT("round_tables")) { /* tests: no host memory for the round's own tables */
+    free(freed);
+    freed = NULL;
+  }
   vmmipc_result_t r = VMMIPC_SUCCESS;
   int ns = 0, nr = 0;
-  if (!s || !m || !bytes || !freed) r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "a collective's message slots");
+  if (!freed) r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "a collective's notices");
   if (!r && !local) r = freed_cursors(c);
   uint64_t nonce = vmmipc__process_nonce();
   /* Every peer is listed even after a failure: the exchange tells them. */
-  for (int p = 0; s && m && p < n; p++) {
+  for (int p = 0; p < n; p++) {
     if (p == c->node_rank) continue;
     if (g->from && g->from[p]) m[nr++].peer = p;
     if (!g->to || !g->to[p]) continue;
@@ -209,7 +217,7 @@ static vmmipc_result_t round_run(round_t *g, vmmipc_result_t local, int *seconda
    * scatter_map root). Its exchange would time out at once anyway; it tells
    * the peers that it failed instead. */
   int with_fds = 0;
-  for (int i = 0; s && i < ns; i++) with_fds |= s[i].num_fds > 0;
+  for (int i = 0; i < ns; i++) with_fds |= s[i].num_fds > 0;
   if (!local && with_fds && vmmipc__now_ms() >= x.deadline_ms) {
     local = vmmipc__error(VMMIPC_ERR_TIMEOUT,
                           "rank %d reached the exchange after its bound (the timeout, %d ms, from the call's entry); "
@@ -218,22 +226,20 @@ static vmmipc_result_t round_run(round_t *g, vmmipc_result_t local, int *seconda
     vmmipc__error_rank(c->rank);
     x.local = local;
   }
-  if (s && m) {
-    r = vmmipc__tp_exchange(c->tp, &x);
-  } else {
-    r = local;
-  }
+  r = vmmipc__tp_exchange(c->tp, &x);
   if (!local && !r && VMMIPC__INJECT("transfer")) r = vmmipc__error(VMMIPC_ERR_PEER, "injected failure at transfer");
   *secondary = x.aborted_by >= 0;
-  for (int i = 0; m && i < nr; i++) { /* what the callback did not take */
+  for (int i = 0; i < nr; i++) { /* what the callback did not take */
     if (m[i].fds) vmmipc__close_fds(m[i].fds, m[i].num_fds);
     free(m[i].fds);
     free(m[i].bytes);
+    m[i].fds = NULL;
+    m[i].bytes = NULL;
   }
-  for (int i = 0; bytes && i < n; i++) free(bytes[i]);
-  free(bytes);
-  free(s);
-  free(m);
+  for (int i = 0; i < n; i++) {
+    free(bytes[i]);
+    bytes[i] = NULL;
+  }
   c->timing.transfer_s += vmmipc__now() - t0 - g->in_msg_s;
   g->in_msg_s = 0;
   return r;
@@ -340,6 +346,7 @@ vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_bu
   vmmipc_desc_t *made = calloc((size_t)n, sizeof *made), *descs = calloc((size_t)n, sizeof *descs);
   char *omit = calloc((size_t)n, 1);
   int tables = mine && theirs && num_mine && num_theirs && pins && made && descs && omit;
+  if (VMMIPC__INJECT("map_tables")) tables = 0; /* tests: no host memory for the exchange's tables */
   vmmipc_result_t r = VMMIPC_SUCCESS;
   if (!tables) r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "a map collective's tables");
   vmmipc__mapcache_stats_t cs;
@@ -360,13 +367,12 @@ vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_bu
   /* Every pair that exchanges anything talks both ways in round 1, so that
    * no rank is still reading round 1 from a peer that has moved on to round
    * 2 (a frame of the next epoch there would break the stream). */
-  char *both = calloc((size_t)n, 1), *told_all = calloc((size_t)n, 1);
-  if (!both || !told_all) tables = 0;
-  for (int p = 0; both && p < n; p++) both[p] = (to && to[p]) || (from && from[p]);
+  char *both = c->coll_both, *told_all = c->coll_told_all; /* the comm's: a failure is always told */
+  memset(told_all, 0, (size_t)n);
+  for (int p = 0; p < n; p++) both[p] = (to && to[p]) || (from && from[p]);
   have_round_t h = {theirs, num_theirs};
   round_t g1 = {c, epoch1, both, both, NULL, NULL, mine, num_mine, got_have, &h, 0, told_all};
   int sec1 = 0, sec2 = 0;
-  if (!tables && !local) local = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "a map collective's tables");
   vmmipc_result_t x1 = round_run(&g1, local, &sec1);
   if (!local && x1) {
     local = x1;
@@ -394,7 +400,5 @@ vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_bu
   free(made);
   free(descs);
   free(omit);
-  free(both);
-  free(told_all);
   return local ? local : x2;
 }

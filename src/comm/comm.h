@@ -79,6 +79,17 @@ struct vmmipc_comm {
   int open_heaps;          /* heaps made on this comm not destroyed yet: comm_destroy is refused */
   struct vmmipc__mapcache *cache; /* NULL: no mapping cache */
   uint64_t *freed_told;    /* [2 * node_size]: freed-buffer notices delivered / sent (coll/xchg.c) */
+  /* The tables a collective needs to tell its node peers that it failed,
+   * made with the comm so that no collective lacks them (calls on a comm do
+   * not overlap): a round's messages (coll/xchg.c), and node-rank flags.
+   * [node_size] each. */
+  vmmipc__tp_send_t *coll_sends;
+  vmmipc__tp_recv_t *coll_recvs;
+  unsigned char **coll_bytes;
+  char *coll_flags;        /* [5 * node_size]: the five below, one block */
+  const char *coll_all;    /* every node peer (set at creation) */
+  char *coll_to, *coll_from; /* a rooted collective's roles */
+  char *coll_both, *coll_told_all; /* a map exchange's first round (coll/xchg.c) */
   struct vmmipc__pool *pool;      /* signal pads of this comm's windows, made with the first window */
   void (*pool_free)(struct vmmipc__pool *, int node_size); /* set by whoever made the pool (coll) */
   vmmipc_timing_t timing;  /* phases of the last collective */

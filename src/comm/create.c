@@ -139,6 +139,10 @@ static void comm_free(struct vmmipc_comm *c) {
   free(c->node_of);
   free(c->rank_of);
   free(c->freed_told);
+  free(c->coll_sends);
+  free(c->coll_recvs);
+  free(c->coll_bytes);
+  free(c->coll_flags);
   free(c->due);
   pthread_mutex_destroy(&c->def_mu);
   free(c);
@@ -222,6 +226,18 @@ static vmmipc_result_t node_tables(struct vmmipc_comm *c, const struct rank_info
     if (c->node_of[r] >= 0) c->rank_of[c->node_of[r]] = r;
   c->node_size = k;
   c->node_rank = c->node_of[c->rank];
+  c->coll_sends = calloc((size_t)k, sizeof *c->coll_sends);
+  c->coll_recvs = calloc((size_t)k, sizeof *c->coll_recvs);
+  c->coll_bytes = calloc((size_t)k, sizeof *c->coll_bytes);
+  c->coll_flags = calloc(5 * (size_t)k, 1);
+  if (!c->coll_sends || !c->coll_recvs || !c->coll_bytes || !c->coll_flags)
+    return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: a collective's tables", op);
+  for (int p = 0; p < k; p++) c->coll_flags[p] = p != c->node_rank;
+  c->coll_all = c->coll_flags;
+  c->coll_to = c->coll_flags + k;
+  c->coll_from = c->coll_flags + 2 * k;
+  c->coll_both = c->coll_flags + 3 * k;
+  c->coll_told_all = c->coll_flags + 4 * k;
   return VMMIPC_SUCCESS;
 }
 

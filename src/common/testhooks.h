@@ -20,7 +20,11 @@ extern "C" {
  * limit), "heap_step_tables" (the next heap growth step has no host memory
  * for its own tables), "conn_tables" (the next transport opened has no host
  * memory for its last table), "xchg_tables" (the next transport exchange
- * has no host memory for its poll set), "sync_tables" (the next host-sync
+ * has no host memory for its poll set), "xchg_ops" (nor for its
+ * operations), "coll_tables" (the next collective, or signal pool, has no
+ * host memory for its own tables), "round_tables" (the next round of a
+ * collective has none for its notices), "map_tables" (the next map
+ * exchange has none for its tables), "sync_tables" (the next host-sync
  * setup of a comm's signal pool has no host memory for its records table),
  * "break_slow" (the next break of a comm pauses 100 ms between writing its
  * message and its rank), "heap_record" (the next vmmipc_heap_create has no

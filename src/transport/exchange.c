@@ -42,7 +42,11 @@ vmmipc_result_t vmmipc__tp_open(const vmmipc__tp_opts_t *o, vmmipc__tp_t **out) 
   tp->p2p_next_in = calloc(n, sizeof(uint64_t));
   tp->rbuf_cap = VMMIPC__FRAME_HEADER_BYTES + VMMIPC__FRAME_MAX_BYTES + 1;
   tp->rbuf = malloc(tp->rbuf_cap);
-  if (!tp->rx[0] || !tp->rx[1] || !tp->p2p_next_out || !tp->p2p_next_in || !tp->rbuf) {
+  tp->tell_todo = calloc(n, 1);
+  tp->tell_seq = calloc(n, sizeof *tp->tell_seq);
+  tp->tell_pfd = calloc(n, sizeof *tp->tell_pfd);
+  if (!tp->rx[0] || !tp->rx[1] || !tp->p2p_next_out || !tp->p2p_next_in || !tp->rbuf || !tp->tell_todo ||
+      !tp->tell_seq || !tp->tell_pfd) {
     vmmipc__tp_close(tp);
     return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "opening the transport: tables for %d ranks", o->node_size);
   }
@@ -79,6 +83,9 @@ void vmmipc__tp_close(vmmipc__tp_t *tp) {
   free(tp->p2p_next_out);
   free(tp->p2p_next_in);
   free(tp->rbuf);
+  free(tp->tell_todo);
+  free(tp->tell_seq);
+  free(tp->tell_pfd);
   free(tp);
 }
 
@@ -531,21 +538,33 @@ static void tell_peers(xstate_t *s) {
   snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
   vmmipc__error_state_t st;
   vmmipc__error_get(&st);
-  char *todo = calloc((size_t)n, 1);
-  uint64_t *seq = calloc((size_t)n, sizeof *seq);
-  struct pollfd *pfd = calloc((size_t)n, sizeof *pfd);
-  if (!todo || !seq || !pfd) goto out;
-  for (int i = 0; i < x->num_sends; i++)
-    if (!s->sops[i].done) {
-      todo[s->sops[i].msg->peer] = 1;
-      seq[s->sops[i].msg->peer] = s->sops[i].seq;
-    }
-  if (x->ctx == VMMIPC__CTX_COLL)
-    for (int i = 0; i < s->nrops; i++)
-      if (!s->rops[i].done) {
-        todo[s->rops[i].peer] = 1;
-        seq[s->rops[i].peer] = x->epoch;
+  char *todo = tp->tell_todo;
+  uint64_t *seq = tp->tell_seq;
+  struct pollfd *pfd = tp->tell_pfd;
+  memset(todo, 0, (size_t)n);
+  if (s->sops && s->rops) {
+    for (int i = 0; i < x->num_sends; i++)
+      if (!s->sops[i].done) {
+        todo[s->sops[i].msg->peer] = 1;
+        seq[s->sops[i].msg->peer] = s->sops[i].seq;
       }
+    if (x->ctx == VMMIPC__CTX_COLL)
+      for (int i = 0; i < s->nrops; i++)
+        if (!s->rops[i].done) {
+          todo[s->rops[i].peer] = 1;
+          seq[s->rops[i].peer] = x->epoch;
+        }
+  } else { /* no operations were made: every peer of the call, at the number its message would have had */
+    for (int i = 0; i < x->num_sends; i++) {
+      int p = x->sends[i].peer;
+      todo[p] = 1;
+      seq[p] = x->ctx == VMMIPC__CTX_COLL ? x->epoch : tp->p2p_next_out[p]++;
+    }
+    for (int i = 0; x->ctx == VMMIPC__CTX_COLL && i < x->num_recvs; i++) {
+      todo[x->recvs[i].peer] = 1;
+      seq[x->recvs[i].peer] = x->epoch;
+    }
+  }
   if (x->aborted_by >= 0) todo[x->aborted_by] = 0; /* it is done already */
   vmmipc__frame_t f;
   memset(&f, 0, sizeof f);
@@ -585,10 +604,6 @@ static void tell_peers(xstate_t *s) {
     if (!left || now >= deadline) break;
     poll(pfd, k, (int)(deadline - now));
   }
-out:
-  free(todo);
-  free(seq);
-  free(pfd);
   vmmipc__error_set_raw(msg); /* the caller's error stays the current one */
   vmmipc__error_put(&st);
 }
@@ -613,6 +628,12 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
   char *hears = NULL, *ends = NULL;
   s.sops = calloc((size_t)x->num_sends + 1, sizeof *s.sops);
   s.rops = calloc((size_t)x->num_recvs + (size_t)x->num_sends + 1, sizeof *s.rops);
+  if (VMMIPC__INJECT("xchg_ops")) { /* tests: no host memory for the operations */
+    free(s.sops);
+    free(s.rops);
+    s.sops = NULL;
+    s.rops = NULL;
+  }
   if (!s.sops || !s.rops) {
     rc = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "transport exchange");
     goto fail;
@@ -739,7 +760,7 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
   return VMMIPC_SUCCESS;
 
 fail:
-  if (s.sops && s.rops) tell_peers(&s);
+  tell_peers(&s);
   for (int i = 0; i < x->num_recvs; i++) {
     vmmipc__tp_recv_t *r = &x->recvs[i];
     if (r->fds) vmmipc__close_fds(r->fds, r->num_fds);

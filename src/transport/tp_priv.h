@@ -20,6 +20,11 @@ struct vmmipc__tp {
   uint64_t stale_frames, stale_fds;
   const int *aborted;       /* set by vmmipc__tp_watch_abort: non-zero ends every wait */
   int aborted_by;           /* node rank whose END frame (comm aborted) arrived, or -1 */
+  /* tell_peers' tables (exchange.c), made with the transport so that a
+   * failure is always told: [node rank] each. */
+  char *tell_todo;
+  uint64_t *tell_seq;
+  struct pollfd *tell_pfd;
 };
 
 /* Closes both connections to node rank p (vmmipc__conn_drop) and drops
