@@ -31,12 +31,16 @@ int vmmipc__sync_mode(const char **raw) {
   return m;
 }
 
-vmmipc_result_t vmmipc__sync_path(struct vmmipc_win *w, const char *op, int barrier, int *kernel) {
-  *kernel = 0;
+vmmipc_result_t vmmipc__sync_refusal(struct vmmipc_win *w, const char *op) {
   /* The comm's failure first: its release of this rank's stream waits is
    * what a device wait found in a healthy rank's slot (windev_check). */
   vmmipc_result_t r = vmmipc__sync_alarm(w->comm, op);
-  if (!r) r = vmmipc__windev_check(w, op);
+  return r ? r : vmmipc__windev_check(w, op);
+}
+
+vmmipc_result_t vmmipc__sync_path(struct vmmipc_win *w, const char *op, int barrier, int *kernel) {
+  *kernel = 0;
+  vmmipc_result_t r = vmmipc__sync_refusal(w, op);
   if (r) return r;
   const struct vmmipc__sync *s = w->comm->pool ? w->comm->pool->sync : NULL;
   int path = w->forced_path ? w->forced_path : s ? (barrier ? s->barrier_path : s->path) : VMMIPC__PATH_MEMOPS;

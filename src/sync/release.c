@@ -92,16 +92,10 @@ void vmmipc__sync_release(struct vmmipc_comm *c) {
   struct vmmipc__pool *p = c->pool;
   const vmmipc__cu_t *cu = NULL;
   if (!p || !p->local || !p->stream || vmmipc__cu_load(&cu) != VMMIPC_SUCCESS) return;
-  /* Any thread (vmmipc_comm_abort's among them): the pool's context, for
-   * the time of the copies. */
-  CUcontext was = NULL;
-  int switched = cu->cuCtxGetCurrent(&was) == CUDA_SUCCESS && was != p->ctx &&
-                 cu->cuCtxSetCurrent(p->ctx) == CUDA_SUCCESS;
-  vmmipc__relaxed_t relaxed;
-  vmmipc__capture_relax(cu, &relaxed);
+  vmmipc__aside_t aside; /* any thread, vmmipc_comm_abort's among them */
+  vmmipc__aside_begin(cu, p->ctx, &aside);
   int used = write_failed(cu, p, c->node_rank); /* best effort: the comm is failing already */
-  vmmipc__capture_restore(cu, &relaxed);
-  if (switched) cu->cuCtxSetCurrent(was);
+  vmmipc__aside_end(cu, &aside);
   struct vmmipc__sync *s = p->sync;
   if (!s || used <= 0) return; /* no window: nothing to keep (teardown) */
   struct keeper_arg *a = malloc(sizeof *a);

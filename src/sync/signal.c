@@ -157,19 +157,13 @@ vmmipc_result_t vmmipc_win_barrier(vmmipc_win_t w, void *stream) {
 static vmmipc_result_t read_word(const vmmipc__cu_t *cu, vmmipc_win_t w, CUdeviceptr at, uint64_t *v, const char *op,
                                  const char *what, int rank) {
   struct vmmipc__pool *pool = w->comm->pool;
-  /* Any thread, whatever context it has current (none, or another
-   * device's): the pool's, for the time of the copy, as the release does. */
-  CUcontext was = NULL;
-  int switched = cu->cuCtxGetCurrent(&was) == CUDA_SUCCESS && was != pool->ctx &&
-                 cu->cuCtxSetCurrent(pool->ctx) == CUDA_SUCCESS;
-  vmmipc__relaxed_t relaxed; /* never spoils a capture the user has open */
-  vmmipc__capture_relax(cu, &relaxed);
+  vmmipc__aside_t aside; /* any thread; never spoils a capture the user has open */
+  vmmipc__aside_begin(cu, pool->ctx, &aside);
   pthread_mutex_lock(&pool->mu);
   CUresult rc = cu->cuMemcpyDtoHAsync(v, at, sizeof *v, pool->stream);
   if (!rc) rc = cu->cuStreamSynchronize(pool->stream);
   pthread_mutex_unlock(&pool->mu);
-  vmmipc__capture_restore(cu, &relaxed);
-  if (switched) cu->cuCtxSetCurrent(was);
+  vmmipc__aside_end(cu, &aside);
   if (rc) return vmmipc__cu_error(rc, NULL, "%s: reading %s of rank %d", op, what, rank);
   return VMMIPC_SUCCESS;
 }
@@ -221,9 +215,7 @@ vmmipc_result_t vmmipc_win_wait_host(vmmipc_win_t w, int rank, uint64_t value, i
   vmmipc_result_t r = sync_value(value, op);
   if (!r) r = sync_args(w, op);
   int p = 0;
-  if (r || (r = sync_peer(w, rank, op, &p)) || (r = vmmipc__sync_alarm(w->comm, op)) ||
-      (r = vmmipc__windev_check(w, op)))
-    return r;
+  if (r || (r = sync_peer(w, rank, op, &p)) || (r = vmmipc__sync_refusal(w, op))) return r;
   const vmmipc__cu_t *cu;
   if ((r = vmmipc__cu_load(&cu))) return r;
   if (w->slice < 0 || !value) return VMMIPC_SUCCESS;

@@ -131,6 +131,9 @@ int vmmipc__sync_mode(const char **raw);
  * from signal's and wait's under auto), counted in the window's stats.
  * Checks the window's device record and the comm's alarm first. */
 vmmipc_result_t vmmipc__sync_path(struct vmmipc_win *w, const char *op, int barrier, int *kernel);
+/* Why a host sync call on w is refused now, or VMMIPC_SUCCESS: the comm's
+ * noted failure or alarm first, then the window's device record. */
+vmmipc_result_t vmmipc__sync_refusal(struct vmmipc_win *w, const char *op);
 
 /* ---- barrier.c ---- */
 /* The memory-operation barrier: a counted one in the comm's shape, or, on a
@@ -170,6 +173,17 @@ typedef struct {
 } vmmipc__relaxed_t;
 void vmmipc__capture_relax(const vmmipc__cu_t *cu, vmmipc__relaxed_t *r);
 void vmmipc__capture_restore(const vmmipc__cu_t *cu, const vmmipc__relaxed_t *r);
+/* The library's copies on the pool's private stream from any thread, with
+ * whatever context it has current (none, or another device's): the pool's
+ * context `ctx` is made current and the capture mode relaxed, both put back
+ * by vmmipc__aside_end. */
+typedef struct {
+  vmmipc__relaxed_t relaxed;
+  CUcontext was;
+  int switched;
+} vmmipc__aside_t;
+void vmmipc__aside_begin(const vmmipc__cu_t *cu, CUcontext ctx, vmmipc__aside_t *a);
+void vmmipc__aside_end(const vmmipc__cu_t *cu, const vmmipc__aside_t *a);
 /* Whether `stream` is being captured into a graph (0 where the driver
  * cannot tell). */
 int vmmipc__capturing(const vmmipc__cu_t *cu, void *stream);
