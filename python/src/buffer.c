@@ -141,7 +141,8 @@ static PyObject *buf_mapping(VmpBuffer *self, PyObject *args, PyObject *kw) {
   PyObject *dtype = Py_None, *shape = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:mapping", kwlist, &dtype, &shape)) return NULL;
   if (buf_check(self, "vmmipc.Buffer.mapping") < 0) return NULL;
-  return vmp_view_new((PyObject *)self, self->ptr, self->size, self->readonly, self->device, dtype, shape);
+  return vmp_view_new((PyObject *)self, self->ptr, self->size, self->readonly, self->device, dtype, shape,
+                      "vmmipc.Buffer.mapping");
 }
 
 static PyObject *buf_get_ptr(VmpBuffer *self, void *Py_UNUSED(c)) {

@@ -130,7 +130,7 @@ static int parse_shape(PyObject *o, VmpView *v) {
 }
 
 PyObject *vmp_view_new(PyObject *owner, uintptr_t ptr, size_t size, int readonly, int device, PyObject *dtype,
-                       PyObject *shape) {
+                       PyObject *shape, const char *op) {
   VmpView *v = (VmpView *)VmpView_Type.tp_alloc(&VmpView_Type, 0);
   if (!v) return NULL;
   v->ptr = ptr;
@@ -148,7 +148,7 @@ PyObject *vmp_view_new(PyObject *owner, uintptr_t ptr, size_t size, int readonly
      the count of views. */
   if (PyObject_TypeCheck(owner, &VmpWindow_Type)) {
     VmpWindow *w = (VmpWindow *)owner;
-    if (vmp_window_check(w, "vmmipc.Window.mapping") < 0) {
+    if (vmp_window_check(w, op) < 0) {
       Py_DECREF(v);
       return NULL;
     }
@@ -161,7 +161,7 @@ PyObject *vmp_view_new(PyObject *owner, uintptr_t ptr, size_t size, int readonly
     w->work.handed = 1;
   } else if (PyObject_TypeCheck(owner, &VmpBuffer_Type)) {
     VmpBuffer *b = (VmpBuffer *)owner;
-    if (vmp_open_check(b->h, b->closing, "vmmipc.Buffer.mapping", "buffer") < 0) {
+    if (vmp_open_check(b->h, b->closing, op, "buffer") < 0) {
       Py_DECREF(v);
       return NULL;
     }

@@ -281,9 +281,10 @@ void vmp_heap_release_local(VmpHeap *h, const char *why);
 
 /* view.c */
 int vmp_view_init(PyObject *module);
-/* A view of [ptr, ptr + size) owned by `owner` (a Window or a Buffer). */
+/* A view of [ptr, ptr + size) owned by `owner` (a Window or a Buffer), made
+ * by the caller's `op` (named in its errors). */
 PyObject *vmp_view_new(PyObject *owner, uintptr_t ptr, size_t size, int readonly, int device,
-                       PyObject *dtype, PyObject *shape);
+                       PyObject *dtype, PyObject *shape, const char *op);
 /* Parses a DLPack capsule (classic or versioned) for wrap: the data pointer,
  * byte size, device; consumes it (renames it) and returns the managed
  * tensor to release later. */

@@ -179,7 +179,7 @@ static PyObject *window_mapping(VmpWindow *self, PyObject *args, PyObject *kw) {
   int ro = self->readonly && rank != self->comm->rank;
   /* The peers' memory is accessible from the window's device, whichever is current now. */
   int dev = self->device >= 0 ? self->device : vmp_current_device();
-  return vmp_view_new((PyObject *)self, (uintptr_t)p, n, ro, dev, dtype, shape);
+  return vmp_view_new((PyObject *)self, (uintptr_t)p, n, ro, dev, dtype, shape, "vmmipc.Window.mapping");
 }
 
 /* signal / wait: (rank, value, stream=0); they enqueue and return. */
