@@ -677,6 +677,31 @@ TEST_F(Sync, AFullSignalPoolIsALimitReached) {
   EXPECT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// The library keeps its kernels for at most 64 contexts (sync/kernels.c).
+// A context past them (hook "kernels_full": the next lookup finds every
+// entry another context's) is a limit reached: VMMIPC_ERR_RESOURCE naming
+// it, from the load at a window and from a host sync call's lookup. Before,
+// the load blamed the device ("cannot run the library's PTX",
+// VMMIPC_ERR_CUDA), and the lookup told the caller to make a window first
+// (VMMIPC_ERR_INVALID_ARG). Local (rank 0).
+TEST_F(Sync, KernelsPastTheContextsTheLibraryKeepsAreALimitReached) {
+  if (vt::Rank() != 0) GTEST_SKIP() << "rank 0 runs it";
+  const vmmipc__cu_t *cu = nullptr;
+  ASSERT_VMM_OK(vmmipc__cu_load(&cu));
+  vmmipc__kernels_t k;
+  const vmmipc_result_t own = vmmipc__kernels_load(cu, "test", &k);  // its entry (a stand-in may lack kernels)
+  for (bool load : {true, false}) {
+    vmmipc__test_fail_at("kernels_full", 1);
+    const vmmipc_result_t r = load ? vmmipc__kernels_load(cu, "test", &k) : vmmipc__kernels_find(cu, "test", &k);
+    vmmipc__test_fail_at(nullptr, 0);
+    const std::string msg = vmmipc_last_error();
+    EXPECT_EQ(r, VMMIPC_ERR_RESOURCE) << (load ? "load: " : "lookup: ") << msg;
+    EXPECT_TRUE(vt::Has(msg, "64 contexts")) << msg;
+  }
+  EXPECT_EQ(vmmipc__kernels_load(cu, "test", &k), own) << vmmipc_last_error();  // its entry is still there
+  EXPECT_EQ(vmmipc__kernels_find(cu, "test", &k), own) << vmmipc_last_error();
+}
+
 // Many separate writes into the right neighbour's window, one signal; the
 // neighbour waits on its stream, copies its window out and checks every
 // word. On the stand-in, the signal's batch is checked to hold the explicit

@@ -26,6 +26,8 @@ extern "C" {
  * collective has none for its notices), "map_tables" (the next map
  * exchange has none for its tables), "sync_tables" (the next host-sync
  * setup of a comm's signal pool has no host memory for its records table),
+ * "kernels_full" (the next lookup of the library's kernels finds every
+ * entry of its table another context's),
  * "break_slow" (the next break of a comm pauses 100 ms between writing its
  * message and its rank), "heap_record" (the next vmmipc_heap_create has no
  * host memory for its record), "trim_unmap" (the next unmap of a heap trim fails, the range still

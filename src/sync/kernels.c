@@ -3,7 +3,8 @@
  * context by the window calls (setup.c: a module load waits for the
  * context's running kernels, so never a host sync call), and launched on
  * the caller's stream. Modules stay loaded for the life of the process,
- * like the driver table.
+ * like the driver table, for at most KERNELS_MAX contexts (past them: a
+ * limit reached, VMMIPC_ERR_RESOURCE).
  * On devices of compute capability 9.0 and up the compute_90 PTX is loaded
  * and its kernels are launched with programmatic serialization (PDL): a
  * launch may then overlap the stream's previous kernel, which each kernel
@@ -73,18 +74,24 @@ static vmmipc_result_t lookup(const vmmipc__cu_t *cu, const char *op, int load, 
     return vmmipc__error(VMMIPC_ERR_CUDA, "%s: no current CUDA context; hint: call vmmipc_set_device first", op);
   pthread_mutex_lock(&kmods_mu);
   kmod_t *m = NULL;
-  for (int i = 0; i < nkmods && !m; i++)
+  const int full = VMMIPC__INJECT("kernels_full"); /* tests: every entry is another context's */
+  for (int i = 0; i < nkmods && !m && !full; i++)
     if (kmods[i].ctx == ctx) m = &kmods[i];
-  if (!m && load && nkmods < KERNELS_MAX) {
+  if (!m && load && nkmods < KERNELS_MAX && !full) {
     m = &kmods[nkmods];
     m->ctx = ctx;
     m->rc = kernels_load(cu, m);
     nkmods++;
   }
-  int found = m != NULL;
+  int found = m != NULL, no_room = !m && (full || nkmods >= KERNELS_MAX);
   rc = m ? m->rc : CUDA_ERROR_NOT_SUPPORTED;
   if (!rc) *out = m->k;
   pthread_mutex_unlock(&kmods_mu);
+  if (no_room) /* entries are never dropped: the driver tells nobody of a context's end */
+    return vmmipc__error(VMMIPC_ERR_RESOURCE,
+                         "%s: the library's kernels are loaded in %d contexts already, the most it keeps, and not in "
+                         "the current one; hint: VMMIPC_SYNC=memops uses stream memory operations",
+                         op, KERNELS_MAX);
   if (!found && !load)
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG,
                          "%s: the library's kernels are not loaded in the current context: a host sync call never "
