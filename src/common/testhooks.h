@@ -21,7 +21,7 @@ extern "C" {
  * for its own tables), "conn_tables" (the next transport opened has no host
  * memory for its last table), "xchg_tables" (the next transport exchange
  * has no host memory for its poll set), "xchg_ops" (nor for its
- * operations), "coll_tables" (the next collective, or signal pool, has no
+ * operations), "xchg_args" (nor to check its arguments), "coll_tables" (the next collective, or signal pool, has no
  * host memory for its own tables), "round_tables" (the next round of a
  * collective has none for its notices), "map_tables" (the next map
  * exchange has none for its tables), "sync_tables" (the next host-sync
