@@ -444,6 +444,33 @@ TEST_F(Comm, ATransportWithoutMemoryClosesNoFdItDoesNotOwn) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// A rank whose node tables cannot be allocated (hook "node_tables": the
+// last of them has no host memory) fails vmmipc_comm_create with
+// VMMIPC_ERR_NO_MEMORY, and every rank reports that failure naming it,
+// well before the timeout (5 s); nothing is left behind and the next
+// create works. Before, that rank skipped the node's exchange of socket
+// addresses, and its node peers waited for it until the timeout.
+TEST_F(Comm, ARankWithoutMemoryForItsNodeTablesFailsTheCreateAtOnce) {
+  const int f = vt::Size() - 1;
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = 5000;
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::vector<int> before = OpenFds();
+  if (vt::Rank() == f) vmmipc__test_fail_at("node_tables", 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  vmmipc_comm_t c = nullptr;
+  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c);
+  const double s = vt::Since(t0);
+  vmmipc__test_fail_at(nullptr, 0);
+  const std::string msg = vt::ExpectVerdict(r, VMMIPC_ERR_NO_MEMORY, f, "vmmipc_comm_create");
+  EXPECT_LT(s, 2.5) << "rank " << vt::Rank() << " waited: " << msg;
+  EXPECT_EQ(c, nullptr);
+  if (c) vmmipc_comm_destroy(c);
+  EXPECT_EQ(OpenFds().size(), before.size()) << "fds leaked or closed";
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 // A malformed descriptor from a node peer (an empty message with one fd,
 // sent by its transport on vmmipc_send's connection) fails vmmipc_recv with
 // VMMIPC_ERR_INVALID_DESC naming the sender in vmmipc_last_error_info too,

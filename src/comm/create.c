@@ -214,22 +214,33 @@ static vmmipc_result_t check_shared_node(struct vmmipc_comm *c, const struct ran
   return r;
 }
 
-/* Node tables from the allgathered records (node ranks follow comm ranks). */
+/* Node tables from the allgathered records (node ranks follow comm ranks).
+ * The node's size and this rank's place in it are set first, with no
+ * memory: a rank whose tables fail still takes part in the node's address
+ * exchange, which tells its peers. */
 static vmmipc_result_t node_tables(struct vmmipc_comm *c, const struct rank_info *all, const char *op) {
-  c->node_of = malloc((size_t)c->size * sizeof *c->node_of);
-  if (!c->node_of) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: node tables", op);
   int k = 0;
-  for (int r = 0; r < c->size; r++) c->node_of[r] = same_node_key(&all[r], &all[c->rank]) ? k++ : -1;
+  for (int r = 0; r < c->size; r++)
+    if (same_node_key(&all[r], &all[c->rank])) {
+      if (r == c->rank) c->node_rank = k;
+      k++;
+    }
+  c->node_size = k;
+  c->node_of = malloc((size_t)c->size * sizeof *c->node_of);
   c->rank_of = malloc((size_t)k * sizeof *c->rank_of);
-  if (!c->rank_of) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: node tables", op);
+  if (!c->node_of || !c->rank_of) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: node tables", op);
+  k = 0;
+  for (int r = 0; r < c->size; r++) c->node_of[r] = same_node_key(&all[r], &all[c->rank]) ? k++ : -1;
   for (int r = 0; r < c->size; r++)
     if (c->node_of[r] >= 0) c->rank_of[c->node_of[r]] = r;
-  c->node_size = k;
-  c->node_rank = c->node_of[c->rank];
   c->coll_sends = calloc((size_t)k, sizeof *c->coll_sends);
   c->coll_recvs = calloc((size_t)k, sizeof *c->coll_recvs);
   c->coll_bytes = calloc((size_t)k, sizeof *c->coll_bytes);
   c->coll_flags = calloc(5 * (size_t)k, 1);
+  if (c->coll_flags && VMMIPC__INJECT("node_tables")) { /* tests: no host memory for the last table */
+    free(c->coll_flags);
+    c->coll_flags = NULL;
+  }
   if (!c->coll_sends || !c->coll_recvs || !c->coll_bytes || !c->coll_flags)
     return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: a collective's tables", op);
   for (int p = 0; p < k; p++) c->coll_flags[p] = p != c->node_rank;
@@ -432,13 +443,13 @@ static vmmipc_result_t comm_create(MPI_Comm comm, const vmmipc_config_t *cfg, vm
     if (mrc == MPI_SUCCESS) {
       MPI_Comm_set_errhandler(c->node, MPI_ERRORS_RETURN);
       vmmipc_result_t t = node_tables(c, all, op);
+      if (t) vmmipc__error_rank(c->rank); /* this rank's own failure */
       if (!local) local = t;
-      /* All ranks of one node saw the same records: they share the outcome
-       * so far, and take part in the address exchange together. */
-      if (!t) {
-        vmmipc_result_t s = open_sockets(c, cfg, all, local, op);
-        if (!local) local = s;
-      }
+      /* All ranks of one node saw the same records, so they take part in
+       * the address exchange together; a rank that failed here (its tables)
+       * publishes its failure there, and its peers fail at once. */
+      vmmipc_result_t s = open_sockets(c, cfg, all, local, op);
+      if (!local) local = s;
     }
   } else if (failed != c->rank) {
     local = vmmipc__error(VMMIPC_ERR_PEER, "%s: rank %d failed before the node split", op, failed);

@@ -19,7 +19,8 @@ extern "C" {
  * memory), "heap_fds" (the next heap growth step's export hits the fd
  * limit), "heap_step_tables" (the next heap growth step has no host memory
  * for its own tables), "conn_tables" (the next transport opened has no host
- * memory for its last table), "xchg_tables" (the next transport exchange
+ * memory for its last table), "node_tables" (the next vmmipc_comm_create
+ * has none for the last of its node tables), "xchg_tables" (the next transport exchange
  * has no host memory for its poll set), "xchg_ops" (nor for its
  * operations), "xchg_args" (nor to check its arguments), "coll_tables" (the next collective, or signal pool, has no
  * host memory for its own tables), "round_tables" (the next round of a
