@@ -16,7 +16,6 @@
 #include "common/error.h"
 #include "common/host.h"
 #include "common/le.h"
-#include "common/testhooks.h"
 #include "transport/tp.h"
 #include "transport/tp_priv.h"
 
@@ -28,6 +27,23 @@
 #define TP_ABORT_BUDGET_MS 200
 
 static int tp_rank(const vmmipc__tp_t *tp, int p) { return vmmipc__conn_rank(tp->conn, p); }
+
+/* One exchange's operations (the transport keeps their tables, tp_priv.h). */
+typedef struct vmmipc__tp_sop {
+  const vmmipc__tp_send_t *msg;
+  uint64_t seq;
+  uint32_t index;  /* next frame */
+  uint64_t frames;
+  int backoff;     /* ETOOMANYREFS: retry after a short wait, not on POLLOUT */
+  int done;
+} sop_t;
+
+typedef struct vmmipc__tp_rop {
+  vmmipc__tp_recv_t *slot; /* NULL: only watched (COLL: a peer we send to but do not hear from) */
+  int peer;
+  uint64_t lo, hi;
+  int done;
+} rop_t;
 
 vmmipc_result_t vmmipc__tp_open(const vmmipc__tp_opts_t *o, vmmipc__tp_t **out) {
   *out = NULL;
@@ -45,8 +61,15 @@ vmmipc_result_t vmmipc__tp_open(const vmmipc__tp_opts_t *o, vmmipc__tp_t **out) 
   tp->tell_todo = calloc(n, 1);
   tp->tell_seq = calloc(n, sizeof *tp->tell_seq);
   tp->tell_pfd = calloc(n, sizeof *tp->tell_pfd);
+  tp->x_seen = calloc(2 * n, 1);
+  tp->x_sops = calloc(n, sizeof *tp->x_sops);
+  tp->x_rops = calloc(2 * n, sizeof *tp->x_rops);
+  tp->x_pfd = calloc(4 * n, sizeof *tp->x_pfd);
+  tp->x_hears = calloc(n, 1);
+  tp->x_ends = calloc(n, 1);
   if (!tp->rx[0] || !tp->rx[1] || !tp->p2p_next_out || !tp->p2p_next_in || !tp->rbuf || !tp->tell_todo ||
-      !tp->tell_seq || !tp->tell_pfd) {
+      !tp->tell_seq || !tp->tell_pfd || !tp->x_seen || !tp->x_sops || !tp->x_rops || !tp->x_pfd || !tp->x_hears ||
+      !tp->x_ends) {
     vmmipc__tp_close(tp);
     return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "opening the transport: tables for %d ranks", o->node_size);
   }
@@ -86,6 +109,12 @@ void vmmipc__tp_close(vmmipc__tp_t *tp) {
   free(tp->tell_todo);
   free(tp->tell_seq);
   free(tp->tell_pfd);
+  free(tp->x_seen);
+  free(tp->x_sops);
+  free(tp->x_rops);
+  free(tp->x_pfd);
+  free(tp->x_hears);
+  free(tp->x_ends);
   free(tp);
 }
 
@@ -103,22 +132,6 @@ void vmmipc__tp_stats(const vmmipc__tp_t *tp, vmmipc__tp_stats_t *s) {
 }
 
 /* ---- one exchange ------------------------------------------------------------ */
-
-typedef struct sop {
-  const vmmipc__tp_send_t *msg;
-  uint64_t seq;
-  uint32_t index;  /* next frame */
-  uint64_t frames;
-  int backoff;     /* ETOOMANYREFS: retry after a short wait, not on POLLOUT */
-  int done;
-} sop_t;
-
-typedef struct rop {
-  vmmipc__tp_recv_t *slot; /* NULL: only watched (COLL: a peer we send to but do not hear from) */
-  int peer;
-  uint64_t lo, hi;
-  int done;
-} rop_t;
 
 typedef struct xstate {
   vmmipc__tp_t *tp;
@@ -423,12 +436,8 @@ static vmmipc_result_t check_args(vmmipc__tp_t *tp, const vmmipc__tp_xchg_t *x) 
   if ((x->ctx != VMMIPC__CTX_P2P && x->ctx != VMMIPC__CTX_COLL) || x->num_sends < 0 || x->num_recvs < 0 ||
       (x->num_sends && !x->sends) || (x->num_recvs && !x->recvs))
     return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "transport exchange: bad arguments");
-  char *seen = calloc(2 * (size_t)n, 1);
-  if (seen && VMMIPC__INJECT("xchg_args")) { /* tests: no host memory to check the arguments */
-    free(seen);
-    seen = NULL;
-  }
-  if (!seen) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "transport exchange");
+  char *seen = tp->x_seen;
+  memset(seen, 0, 2 * (size_t)n);
   vmmipc_result_t rc = VMMIPC_SUCCESS;
   for (int i = 0; i < x->num_sends && !rc; i++) {
     const vmmipc__tp_send_t *m = &x->sends[i];
@@ -451,7 +460,6 @@ static vmmipc_result_t check_args(vmmipc__tp_t *tp, const vmmipc__tp_xchg_t *x) 
     if (p < 0 || p >= n || p == me || seen[n + p]++)
       rc = vmmipc__error(VMMIPC_ERR_INVALID_ARG, "transport exchange: receive %d from node rank %d", i, p);
   }
-  free(seen);
   return rc;
 }
 
@@ -546,33 +554,17 @@ static void tell_peers(xstate_t *s) {
   uint64_t *seq = tp->tell_seq;
   struct pollfd *pfd = tp->tell_pfd;
   memset(todo, 0, (size_t)n);
-  if (s->sops && s->rops) {
-    for (int i = 0; i < x->num_sends; i++)
-      if (!s->sops[i].done) {
-        todo[s->sops[i].msg->peer] = 1;
-        seq[s->sops[i].msg->peer] = s->sops[i].seq;
+  for (int i = 0; i < x->num_sends; i++)
+    if (!s->sops[i].done) {
+      todo[s->sops[i].msg->peer] = 1;
+      seq[s->sops[i].msg->peer] = s->sops[i].seq;
+    }
+  if (x->ctx == VMMIPC__CTX_COLL)
+    for (int i = 0; i < s->nrops; i++)
+      if (!s->rops[i].done) {
+        todo[s->rops[i].peer] = 1;
+        seq[s->rops[i].peer] = x->epoch;
       }
-    if (x->ctx == VMMIPC__CTX_COLL)
-      for (int i = 0; i < s->nrops; i++)
-        if (!s->rops[i].done) {
-          todo[s->rops[i].peer] = 1;
-          seq[s->rops[i].peer] = x->epoch;
-        }
-  } else { /* no operations were made: every peer of the call, at the number its message would have had */
-    const int me = tp->conn->node_rank;
-    for (int i = 0; i < x->num_sends; i++) {
-      int p = x->sends[i].peer;
-      if (p < 0 || p >= n || p == me || todo[p]) continue; /* the arguments may not have been checked */
-      todo[p] = 1;
-      seq[p] = x->ctx == VMMIPC__CTX_COLL ? x->epoch : tp->p2p_next_out[p]++;
-    }
-    for (int i = 0; x->ctx == VMMIPC__CTX_COLL && i < x->num_recvs; i++) {
-      int p = x->recvs[i].peer;
-      if (p < 0 || p >= n || p == me) continue;
-      todo[p] = 1;
-      seq[p] = x->epoch;
-    }
-  }
   if (x->aborted_by >= 0) todo[x->aborted_by] = 0; /* it is done already */
   vmmipc__frame_t f;
   memset(&f, 0, sizeof f);
@@ -629,24 +621,18 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
   memset(&s, 0, sizeof s);
   s.tp = tp;
   s.x = x;
-  vmmipc_result_t rc = check_args(tp, x);
-  if (rc == VMMIPC_ERR_NO_MEMORY) tell_peers(&s); /* its peers do not wait for it (the lists are well formed) */
+  vmmipc_result_t rc = check_args(tp, x); /* malformed: nothing was sent, nobody is told */
   if (rc) return rc;
   int n = tp->conn->node_size;
-  struct pollfd *pfd = NULL;
-  char *hears = NULL, *ends = NULL;
-  s.sops = calloc((size_t)x->num_sends + 1, sizeof *s.sops);
-  s.rops = calloc((size_t)x->num_recvs + (size_t)x->num_sends + 1, sizeof *s.rops);
-  if (VMMIPC__INJECT("xchg_ops")) { /* tests: no host memory for the operations */
-    free(s.sops);
-    free(s.rops);
-    s.sops = NULL;
-    s.rops = NULL;
-  }
-  if (!s.sops || !s.rops) {
-    rc = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "transport exchange");
-    goto fail;
-  }
+  /* The transport's tables (check_args bounds the counts: one send and one
+   * receive per peer at most). */
+  s.sops = tp->x_sops;
+  s.rops = tp->x_rops;
+  struct pollfd *pfd = tp->x_pfd;
+  char *hears = tp->x_hears, *ends = x->ctx == VMMIPC__CTX_P2P ? tp->x_ends : NULL;
+  memset(s.sops, 0, (size_t)x->num_sends * sizeof *s.sops);
+  memset(s.rops, 0, ((size_t)x->num_recvs + (size_t)x->num_sends) * sizeof *s.rops);
+  memset(hears, 0, (size_t)n);
   /* The operations first: a failure below tells the peers (tell_peers reads
    * each send's peer and sequence number). */
   for (int i = 0; i < x->num_sends; i++) {
@@ -659,19 +645,6 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
     rop_t *o = &s.rops[s.nrops++];
     o->slot = &x->recvs[i];
     o->peer = x->recvs[i].peer;
-  }
-  /* The poll set: every receive op (the receives, and the peers only sent
-   * to, watched for their END) and every send still waiting for room. */
-  pfd = calloc(2 * (size_t)x->num_sends + (size_t)x->num_recvs + (size_t)n + 1, sizeof *pfd);
-  if (pfd && VMMIPC__INJECT("xchg_tables")) { /* tests: no host memory for the poll set */
-    free(pfd);
-    pfd = NULL;
-  }
-  hears = calloc((size_t)n, 1);
-  ends = x->ctx == VMMIPC__CTX_P2P ? calloc((size_t)n, 1) : NULL;
-  if (!pfd || !hears || (x->ctx == VMMIPC__CTX_P2P && !ends)) {
-    rc = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "transport exchange");
-    goto fail;
   }
   for (int i = 0; i < x->num_recvs; i++) hears[x->recvs[i].peer] = 1;
   for (int i = 0; x->ctx == VMMIPC__CTX_COLL && i < x->num_sends; i++) {
@@ -761,11 +734,6 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
       goto fail;
     }
   }
-  free(s.sops);
-  free(s.rops);
-  free(pfd);
-  free(hears);
-  free(ends);
   return VMMIPC_SUCCESS;
 
 fail:
@@ -781,10 +749,5 @@ fail:
     r->num_bytes = 0;
     r->done = 0;
   }
-  free(s.sops);
-  free(s.rops);
-  free(pfd);
-  free(hears);
-  free(ends);
   return rc;
 }

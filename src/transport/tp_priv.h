@@ -25,6 +25,16 @@ struct vmmipc__tp {
   char *tell_todo;
   uint64_t *tell_seq;
   struct pollfd *tell_pfd;
+  /* One exchange's working tables (exchange.c), made with the transport too:
+   * calls on a comm never overlap, and a well-formed exchange has at most
+   * one send and one receive per peer, so an exchange allocates nothing
+   * before it runs and cannot fail for memory without telling its peers. */
+  char *x_seen;             /* [2 x node size]: sends, then receives, per peer */
+  struct vmmipc__tp_sop *x_sops; /* [node size] */
+  struct vmmipc__tp_rop *x_rops; /* [2 x node size]: receives, then peers only sent to */
+  struct pollfd *x_pfd;     /* [4 x node size] */
+  char *x_hears;            /* [node size] */
+  char *x_ends;             /* [node size]: P2P only, peers whose END is watched */
 };
 
 /* Closes both connections to node rank p (vmmipc__conn_drop) and drops
