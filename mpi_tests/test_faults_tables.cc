@@ -154,6 +154,62 @@ TEST_P(FaultsTables, ACollectiveWithoutItsTablesTellsItsPeers) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// Two ranks of one node (f and its node peer) lack their tables in the
+// same call: every rank fails NO_MEMORY within the bound, all naming the
+// same one of the two, nothing is left behind, and the comm goes on.
+TEST(FaultsTablesTwo, TwoRanksWithoutTheirTablesGiveOneVerdict) {
+  ASSERT_GE(vt::UseRankDevice(), 0);
+  const int me = vt::Rank();
+  vmmipc_comm_t c = vt::CountedComm(kTimeoutMs);
+  ASSERT_NE(c, nullptr);
+  const std::vector<int> ids = vt::NodeIds(c);
+  const int f = vt::LastWithPeers(ids), peer = NodePeerOf(ids, f);
+  if (f < 0) {
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    GTEST_SKIP() << "no rank has a node peer";
+  }
+  vmmipc_buf_t b = vt::PatternBuf(1, 960 + me);
+  for (const char *hook : {"coll_tables", "round_tables", "map_tables"}) {
+    vt::Baseline base;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (me == f || me == peer) vmmipc__test_fail_at(hook, 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    vmmipc_win_t w = nullptr;
+    const vmmipc_result_t r = vmmipc_allgather_map(c, b, nullptr, &w);
+    const double s = vt::Since(t0);
+    const bool fired = !vmmipc__test_fail_pending();
+    vmmipc__test_fail_at(nullptr, 0);
+    if (me == f || me == peer) {
+      EXPECT_TRUE(fired) << hook << ": the hook was not reached on rank " << me;
+    }
+    vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+    EXPECT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
+    const std::string at = std::string(hook) + ": " + info.message;
+    EXPECT_EQ(r, VMMIPC_ERR_NO_MEMORY) << at;
+    EXPECT_EQ(w, nullptr) << at;
+    if (w) vmmipc_win_free(w);
+    EXPECT_TRUE(info.rank == f || info.rank == peer) << at;
+    int lo = 0, hi = 0;  // the same rank named everywhere
+    MPI_Allreduce(&info.rank, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&info.rank, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(lo, hi) << at;
+    EXPECT_LT(s, 5.0) << at;
+    base.Expect(hook);
+  }
+  vmmipc_win_t w = nullptr;  // the comm goes on
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w));
+  for (int q = 0; q < vt::Size(); q++) {
+    if (ids[q] != ids[me]) continue;
+    void *p = nullptr;
+    size_t sz = 0;
+    ASSERT_VMM_OK(vmmipc_win_query(w, q, &p, &sz));
+    EXPECT_TRUE(vt::CheckPattern(p, sz, 960 + q)) << "rank " << q << "'s window after the failures";
+  }
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+  vmmipc_buf_free(b);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 // "CollTables_AllgatherMap": the hook in CamelCase, then the call.
 std::string CaseName(const ::testing::TestParamInfo<Case> &i) {
   static const char *const names[] = {"FirstWindow", "AllgatherMap", "AllgatherDesc",
