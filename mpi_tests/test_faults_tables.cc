@@ -82,6 +82,22 @@ int NodePeerOf(const std::vector<int> &ids, int f) {
   return -1;
 }
 
+// An allgather_map of b (each rank's pattern seed0 + rank) after a failure
+// carries every node peer's bytes.
+void WindowGoesOn(vmmipc_comm_t c, const std::vector<int> &ids, vmmipc_buf_t b, int seed0, const std::string &how) {
+  const int me = vt::Rank();
+  vmmipc_win_t w = nullptr;
+  ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w));
+  for (int q = 0; q < vt::Size(); q++) {
+    if (ids[q] != ids[me]) continue;
+    void *p = nullptr;
+    size_t sz = 0;
+    ASSERT_VMM_OK(vmmipc_win_query(w, q, &p, &sz));
+    EXPECT_TRUE(vt::CheckPattern(p, sz, seed0 + q)) << how << ": rank " << q << "'s window after the failure";
+  }
+  ASSERT_VMM_OK(vmmipc_win_free(w));
+}
+
 class FaultsTables : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override { ASSERT_GE(vt::UseRankDevice(), 0); }
@@ -130,16 +146,7 @@ TEST_P(FaultsTables, ACollectiveWithoutItsTablesTellsItsPeers) {
     EXPECT_LT(s, 5.0) << how << ": rank " << me << " waited for rank " << f << ": " << msg;
     base.Expect(how.c_str());
   }
-  vmmipc_win_t w = nullptr;  // the comm goes on
-  ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w));
-  for (int q = 0; q < vt::Size(); q++) {
-    if (ids[q] != ids[me]) continue;
-    void *p = nullptr;
-    size_t sz = 0;
-    ASSERT_VMM_OK(vmmipc_win_query(w, q, &p, &sz));
-    EXPECT_TRUE(vt::CheckPattern(p, sz, 900 + q)) << how << ": rank " << q << "'s window after the failure";
-  }
-  ASSERT_VMM_OK(vmmipc_win_free(w));
+  WindowGoesOn(c, ids, b, 900, how);  // the comm goes on
   vmmipc_buf_t got = nullptr;  // and a rooted call (the comm's roles tables) from f's node peer
   ASSERT_VMM_OK(vmmipc_bcast_map(c, me == peer ? b : nullptr, peer, nullptr, &got));
   if (ids[me] == ids[peer] && me != peer) {
@@ -196,16 +203,7 @@ TEST(FaultsTablesTwo, TwoRanksWithoutTheirTablesGiveOneVerdict) {
     EXPECT_LT(s, 5.0) << at;
     base.Expect(hook);
   }
-  vmmipc_win_t w = nullptr;  // the comm goes on
-  ASSERT_VMM_OK(vmmipc_allgather_map(c, b, nullptr, &w));
-  for (int q = 0; q < vt::Size(); q++) {
-    if (ids[q] != ids[me]) continue;
-    void *p = nullptr;
-    size_t sz = 0;
-    ASSERT_VMM_OK(vmmipc_win_query(w, q, &p, &sz));
-    EXPECT_TRUE(vt::CheckPattern(p, sz, 960 + q)) << "rank " << q << "'s window after the failures";
-  }
-  ASSERT_VMM_OK(vmmipc_win_free(w));
+  WindowGoesOn(c, ids, b, 960, "after two ranks' failures");  // the comm goes on
   vmmipc_buf_free(b);
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
