@@ -95,9 +95,13 @@ typedef struct vmmipc__tp_xchg {
  * progress on all at once so that no order of calls can deadlock. Frames of
  * an earlier call are dropped (fds closed, counted). Bounded by the timeout;
  * a peer that dies, hangs up, gives up or breaks the protocol gives an
- * error naming it. On any failure this rank tells the peers it still owed
- * or awaited (ABORT), so that they do not wait out the timeout, and no
- * received fd or buffer is left behind. */
+ * error naming it. Malformed arguments (a peer out of range or twice, a
+ * message over the limits, an fd that is not open) are refused with
+ * VMMIPC_ERR_INVALID_ARG before anything is sent, and nobody is told: the
+ * library's own calls never pass them. On any other failure this rank tells
+ * the peers it still owed or awaited (ABORT), so that they do not wait out
+ * the timeout, and no received fd or buffer is left behind. The exchange
+ * allocates nothing before it runs (its tables are the transport's). */
 vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x);
 
 /* The connections under the tp (tests inject raw frames through them). */
