@@ -898,6 +898,14 @@ void vmmipc__agree_tell_peer_aborted(struct vmmipc_comm *c, int aborter) {
   tell_next_aborted(c, aborter, "rank 0, on its node, saw it");
 }
 
+void vmmipc__agree_tell_break(struct vmmipc_comm *c, const char *op) {
+  if (!c->broken || !may_tell(c)) return; /* after MPI_Finalize: its node peers see the seal's hang-up */
+  vmmipc__error_saved_t keep;
+  vmmipc__error_save(&keep);
+  tell_break(c, op, c->agreements); /* the next agreement: every rank's, by number */
+  vmmipc__error_restore(&keep);
+}
+
 static vmmipc_result_t agree_member(const agree_call_t *a, vmmipc_result_t local, int secondary) {
   struct vmmipc_comm *c = a->c;
   int64_t deadline = vmmipc__deadline(c); /* the call's (deadline.c) */

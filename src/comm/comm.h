@@ -265,6 +265,14 @@ void vmmipc__agree_tell_aborted(struct vmmipc_comm *c);
  * this rank's next collective is refused at entry. Once; the calling
  * thread is inside a call. */
 void vmmipc__agree_tell_peer_aborted(struct vmmipc_comm *c, int aborter);
+/* Tells the others that this rank's comm broke on a failure a host sync
+ * call recorded (its alarm or note: sync/alarm.c), found at the entry of
+ * its next call: the node's peers get an END frame, and the next
+ * agreement fails everywhere at once with this break's code and rank (rank
+ * 0 sends its verdict; a member, its outcome flagged broken). Before, the
+ * others waited out the timeout on this rank. Once, by that entry; keeps
+ * the caller's error. */
+void vmmipc__agree_tell_break(struct vmmipc_comm *c, const char *op);
 /* The same from a thread the application did not hand an MPI call (the
  * abort, the local destroy: abort.c), only where MPI allows it: MPI still
  * up, and any thread under MPI_THREAD_MULTIPLE or MPI's main thread below

@@ -4,7 +4,8 @@
  * kernel sets the comm's alarm (mapped host memory, read without a copy);
  * from then on this rank's host sync calls return VMMIPC_ERR_TIMEOUT naming
  * the rank it waited for, and its next call that holds the comm (every
- * collective) breaks the comm, so that every rank's later calls fail. The
+ * collective) breaks the comm and tells the others (guard.c, agree.c), so
+ * that every rank's next call fails at once with that failure. The
  * device API's own waits, whose results the user's kernel sees, only
  * record themselves in the window (device.c).
  *
