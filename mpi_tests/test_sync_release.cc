@@ -200,12 +200,12 @@ void Release::PeerFailureEndsAHostWait(vmmipc_result_t code, const std::string &
     // rank broke silently (by hand here), rank 0 still waits out the
     // timeout for that rank's outcome ({1,2}).
     if (role == 0 && (roles[0] == 1 || code == VMMIPC_ERR_ABORTED)) {
-      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
-      ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;  // EXPECT only: the barrier below must be reached
+      EXPECT_VMM_OK(vmmipc_last_error_info(&info));
       EXPECT_LT(Since(t1), 2.0) << info.message;
       EXPECT_EQ(r, code) << info.message;
-      ASSERT_TRUE(info.rank >= 0 && info.rank < vt::Size()) << info.message;
-      EXPECT_EQ(roles[info.rank], 2) << info.message;
+      const bool named = info.rank >= 0 && info.rank < vt::Size();
+      EXPECT_TRUE(named && roles[info.rank] == 2) << info.message;
     }
   }
   MPI_Barrier(MPI_COMM_WORLD);

@@ -87,7 +87,9 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
   if (c->check) { /* a failure a host sync call recorded breaks the comm now, and is told */
     const int was = __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE);
     c->check(c);
-    if (!was && __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE)) vmmipc__agree_tell_break(c, op);
+    /* An abort meanwhile tells ABORTED itself (vmmipc__leave): not a break before it. */
+    if (!was && __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE) && !__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
+      vmmipc__agree_tell_break(c, op);
   }
   if (VMMIPC__INJECT("enter_slow")) VMMIPC__STALL(300); /* an abort from another thread lands here */
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
