@@ -413,6 +413,43 @@ std::vector<int> OpenFds() {
   return fds;
 }
 
+// vmmipc_comm_create (timeout 5 s) with `hook` failing on the last rank:
+// the result, the comm, the last error, the time taken and the fds open
+// before the call.
+struct HookedCreate {
+  vmmipc_result_t r = VMMIPC_SUCCESS;
+  vmmipc_comm_t c = nullptr;
+  std::string err;
+  double s = 0;
+  std::vector<int> before;
+};
+
+HookedCreate CreateFailingOnLast(const char *hook) {
+  HookedCreate h;
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = 5000;
+  MPI_Barrier(MPI_COMM_WORLD);
+  h.before = OpenFds();
+  if (vt::Rank() == vt::Size() - 1) vmmipc__test_fail_at(hook, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  h.r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &h.c);
+  h.s = vt::Since(t0);
+  h.err = vmmipc_last_error();
+  vmmipc__test_fail_at(nullptr, 0);
+  return h;
+}
+
+// After a failed create: no comm, no fd leaked or closed, and the next
+// create works.
+void ExpectNothingLeft(const HookedCreate &h) {
+  EXPECT_EQ(h.c, nullptr);
+  if (h.c) vmmipc_comm_destroy(h.c);
+  EXPECT_EQ(OpenFds().size(), h.before.size()) << "fds leaked or closed";
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 // A rank whose transport cannot get its tables (hook "conn_tables": the
 // last of them has no host memory) fails its vmmipc_comm_create with
 // VMMIPC_ERR_NO_MEMORY and closes no fd it does not own: every fd open
@@ -421,27 +458,14 @@ std::vector<int> OpenFds() {
 // they held (fd 0 in fresh memory; a freed comm's old fds in reused
 // memory, which may be another comm's sockets by then).
 TEST_F(Comm, ATransportWithoutMemoryClosesNoFdItDoesNotOwn) {
-  const int f = vt::Size() - 1;
-  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
-  cfg.timeout_ms = 5000;
-  MPI_Barrier(MPI_COMM_WORLD);
-  const std::vector<int> before = OpenFds();
-  if (vt::Rank() == f) vmmipc__test_fail_at("conn_tables", 1);
-  vmmipc_comm_t c = nullptr;
-  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c);
-  const std::string err = vmmipc_last_error();
-  vmmipc__test_fail_at(nullptr, 0);
-  EXPECT_NE(r, VMMIPC_SUCCESS) << err;
-  EXPECT_TRUE(vt::SameEverywhere(r)) << err;
-  if (vt::Rank() == f) {
-    EXPECT_EQ(r, VMMIPC_ERR_NO_MEMORY) << err;
+  const HookedCreate h = CreateFailingOnLast("conn_tables");
+  EXPECT_NE(h.r, VMMIPC_SUCCESS) << h.err;
+  EXPECT_TRUE(vt::SameEverywhere(h.r)) << h.err;
+  if (vt::Rank() == vt::Size() - 1) {
+    EXPECT_EQ(h.r, VMMIPC_ERR_NO_MEMORY) << h.err;
   }
-  EXPECT_EQ(c, nullptr);
-  if (c) vmmipc_comm_destroy(c);
-  for (int fd : before) EXPECT_NE(fcntl(fd, F_GETFD), -1) << "fd " << fd << " was closed by the failed create";
-  EXPECT_EQ(OpenFds().size(), before.size()) << "fds leaked or closed";
-  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
-  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  for (int fd : h.before) EXPECT_NE(fcntl(fd, F_GETFD), -1) << "fd " << fd << " was closed by the failed create";
+  ExpectNothingLeft(h);
 }
 
 // A rank whose node tables cannot be allocated (hook "node_tables": the
@@ -451,24 +475,10 @@ TEST_F(Comm, ATransportWithoutMemoryClosesNoFdItDoesNotOwn) {
 // create works. Before, that rank skipped the node's exchange of socket
 // addresses, and its node peers waited for it until the timeout.
 TEST_F(Comm, ARankWithoutMemoryForItsNodeTablesFailsTheCreateAtOnce) {
-  const int f = vt::Size() - 1;
-  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
-  cfg.timeout_ms = 5000;
-  MPI_Barrier(MPI_COMM_WORLD);
-  const std::vector<int> before = OpenFds();
-  if (vt::Rank() == f) vmmipc__test_fail_at("node_tables", 1);
-  const auto t0 = std::chrono::steady_clock::now();
-  vmmipc_comm_t c = nullptr;
-  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c);
-  const double s = vt::Since(t0);
-  vmmipc__test_fail_at(nullptr, 0);
-  const std::string msg = vt::ExpectVerdict(r, VMMIPC_ERR_NO_MEMORY, f, "vmmipc_comm_create");
-  EXPECT_LT(s, 2.5) << "rank " << vt::Rank() << " waited: " << msg;
-  EXPECT_EQ(c, nullptr);
-  if (c) vmmipc_comm_destroy(c);
-  EXPECT_EQ(OpenFds().size(), before.size()) << "fds leaked or closed";
-  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
-  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+  const HookedCreate h = CreateFailingOnLast("node_tables");
+  const std::string msg = vt::ExpectVerdict(h.r, VMMIPC_ERR_NO_MEMORY, vt::Size() - 1, "vmmipc_comm_create");
+  EXPECT_LT(h.s, 2.5) << "rank " << vt::Rank() << " waited: " << msg;
+  ExpectNothingLeft(h);
 }
 
 // A malformed descriptor from a node peer (an empty message with one fd,
