@@ -190,16 +190,16 @@ void Release::PeerFailureEndsAHostWait(vmmipc_result_t code, const std::string &
     const auto t1 = std::chrono::steady_clock::now();
     const vmmipc_result_t r = vmmipc_win_free(w);  // the failed rank frees locally; the others' agreement fails
     EXPECT_NE(r, VMMIPC_SUCCESS);
-    // A healthy rank, where rank 0 (the agreement's collector) found the
-    // failure or the failed rank aborted (and told): the ranks that found
-    // the failure broke the comm on its record at their last call and told
-    // the others, so this agreement fails at once with that failure,
-    // naming a failed rank. Before, they told nobody: this rank waited out
-    // the timeout (5 s) for the verdict of rank 0, which was not in the
-    // call, and blamed it (TIMEOUT). Where rank 0 is healthy and the failed
-    // rank broke silently (by hand here), rank 0 still waits out the
-    // timeout for that rank's outcome ({1,2}).
-    if (role == 0 && (roles[0] == 1 || code == VMMIPC_ERR_ABORTED)) {
+    // A healthy rank: the ranks that found the failure broke the comm on
+    // its record at their last call and told the others, so this agreement
+    // fails at once with that failure, naming a failed rank. Before 8f2eb2c
+    // they told nobody: this rank waited out the timeout (5 s) for the
+    // verdict of rank 0, which was not in the call, and blamed it
+    // (TIMEOUT). Where rank 0 is healthy and the failed rank broke silently
+    // (by hand here; {1,2}), rank 0 had the told break in hand and still
+    // waited out the timeout for the silent rank's outcome, which never
+    // comes, before deciding.
+    if (role == 0) {
       vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;  // EXPECT only: the barrier below must be reached
       EXPECT_VMM_OK(vmmipc_last_error_info(&info));
       EXPECT_LT(Since(t1), 2.0) << info.message;

@@ -17,6 +17,7 @@ vmmipc_result_t vmmipc__win_free(struct vmmipc_win *w, vmmipc_result_t local) {
     if (!vmmipc__hold(c))
       return vmmipc__error(VMMIPC_ERR_BUSY, "%s: another thread is inside a call on this comm; the window is still open",
                            op);
+    vmmipc__tell_untold(c, op);
     if (pins) {
       r = vmmipc__error(VMMIPC_ERR_BUSY,
                         "%s: the window is pinned %d time(s) on rank %d (vmmipc_win_pin); it stays open, though "

@@ -282,13 +282,14 @@ static int intersect_released(const struct vmmipc_comm *c, const unsigned char *
 /* The verdict the whole comm sees, built by the collector. arrived[r]: its
  * outcome came; withdrew[r]: it gave up waiting; gone: a rank that hung
  * up, aborted, broke the comm or died (its error is the current message),
- * or -1. */
+ * or -1; early: decided on a told break without waiting for the missing
+ * ranks (they are not late). */
 static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned char *outcomes, size_t omax,
                         const char *arrived, const char *withdrew, int gone, vmmipc_result_t gone_code,
-                        int fresh_withdrawals) {
+                        int fresh_withdrawals, int early) {
   struct vmmipc_comm *c = a->c;
   int size = c->size;
-  int pick = -1, pick_secondary = 1, missing = 0, withdrawn = 0, told_broken = 0, other = -1;
+  int pick = -1, pick_secondary = 1, missing = 0, withdrawn = 0, told_broken = 0, other = -1, breaker = -1;
   /* Identity: the first rank in another call than rank 0's, the first
    * whose key differs from the first keyed rank's (key_ref: a rank that
    * failed on a root that is no rank brings none), and whether the ranks
@@ -307,6 +308,7 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
       if (!(flags & OF_BROKEN)) continue;
     }
     told_broken |= (flags & OF_BROKEN) != 0;
+    if ((flags & OF_BROKEN) && breaker < 0) breaker = r;
     if (!(flags & OF_BROKEN)) {
       /* Out of step: after this verdict the ranks' epochs, or the MPI steps
        * they made on the node (the signal pool's), differ; they cannot be
@@ -411,7 +413,22 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
             "0's %u); hint: every rank must make the same collective calls in the same order",
             a->op, other, (unsigned)vmmipc__get32(outcomes + (size_t)other * omax + 40), (unsigned)a->len);
   }
-  if (missing && gone < 0 && !withdrawn) {
+  if (missing && early && gone < 0 && !withdrawn && told_broken) {
+    if (!code) { /* its outcome carried no failure of its own */
+      code = VMMIPC_ERR_PEER;
+      failing = breaker;
+      vappend(text, &len, "%s: rank %d broke the communicator", a->op, breaker);
+    }
+    vappend(text, &len, "; rank 0 decided without waiting for %s ", missing == 1 ? "rank" : "ranks");
+    char *miss = calloc((size_t)size, 1);
+    if (miss) {
+      for (int r = 0; r < size; r++) miss[r] = !arrived[r];
+      append_ranks(text, &len, miss, size);
+      free(miss);
+    }
+    broken = 1;
+    vappend(text, &len, "%s", k_broken_tail);
+  } else if (missing && gone < 0 && !withdrawn) {
     /* A rank that did not come is the cause of the others' timeouts: it is
      * the one named (vmmipc_last_error_info). */
     if (!code || code == VMMIPC_ERR_TIMEOUT) {
@@ -623,6 +640,13 @@ static void pending_ranks(const MPI_Request *reqs, int n, char *set) {
   for (int i = 0; i < n; i++) set[i + 1] = reqs[i] != MPI_REQUEST_NULL;
 }
 
+/* Whether a completed receive holds an outcome flagged OF_BROKEN. */
+static int told_break_came(const unsigned char *outcomes, size_t omax, const MPI_Request *recvs, int n) {
+  for (int r = 1; r < n; r++)
+    if (recvs[r] == MPI_REQUEST_NULL && (vmmipc__get32(outcomes + (size_t)r * omax + 4) & OF_BROKEN)) return 1;
+  return 0;
+}
+
 static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, int secondary) {
   struct vmmipc_comm *c = a->c;
   int n = c->size;
@@ -657,7 +681,7 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
   vmmipc_result_t gone_code = VMMIPC_ERR_PEER;
   int w = VMMIPC__WAIT_MPI, dead = -1, seen_by = -1, aborter = -1, abort_seen_by = -1;
   int64_t quiet = -1, prev = -1; /* withdrawals_fresh's record */
-  int seen_w = 0;
+  int seen_w = 0, told = 0;
   /* In slices, so that a death another node's rank saw (a notice) ends the
    * wait too, and short enough (a fifth of a grace, at most 50 ms) that a
    * withdrawal is found fresh (withdrawals_fresh spans two slices). */
@@ -676,6 +700,14 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     }
     if (dead >= 0) {
       vmmipc__error(VMMIPC_ERR_PEER, "rank %d exited or hung up (rank %d, on its node, saw it go)", dead, seen_by);
+      w = VMMIPC__WAIT_GONE;
+      break;
+    }
+    /* A rank told that it broke the comm (its outcome, flagged): the verdict
+     * breaks it whatever else comes, and it names that rank's failure; a
+     * rank still missing may never come (one that broke without telling, on
+     * another node), so it is not waited for. */
+    if ((told = told_break_came(outcomes, omax, recvs, n)) != 0) {
       w = VMMIPC__WAIT_GONE;
       break;
     }
@@ -738,7 +770,7 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
     }
     if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, abort_seen_by, &gone_code);
     int fresh = withdrawals_fresh(c, 0, &quiet, &prev, &seen_w, -1);
-    len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, fresh);
+    len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, fresh, told);
     /* Tests act here: a collector that stalls between deciding and announcing. */
     if (VMMIPC__INJECT("verdict")) VMMIPC__LATE(c->timeout_ms);
     /* Withdrawals, once decided, just before announcing: a late collector
@@ -761,7 +793,7 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
       if (gone_rank < 0 && aborter >= 0) gone_rank = blame_abort(aborter, abort_seen_by, &gone_code);
       int still = withdrawals_fresh(c, 0, &quiet, &prev, &seen_w, -1);
       if (any || still != fresh)
-        len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, still);
+        len = pack_verdict(verdict, a, outcomes, omax, arrived, withdrew, gone_rank, gone_code, still, told);
     }
     /* Tests act here: the connection to a node peer breaks after deciding. */
     if (VMMIPC__INJECT("verdict_drop"))

@@ -60,6 +60,8 @@ struct vmmipc_comm {
   char broken_msg[VMMIPC__ERRMSG_MAX];
   int broken_rank;             /* the rank its failure named (-1: none), named again by every later call */
   int breaking;                /* a break is writing the record above (guard.c; __atomic builtins) */
+  int untold;                  /* broken outside any call (a torn barrier): the next call that holds the comm
+                                  tells the others (guard.c; __atomic builtins) */
   int aborted;             /* vmmipc_comm_abort was called (__atomic builtins; any thread) */
   int lingering;           /* threads outside a call that still touch it: aborts, calls letting it go (abort.c's
                               registry lock); its free waits for none */
@@ -146,6 +148,10 @@ int vmmipc__failed(struct vmmipc_comm *c);
 /* The error of a call that freed its object locally on a failed comm:
  * ABORTED, or the comm's broken code, with "<op>: freed locally; ...". */
 vmmipc_result_t vmmipc__freed_locally(struct vmmipc_comm *c, const char *op);
+/* A call that frees locally on a failed comm (holding it, not entered):
+ * tells a break made outside any call (c->untold), as an entered call
+ * does, where MPI allows this thread a call. Keeps the caller's error. */
+void vmmipc__tell_untold(struct vmmipc_comm *c, const char *op);
 /* VMMIPC_ERR_ABORTED for a call on a comm aborted on this rank: "<op>:
  * <what>rank R aborted the communicator", naming this rank as its peers'
  * calls do. */
@@ -265,9 +271,9 @@ void vmmipc__agree_tell_aborted(struct vmmipc_comm *c);
  * this rank's next collective is refused at entry. Once; the calling
  * thread is inside a call. */
 void vmmipc__agree_tell_peer_aborted(struct vmmipc_comm *c, int aborter);
-/* Tells the others that this rank's comm broke on a failure a host sync
- * call recorded (its alarm or note: sync/alarm.c), found at the entry of
- * its next call: the node's peers get an END frame, and the next
+/* Tells the others that this rank's comm broke outside any call (a failure
+ * a host sync call recorded, its alarm or note: sync/alarm.c, found at the
+ * entry of its next call; a torn barrier: sync/barrier.c): the node's peers get an END frame, and the next
  * agreement fails everywhere at once with this break's code and rank (rank
  * 0 sends its verdict; a member, its outcome flagged broken). Before, the
  * others waited out the timeout on this rank. Once, by that entry; keeps

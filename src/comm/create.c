@@ -493,6 +493,7 @@ again:
   if (c->broken || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) { /* nobody to agree with: clean up locally */
     if (!vmmipc__hold(c))
       return vmmipc__error(VMMIPC_ERR_BUSY, "%s: another thread is inside a call on this comm", op);
+    vmmipc__tell_untold(c, op);
     vmmipc__deferred_reap_local(c); /* what this rank released */
     /* Refused: the message is made before the comm is let go (another
      * thread may free it at once). */

@@ -65,6 +65,28 @@ int vmmipc__hold(struct vmmipc_comm *c) {
   }
 }
 
+/* A break made outside any call (the check at entry, a torn barrier) is
+ * told by the first call that holds the comm, once; an abort meanwhile
+ * tells ABORTED itself (vmmipc__leave): not a break before it. */
+static void tell_untold(struct vmmipc_comm *c, const char *op) {
+  if (__atomic_load_n(&c->untold, __ATOMIC_ACQUIRE) && __atomic_exchange_n(&c->untold, 0, __ATOMIC_ACQ_REL) &&
+      !__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
+    vmmipc__agree_tell_break(c, op);
+}
+
+void vmmipc__tell_untold(struct vmmipc_comm *c, const char *op) {
+  if (!__atomic_load_n(&c->untold, __ATOMIC_ACQUIRE)) return;
+  int finalized = 1;
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return; /* its node peers see the seal's hang-up */
+  vmmipc__error_saved_t keep;
+  vmmipc__error_save(&keep);
+  if (!vmmipc__enter_process(c->thread_level, 0, op)) { /* refuses a thread MPI does not allow: a later call tells */
+    tell_untold(c, op);
+    vmmipc__leave_process();
+  }
+  vmmipc__error_restore(&keep);
+}
+
 vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collective) {
   /* An abort telling the peers is waited out: the call then fails ABORTED,
    * as one that came after it, not BUSY. */
@@ -84,13 +106,12 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
     __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
     return r;
   }
-  if (c->check) { /* a failure a host sync call recorded breaks the comm now, and is told */
+  if (c->check) { /* a failure a host sync call recorded breaks the comm now */
     const int was = __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE);
     c->check(c);
-    /* An abort meanwhile tells ABORTED itself (vmmipc__leave): not a break before it. */
-    if (!was && __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE) && !__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
-      vmmipc__agree_tell_break(c, op);
+    if (!was && __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE)) __atomic_store_n(&c->untold, 1, __ATOMIC_RELEASE);
   }
+  tell_untold(c, op);
   if (VMMIPC__INJECT("enter_slow")) VMMIPC__STALL(300); /* an abort from another thread lands here */
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
     vmmipc_result_t a = vmmipc__aborted_here(c, op, "");

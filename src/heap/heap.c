@@ -212,6 +212,7 @@ vmmipc_result_t vmmipc_heap_destroy(vmmipc_heap_t h) {
     if (!vmmipc__hold(c))
       return vmmipc__error(VMMIPC_ERR_BUSY, "%s: another thread is inside a call on this comm; the heap is still open",
                            op);
+    vmmipc__tell_untold(c, op);
     vmmipc__deferred_reap_local(c); /* what this rank released: its windows of h among them */
     vmmipc_result_t t;
     if (h->live) {
