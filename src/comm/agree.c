@@ -289,7 +289,7 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
                         int fresh_withdrawals, int early) {
   struct vmmipc_comm *c = a->c;
   int size = c->size;
-  int pick = -1, pick_secondary = 1, missing = 0, withdrawn = 0, told_broken = 0, other = -1, breaker = -1;
+  int pick = -1, pick_secondary = 1, missing = 0, withdrawn = 0, told_broken = 0, other = -1;
   /* Identity: the first rank in another call than rank 0's, the first
    * whose key differs from the first keyed rank's (key_ref: a rank that
    * failed on a root that is no rank brings none), and whether the ranks
@@ -308,7 +308,6 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
       if (!(flags & OF_BROKEN)) continue;
     }
     told_broken |= (flags & OF_BROKEN) != 0;
-    if ((flags & OF_BROKEN) && breaker < 0) breaker = r;
     if (!(flags & OF_BROKEN)) {
       /* Out of step: after this verdict the ranks' epochs, or the MPI steps
        * they made on the node (the signal pool's), differ; they cannot be
@@ -413,12 +412,7 @@ static int pack_verdict(unsigned char *v, const agree_call_t *a, const unsigned 
             "0's %u); hint: every rank must make the same collective calls in the same order",
             a->op, other, (unsigned)vmmipc__get32(outcomes + (size_t)other * omax + 40), (unsigned)a->len);
   }
-  if (missing && early && gone < 0 && !withdrawn && told_broken) {
-    if (!code) { /* its outcome carried no failure of its own */
-      code = VMMIPC_ERR_PEER;
-      failing = breaker;
-      vappend(text, &len, "%s: rank %d broke the communicator", a->op, breaker);
-    }
+  if (missing && early && gone < 0 && !withdrawn && code) { /* early: a failure came flagged broken */
     vappend(text, &len, "; rank 0 decided without waiting for %s ", missing == 1 ? "rank" : "ranks");
     char *miss = calloc((size_t)size, 1);
     if (miss) {
@@ -640,10 +634,14 @@ static void pending_ranks(const MPI_Request *reqs, int n, char *set) {
   for (int i = 0; i < n; i++) set[i + 1] = reqs[i] != MPI_REQUEST_NULL;
 }
 
-/* Whether a completed receive holds an outcome flagged OF_BROKEN. */
+/* Whether a completed receive holds a told break: an outcome flagged
+ * OF_BROKEN that carries a failure (tell_break's; a rank whose comm broke
+ * during the call on another thread may bring one with none). */
 static int told_break_came(const unsigned char *outcomes, size_t omax, const MPI_Request *recvs, int n) {
-  for (int r = 1; r < n; r++)
-    if (recvs[r] == MPI_REQUEST_NULL && (vmmipc__get32(outcomes + (size_t)r * omax + 4) & OF_BROKEN)) return 1;
+  for (int r = 1; r < n; r++) {
+    const unsigned char *o = outcomes + (size_t)r * omax;
+    if (recvs[r] == MPI_REQUEST_NULL && (vmmipc__get32(o + 4) & OF_BROKEN) && vmmipc__get32(o)) return 1;
+  }
   return 0;
 }
 
@@ -703,10 +701,10 @@ static vmmipc_result_t agree_root(const agree_call_t *a, vmmipc_result_t local, 
       w = VMMIPC__WAIT_GONE;
       break;
     }
-    /* A rank told that it broke the comm (its outcome, flagged): the verdict
-     * breaks it whatever else comes, and it names that rank's failure; a
-     * rank still missing may never come (one that broke without telling, on
-     * another node), so it is not waited for. */
+    /* A rank told that it broke the comm (its outcome, flagged, with its
+     * failure): the verdict breaks it whatever else comes, and names that
+     * failure; a rank still missing may never come (one that broke without
+     * telling, on another node), so it is not waited for. */
     if ((told = told_break_came(outcomes, omax, recvs, n)) != 0) {
       w = VMMIPC__WAIT_GONE;
       break;

@@ -272,12 +272,13 @@ void vmmipc__agree_tell_aborted(struct vmmipc_comm *c);
  * thread is inside a call. */
 void vmmipc__agree_tell_peer_aborted(struct vmmipc_comm *c, int aborter);
 /* Tells the others that this rank's comm broke outside any call (a failure
- * a host sync call recorded, its alarm or note: sync/alarm.c, found at the
- * entry of its next call; a torn barrier: sync/barrier.c): the node's peers get an END frame, and the next
+ * a host sync call recorded, its alarm or note: sync/alarm.c; a torn
+ * barrier: sync/barrier.c): the node's peers get an END frame, and the next
  * agreement fails everywhere at once with this break's code and rank (rank
  * 0 sends its verdict; a member, its outcome flagged broken). Before, the
- * others waited out the timeout on this rank. Once, by that entry; keeps
- * the caller's error. */
+ * others waited out the timeout on this rank. Once (c->untold), by the
+ * entry of the next call or by a call that frees locally
+ * (vmmipc__tell_untold); keeps the caller's error. */
 void vmmipc__agree_tell_break(struct vmmipc_comm *c, const char *op);
 /* The same from a thread the application did not hand an MPI call (the
  * abort, the local destroy: abort.c), only where MPI allows it: MPI still

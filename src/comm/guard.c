@@ -76,8 +76,12 @@ static void tell_untold(struct vmmipc_comm *c, const char *op) {
 
 void vmmipc__tell_untold(struct vmmipc_comm *c, const char *op) {
   if (!__atomic_load_n(&c->untold, __ATOMIC_ACQUIRE)) return;
+  /* Under MPI_THREAD_SERIALIZED the application's own MPI call may be
+   * running on another thread (as for vmmipc__tell_aborted_unasked): a
+   * later entered call tells. After MPI_Finalize: its node peers see the
+   * seal's hang-up. */
   int finalized = 1;
-  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return; /* its node peers see the seal's hang-up */
+  if (c->thread_level == MPI_THREAD_SERIALIZED || MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
   vmmipc__error_saved_t keep;
   vmmipc__error_save(&keep);
   if (!vmmipc__enter_process(c->thread_level, 0, op)) { /* refuses a thread MPI does not allow: a later call tells */
