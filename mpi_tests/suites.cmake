@@ -33,8 +33,19 @@ vmmipc_mpi_test(test_hostile NP 2 4 SOURCES test_hostile.cc LAYOUTS ${VMMIPC_TES
 vmmipc_mpi_test(test_driver_contract NP 2 SOURCES test_driver_contract.cc)
 vmmipc_mpi_test(test_driver_contract NP 2 OWN_GPU)
 vmmipc_mpi_test(test_faults NP 2 3 4 SOURCES test_faults.cc test_faults_tables.cc TIMEOUT 240 LAYOUTS ${VMMIPC_TEST_LAYOUTS})
-vmmipc_mpi_test(test_agree NP 2 3 SOURCES test_agree.cc TIMEOUT 240 LAYOUTS ${VMMIPC_TEST_LAYOUTS})
-vmmipc_mpi_test(test_agree NP 4 VNODES 2 TIMEOUT 240)
+# The six tests of a collector that stalls, comes late or is stuck, and of
+# withdrawals (37 s of waiting a run, 29% of stage 1's test_agree time) run
+# at np 2 and 3 and on {2,1} and {1,2}: all node peers, a collector with a
+# node peer and a rank off its node, a collector alone. {3,1}, {1,1,1}, round
+# robin and vnodes2 add no path of theirs and run the rest.
+set(agree_timing_tests
+    Agree.AfterAStuckCollectorEveryRanksNextCallFailsAtOnce:Agree.AMemberThatWithdrewAfterAnotherWasToldGetsTheSameVerdict
+    :Agree.ALateCollectorGivesOneVerdict:Agree.ACollectorThatStallsPastTheGracesNamesItselfNotTheSilentRank
+    :Agree.AWithdrawalCausedByASilentRankNamesTheSilentRank:Agree.ACollectorThatStallsBeforeAnnouncingGivesOneVerdict)
+string(REPLACE ";" "" agree_timing_tests "${agree_timing_tests}")
+vmmipc_mpi_test(test_agree NP 2 3 SOURCES test_agree.cc TIMEOUT 240 LAYOUTS 0,0,1 0,1,1)
+vmmipc_mpi_test(test_agree LAYOUTS 0,0,0,1 0,1,2 0,1,0,1,0 TIMEOUT 240 ENV GTEST_FILTER=-${agree_timing_tests})
+vmmipc_mpi_test(test_agree NP 4 VNODES 2 TIMEOUT 240 ENV GTEST_FILTER=-${agree_timing_tests})
 vmmipc_mpi_test(test_release NP 1 2 3 SOURCES test_release.cc LAYOUTS ${VMMIPC_TEST_LAYOUTS})
 vmmipc_mpi_test(test_release NP 4 VNODES 2)
 vmmipc_mpi_test(test_sync NP 1 2 3 4 SOURCES test_sync.cc TIMEOUT 300 LAYOUTS ${VMMIPC_TEST_LAYOUTS})
