@@ -159,6 +159,10 @@ vmmipc_result_t vmmipc__aborted_here(struct vmmipc_comm *c, const char *op, cons
 void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code);
 /* Breaks it with exactly `code` as what every later call returns. */
 void vmmipc__break_as(struct vmmipc_comm *c, vmmipc_result_t code);
+/* vmmipc__break_code from outside any call (a host sync call, the check at
+ * a call's entry): if this break wrote the record, the next call that holds
+ * the comm tells it (c->untold), once. */
+void vmmipc__break_untold(struct vmmipc_comm *c, vmmipc_result_t code);
 /* Releases the stream waits on the comm's windows (once; any thread). */
 void vmmipc__release_waits(struct vmmipc_comm *c);
 /* Tells the node's peers that this rank aborted the comm, once. The caller

@@ -110,11 +110,7 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
     __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
     return r;
   }
-  if (c->check) { /* a failure a host sync call recorded breaks the comm now */
-    const int was = __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE);
-    c->check(c);
-    if (!was && __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE)) __atomic_store_n(&c->untold, 1, __ATOMIC_RELEASE);
-  }
+  if (c->check) c->check(c); /* a failure a host sync call recorded breaks the comm now (untold) */
   tell_untold(c, op);
   if (VMMIPC__INJECT("enter_slow")) VMMIPC__STALL(300); /* an abort from another thread lands here */
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
@@ -213,14 +209,15 @@ void vmmipc__break_code(struct vmmipc_comm *c, vmmipc_result_t code) {
   vmmipc__break_as(c, code == VMMIPC_ERR_ABORTED ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER);
 }
 
-void vmmipc__break_as(struct vmmipc_comm *c, vmmipc_result_t code) {
-  if (__atomic_load_n(&c->broken, __ATOMIC_ACQUIRE)) return;
+/* 1 when this call wrote the record, 0 when another break had or did. */
+static int break_record(struct vmmipc_comm *c, vmmipc_result_t code) {
+  if (__atomic_load_n(&c->broken, __ATOMIC_ACQUIRE)) return 0;
   /* One break writes the record: a torn barrier breaks from a host sync
    * call while a collective on another thread may break too. The others
    * return once it is written (a few string copies). */
   if (__atomic_exchange_n(&c->breaking, 1, __ATOMIC_ACQ_REL)) {
     while (!__atomic_load_n(&c->broken, __ATOMIC_ACQUIRE)) sched_yield();
-    return;
+    return 0;
   }
   vmmipc__error_state_t st = {VMMIPC_SUCCESS, -1, 0, 0};
   vmmipc__error_get(&st);
@@ -240,6 +237,16 @@ void vmmipc__break_as(struct vmmipc_comm *c, vmmipc_result_t code) {
   c->broken_code = code;
   __atomic_store_n(&c->broken, 1, __ATOMIC_RELEASE);
   vmmipc__release_waits(c);
+  return 1;
+}
+
+void vmmipc__break_as(struct vmmipc_comm *c, vmmipc_result_t code) { (void)break_record(c, code); }
+
+void vmmipc__break_untold(struct vmmipc_comm *c, vmmipc_result_t code) {
+  /* Only the break that wrote the record: one that lost to a collective's
+   * break on another thread was told by that one. */
+  if (break_record(c, code == VMMIPC_ERR_ABORTED ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER))
+    __atomic_store_n(&c->untold, 1, __ATOMIC_RELEASE);
 }
 
 void vmmipc__break(struct vmmipc_comm *c) { vmmipc__break_code(c, VMMIPC_ERR_PEER); }

@@ -59,5 +59,5 @@ void vmmipc__sync_note(struct vmmipc_comm *c, vmmipc_result_t code) {
 
 void vmmipc__sync_check(struct vmmipc_comm *c) {
   vmmipc_result_t code;
-  if (!__atomic_load_n(&c->broken, __ATOMIC_ACQUIRE) && (code = alarm_error(c, NULL))) vmmipc__break_code(c, code);
+  if (!__atomic_load_n(&c->broken, __ATOMIC_ACQUIRE) && (code = alarm_error(c, NULL))) vmmipc__break_untold(c, code);
 }

@@ -176,10 +176,9 @@ vmmipc_result_t vmmipc__memops_barrier(struct vmmipc_win *w, void *stream, unsig
              vmmipc_last_error(), w->comm->rank);
     vmmipc__error_set_raw(msg);
     vmmipc__error_rank(w->comm->rank);
-    const int was = __atomic_load_n(&w->comm->broken, __ATOMIC_ACQUIRE);
-    vmmipc__break(w->comm); /* releases this rank's stream waits; every later call fails naming this rank */
-    /* A host sync call holds no comm and makes no MPI call: the next call that does tells the others. */
-    if (!was) __atomic_store_n(&w->comm->untold, 1, __ATOMIC_RELEASE);
+    /* Releases this rank's stream waits; every later call fails naming this rank. A host sync call holds
+     * no comm and makes no MPI call: the next call that does tells the others. */
+    vmmipc__break_untold(w->comm, VMMIPC_ERR_PEER);
   }
   if (!captured && (!r || torn)) __atomic_store_n(&w->barriers, k, __ATOMIC_RELAXED);
   if (ops != stack) free(ops);
