@@ -115,7 +115,7 @@ static PyObject *buf_close(VmpBuffer *self, PyObject *Py_UNUSED(ignored)) {
   Py_END_ALLOW_THREADS
   self->closing = 0;
   free(ev);
-  if (how) return vmp_wait_failed(op, how, rc, timeout);
+  if (how) return vmp_wait_failed(op, how, rc, timeout, -1);
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
   self->h = NULL;
   buf_release_keep(self);
@@ -213,8 +213,8 @@ static PyObject *py_alloc(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) 
   return vmp_buffer_new(h, 0);
 }
 
-/* CUDA Array Interface: data pointer and byte extent of a C-contiguous array. */
-static int cai_extent(PyObject *obj, uintptr_t *ptr, size_t *nbytes) {
+/* CUDA Array Interface: data pointer, byte extent and read-only flag of a C-contiguous array. */
+static int cai_extent(PyObject *obj, uintptr_t *ptr, size_t *nbytes, int *readonly) {
   PyObject *d = PyObject_GetAttrString(obj, "__cuda_array_interface__");
   if (!d) return -1;
   int rc = -1;
@@ -262,7 +262,8 @@ static int cai_extent(PyObject *obj, uintptr_t *ptr, size_t *nbytes) {
   if (!p && PyErr_Occurred()) goto out;
   *ptr = (uintptr_t)p;
   *nbytes = count * (size_t)item;
-  rc = 0;
+  *readonly = PyTuple_GET_SIZE(data) > 1 ? PyObject_IsTrue(PyTuple_GET_ITEM(data, 1)) : 0;
+  rc = *readonly < 0 ? -1 : 0;
 out:
   Py_DECREF(d);
   return rc;
@@ -279,6 +280,7 @@ static PyObject *py_wrap(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
   uintptr_t ptr = 0;
   void *managed = NULL;
   int versioned = 0, did = -1; /* did: the DLPack producer's device id, -1 unknown */
+  int ro = 0;                   /* the producer made it read-only: so are the buffer's own views */
   PyObject *keep = NULL;
   if (PyLong_Check(obj) && !PyBool_Check(obj)) {
     if (!have_n) {
@@ -315,12 +317,12 @@ static PyObject *py_wrap(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
     Py_XDECREF(empty);
     if (!cap) return NULL;
     int dtype_;
-    int rc = vmp_dlpack_consume(cap, &ptr, &extent, &dtype_, &did, &managed, &versioned);
+    int rc = vmp_dlpack_consume(cap, &ptr, &extent, &dtype_, &did, &ro, &managed, &versioned);
     Py_DECREF(cap);
     if (rc < 0) return NULL;
     keep = obj;
   } else if (PyObject_HasAttrString(obj, "__cuda_array_interface__")) {
-    if (cai_extent(obj, &ptr, &extent) < 0) return NULL;
+    if (cai_extent(obj, &ptr, &extent, &ro) < 0) return NULL;
     keep = obj;
   } else {
     PyErr_Format(PyExc_TypeError,
@@ -344,7 +346,7 @@ static PyObject *py_wrap(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
     if (managed) vmp_dlpack_release(managed, versioned);
     return vmp_raise(r);
   }
-  VmpBuffer *b = (VmpBuffer *)vmp_buffer_new(h, 0);
+  VmpBuffer *b = (VmpBuffer *)vmp_buffer_new(h, ro);
   if (!b) {
     if (managed) vmp_dlpack_release(managed, versioned);
     return NULL;

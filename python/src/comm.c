@@ -172,12 +172,13 @@ static PyObject *comm_close(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
   if (self->busy) return vmp_raise_msg(VMMIPC_ERR_BUSY, "vmmipc.Comm.close: a call on the comm is in progress");
   if (vmp_mpi_check("vmmipc.Comm.close") < 0) return NULL;
   /* Collected windows go to the library once their work is done (within
-   * the timeout): it frees them here, in step, before destroying. That
+   * vmp_close_wait_ms): it frees them here, in step, before destroying. That
    * wait lets the GIL go: the comm is closing from here on, so that a call
    * (a second close too) from another thread meanwhile is refused. */
   self->busy++;
   self->closing = 1;
-  int left = vmp_comm_settle(self, self->timeout_ms);
+  const int wait_ms = vmp_close_wait_ms(self->timeout_ms);
+  int left = vmp_comm_settle(self, wait_ms);
   vmmipc_result_t r;
   vmmipc_comm_t h = self->h;
   Py_BEGIN_ALLOW_THREADS
@@ -190,7 +191,7 @@ static PyObject *comm_close(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
   if ((r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) && left)
     return vmp_raise_msg(r, "vmmipc.Comm.close: %d garbage-collected window(s) still have device work running after "
                          "%d ms, so they are not released yet; the comm stays open on every rank (%s)",
-                         left, self->timeout_ms, es.msg);
+                         left, wait_ms, es.msg);
   if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) return vmp_raise_snap(r, &es);
   vmp_comm_forget(self);  /* freed with the comm (an unreleased one would have refused it) */
   self->h = NULL;

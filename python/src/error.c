@@ -129,6 +129,15 @@ PyObject *vmp_raise_msg(vmmipc_result_t r, const char *fmt, ...) {
   return raise_with(r, -1, buf);
 }
 
+PyObject *vmp_raise_msg_rank(vmmipc_result_t r, int rank, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return raise_with(r, rank, buf);
+}
+
 void vmp_warn_resource(const char *fmt, ...) {
   char buf[512];
   va_list ap;

@@ -529,8 +529,9 @@ PyTypeObject VmpView_Type = {
 };
 
 int vmp_dlpack_consume(PyObject *cap, uintptr_t *ptr, size_t *nbytes, int *device_type, int *device_id,
-                       void **managed, int *versioned) {
+                       int *readonly, void **managed, int *versioned) {
   DLTensor *t;
+  *readonly = 0; /* a classic capsule cannot say */
   if (PyCapsule_IsValid(cap, VMP_DLPACK_CAPSULE_VERSIONED)) {
     DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, VMP_DLPACK_CAPSULE_VERSIONED);
     if (m->version.major != VMP_DLPACK_MAJOR) {
@@ -541,6 +542,7 @@ int vmp_dlpack_consume(PyObject *cap, uintptr_t *ptr, size_t *nbytes, int *devic
     t = &m->dl_tensor;
     *managed = m;
     *versioned = 1;
+    *readonly = (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
   } else if (PyCapsule_IsValid(cap, VMP_DLPACK_CAPSULE)) {
     DLManagedTensor *m = PyCapsule_GetPointer(cap, VMP_DLPACK_CAPSULE);
     t = &m->dl_tensor;

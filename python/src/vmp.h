@@ -170,6 +170,8 @@ PyObject *vmp_raise_snap(vmmipc_result_t r, const vmp_err_snap *s);
   vmp_sweep_buffers()
 /* Raises vmmipc.Error with our own message (a closed object...). */
 PyObject *vmp_raise_msg(vmmipc_result_t r, const char *fmt, ...);
+/* The same, naming `rank` (Error.rank), as the library's own errors do. */
+PyObject *vmp_raise_msg_rank(vmmipc_result_t r, int rank, const char *fmt, ...);
 /* Warns (ResourceWarning); returns -1 only if the warning became an error
  * and could not be reported (it is written out as unraisable instead). */
 void vmp_warn_resource(const char *fmt, ...);
@@ -201,14 +203,21 @@ int vmp_work_begin(vmp_work *w, void ***events, int *n);
 #define VMP_WAIT_TIMEOUT 1
 #define VMP_WAIT_DRIVER 2
 int vmp_events_wait(void *const *events, int n, int timeout_ms, int *rc);
+/* How long a collective close (Window, Comm) waits for device work before
+ * its free: half the comm's timeout. The peers entered the free's agreement
+ * at once, bounded by the timeout: this rank's answer (a pinned window's
+ * refusal) must reach it in time, or their free times out on this rank and
+ * breaks the comm. */
+int vmp_close_wait_ms(int timeout_ms);
 /* Tests: the outcome the next Window.close()'s wait reports instead of its
  * own (VMP_WAIT_TIMEOUT or VMP_WAIT_DRIVER; 0: none), then cleared. */
 extern int vmp_test_wait_outcome;
 /* One poll of events without waiting: 1 all done, 0 some still running, -1 a driver error. */
 int vmp_events_done(void *const *events, int n);
 void vmp_work_free(vmp_work *w);
-/* Raises vmmipc.Error for a close() whose wait failed (TIMEOUT or CUDA). */
-PyObject *vmp_wait_failed(const char *op, int how, int rc, int timeout_ms);
+/* Raises vmmipc.Error for a close() whose wait failed (TIMEOUT or CUDA),
+ * naming `rank` (a Window's; -1 for a Buffer's: None). */
+PyObject *vmp_wait_failed(const char *op, int how, int rc, int timeout_ms, int rank);
 
 /* release.c */
 /* A window collected open: released now if none of its work went out, else
@@ -286,10 +295,11 @@ int vmp_view_init(PyObject *module);
 PyObject *vmp_view_new(PyObject *owner, uintptr_t ptr, size_t size, int readonly, int device,
                        PyObject *dtype, PyObject *shape, const char *op);
 /* Parses a DLPack capsule (classic or versioned) for wrap: the data pointer,
- * byte size, device; consumes it (renames it) and returns the managed
- * tensor to release later. */
+ * byte size, device, and whether the producer made it read-only (a
+ * versioned capsule's flag); consumes it (renames it) and returns the
+ * managed tensor to release later. */
 int vmp_dlpack_consume(PyObject *capsule, uintptr_t *ptr, size_t *nbytes, int *device_type, int *device_id,
-                       void **managed, int *versioned);
+                       int *readonly, void **managed, int *versioned);
 void vmp_dlpack_release(void *managed, int versioned);
 
 /* bench.c, work.c */

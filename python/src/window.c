@@ -67,11 +67,12 @@ static void window_dealloc(VmpWindow *self) {
 /* The library refuses the free on every rank while views pin the window
  * anywhere; here, where they are, the message counts them. */
 static PyObject *refused_for_views(VmpWindow *w) {
-  return vmp_raise_msg(VMMIPC_ERR_BUSY,
-                       "vmmipc.Window.close: %d view(s) of the window are live on rank %d (Mapping objects, DLPack "
-                       "capsules and the tensors made from them, CUDA Array Interface consumers holding a Mapping); "
-                       "the window stays open on every rank: release them, then close again",
-                       w->views, w->comm ? w->comm->rank : -1);
+  const int rank = w->comm ? w->comm->rank : -1;
+  return vmp_raise_msg_rank(VMMIPC_ERR_BUSY, rank,
+                            "vmmipc.Window.close: %d view(s) of the window are live on rank %d (Mapping objects, "
+                            "DLPack capsules and the tensors made from them, CUDA Array Interface consumers holding "
+                            "a Mapping); the window stays open on every rank: release them, then close again",
+                            w->views, rank);
 }
 
 static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
@@ -85,10 +86,14 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   /* vmmipc_win_free unmaps the peers: the device work this window handed
    * out must be done first (work.c), and in Python nobody should have to
    * remember that. A wait that fails pins the window for the call, so that
-   * the library refuses the free on every rank (BUSY) and no peer waits. */
+   * the library refuses the free on every rank (BUSY) and no peer waits.
+   * Live views here refuse it anyway: nothing is waited for, and the window
+   * is pinned for the call, so that a view that another thread drops
+   * meanwhile cannot let the free go ahead before its work was waited for. */
   void **ev = NULL;
   int nev = 0, how = 0, rc = 0;
-  if (self->work.handed) {
+  const int viewed = self->views > 0;
+  if (self->work.handed && !viewed) {
     rc = vmp_work_begin(&self->work, &ev, &nev);
     if (rc) how = VMP_WAIT_DRIVER;
     if (rc < 0) PyErr_Clear();
@@ -96,7 +101,8 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   vmmipc_result_t r;
   vmmipc_win_t h = self->h;
   vmmipc_comm_t ch = c->h;
-  int timeout = c->timeout_ms, freed = 0, test_how = vmp_test_wait_outcome;
+  const int rank = c->rank; /* c may go with the window's references */
+  int timeout = vmp_close_wait_ms(c->timeout_ms), freed = 0, test_how = vmp_test_wait_outcome;
   vmp_test_wait_outcome = 0;
   vmmipc_comm_stats_t st = VMMIPC_COMM_STATS_INIT;
   self->busy++;
@@ -111,13 +117,13 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   if (how && vmmipc_comm_stats(ch, &st) == VMMIPC_SUCCESS && st.broken) {
     r = VMMIPC_ERR_BUSY; /* nobody to agree with, and its work may still run: left open here */
   } else {
-    if (how) vmmipc_win_pin(h);
+    if (how || viewed) vmmipc_win_pin(h);
     r = vmmipc_win_free(h);
     /* BUSY always means still open; another failure freed it exactly when the comm is broken. */
     st.broken = 0;
     freed = r == VMMIPC_SUCCESS ||
             (r != VMMIPC_ERR_BUSY && vmmipc_comm_stats(ch, &st) == VMMIPC_SUCCESS && st.broken);
-    if (how && !freed) vmmipc_win_unpin(h);
+    if ((how || viewed) && !freed) vmmipc_win_unpin(h);
   }
   Py_END_ALLOW_THREADS
   c->busy--;
@@ -131,7 +137,7 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
     window_drop_refs(self);
   }
   VMP_SWEEP(es);
-  if (how) return vmp_wait_failed(op, how, rc, timeout);
+  if (how) return vmp_wait_failed(op, how, rc, timeout, rank);
   if (!freed && r == VMMIPC_ERR_BUSY && self->views) return refused_for_views(self);
   if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
   Py_RETURN_NONE;

@@ -180,6 +180,8 @@ int vmp_events_wait(void *const *events, int n, int timeout_ms, int *rc) {
   return 0;
 }
 
+int vmp_close_wait_ms(int timeout_ms) { return timeout_ms / 2; }
+
 void vmp_work_free(vmp_work *w) {
   for (int i = 0; i < w->n; i++)
     if (w->t[i].event && events_ready()) ev_destroy(w->t[i].event);
@@ -188,20 +190,21 @@ void vmp_work_free(vmp_work *w) {
   w->n = w->cap = 0;
 }
 
-PyObject *vmp_wait_failed(const char *op, int how, int rc, int timeout_ms) {
+PyObject *vmp_wait_failed(const char *op, int how, int rc, int timeout_ms, int rank) {
   /* A Buffer's close is local: it stays open here; a Window's, everywhere. */
   const int buffer = strstr(op, "Buffer") != NULL;
   const char *what = buffer ? "buffer" : "window", *where = buffer ? "" : " on every rank";
   if (how == VMP_WAIT_TIMEOUT)
-    return vmp_raise_msg(VMMIPC_ERR_TIMEOUT,
-                         "%s: the device work on the %s's streams (its signals, waits and barriers, the consumer "
-                         "streams given to __dlpack__, the legacy default stream) was not done within %d ms; the "
-                         "%s stays open%s; hint: is a kernel or a stream wait still waiting for a peer's signal?",
-                         op, what, timeout_ms, what, where);
-  return vmp_raise_msg(VMMIPC_ERR_CUDA,
-                       "%s: waiting for the device work on the %s's streams: the driver returned CUresult %d "
-                       "(a kernel may have faulted; the context is then lost); the %s stays open",
-                       op, what, rc, what);
+    return vmp_raise_msg_rank(VMMIPC_ERR_TIMEOUT, rank,
+                              "%s: the device work on the %s's streams (its signals, waits and barriers, the "
+                              "consumer streams given to __dlpack__, the legacy default stream) was not done within "
+                              "%d ms; the %s stays open%s; hint: is a kernel or a stream wait still waiting for a "
+                              "peer's signal?",
+                              op, what, timeout_ms, what, where);
+  return vmp_raise_msg_rank(VMMIPC_ERR_CUDA, rank,
+                            "%s: waiting for the device work on the %s's streams: the driver returned CUresult %d "
+                            "(a kernel may have faulted; the context is then lost); the %s stays open",
+                            op, what, rc, what);
 }
 
 /* _test_fail_next_close_wait(how): the next Window.close()'s wait reports a

@@ -55,8 +55,8 @@ def test_wrap_pointer():
 class CAI:
     """An array library's object exposing the CUDA Array Interface."""
 
-    def __init__(self, ptr, n, strides=None):
-        self.__cuda_array_interface__ = {"shape": (n // 4,), "typestr": "<f4", "data": (ptr, False),
+    def __init__(self, ptr, n, strides=None, readonly=False):
+        self.__cuda_array_interface__ = {"shape": (n // 4,), "typestr": "<f4", "data": (ptr, readonly),
                                          "version": 3, "strides": strides}
 
 
@@ -70,6 +70,24 @@ def test_wrap_cuda_array_interface():
             vmmipc.wrap(CAI(b.ptr, b.size, strides=(8,)))   # not contiguous
         with pytest.raises(ValueError):
             vmmipc.wrap(obj, b.size + 1)                     # more than the object
+
+
+def test_wrap_keeps_the_producers_read_only_flag():
+    # A producer that says read-only (the CUDA Array Interface's data[1], a
+    # versioned DLPack capsule's flag) gets a read-only Buffer, and so are
+    # its views. wrap() used to drop the flag: the views were writable.
+    with vmmipc.alloc(1 << 21) as b:
+        got = []
+        for obj in (CAI(b.ptr, b.size, readonly=True), CAI(b.ptr, b.size)):
+            w = vmmipc.wrap(obj)
+            m = w.mapping()
+            got.append((w.readonly, m.readonly, m.__cuda_array_interface__["data"][1]))
+            w2 = vmmipc.wrap(w.mapping(dtype="float32"))   # its versioned capsule says so
+            got.append(w2.readonly)
+            w2.close()
+            del m
+            w.close()
+    assert got == [(True, True, True), True, (False, False, False), False]
 
 
 def test_wrap_dlpack_producer():

@@ -4,12 +4,13 @@ its signals, waits and barriers, on the consumer streams given to
 __dlpack__, and on the legacy default stream). A wait that fails on one
 rank still joins the collective: that rank raises TIMEOUT (or CUDA), its
 peers get BUSY naming it, and the window stays open everywhere."""
+import os
 import time
 
 import pytest
 
 import vmmipc
-from conftest import NXT, PREV, RANK, SIZE, TIMEOUT_MS, all_true
+from conftest import NODE, NXT, PREV, RANK, SIZE, STANDIN, TIMEOUT_MS, WORLD, all_true
 from vmmipc import _vmmipc
 
 
@@ -30,7 +31,7 @@ def test_a_failed_wait_on_one_rank_refuses_the_close_everywhere(comm, how, code)
         win.close()
     took = time.monotonic() - t0
     if RANK == 0:
-        ok = e.value.code == code and "stays open" in str(e.value)
+        ok = (e.value.code, e.value.rank) == (code, 0) and "stays open" in str(e.value)
     else:
         ok = (e.value.code, e.value.rank) == (vmmipc.Result.BUSY, 0)
     ok &= took < TIMEOUT_MS / 2000 and not win.closed and not comm.stats()["broken"]
@@ -54,3 +55,75 @@ def test_close_after_work_on_several_streams(comm):
     win.close()                              # every event done: freed at once
     assert all_true(win.closed)
     buf.close()
+
+
+# HUNG, rank 0's node peer (a member of the free's agreement, which rank 0
+# collects), has its legacy stream wait for a signal that rank 0 sends only
+# after the closes: its work hangs until then.
+HUNG = WORLD.bcast(NXT if len(NODE) > 1 else None, root=0)
+SHORT_MS = 4000
+# A stand-in that runs stream work in the call (VMMIPC_STANDIN_ASYNC=off) would hang in the wait itself.
+SYNC_STANDIN = STANDIN and os.environ.get("VMMIPC_STANDIN_ASYNC") == "off"
+
+
+def hang_work(win):
+    if RANK == HUNG:
+        win.wait(0, 1)                       # the legacy stream, until rank 0 signals
+
+
+def release_work(win):
+    if all_true(not win.closed):             # (a failure may have freed it)
+        if RANK == 0:
+            win.signal(HUNG, 1)
+        win.barrier()
+
+
+@pytest.mark.skipif(HUNG is None or SYNC_STANDIN, reason="needs a node peer of rank 0, late stream work")
+def test_work_that_hangs_refuses_the_close_everywhere_before_the_peers_time_out():
+    # The close's wait ends within half the comm's timeout, so that its
+    # refusal reaches the peers' free, which entered at once: BUSY naming
+    # HUNG there, the comm intact. It used to wait the whole timeout: the
+    # collector's free timed out on HUNG first and broke the comm.
+    with vmmipc.Comm(WORLD, timeout_ms=SHORT_MS) as c:
+        buf = vmmipc.alloc(1 << 20)
+        win = c.allgather_map(buf)
+        win.barrier()
+        hang_work(win)
+        t0 = time.monotonic()
+        with pytest.raises(vmmipc.Error) as e:
+            win.close()
+        took = time.monotonic() - t0
+        want = (vmmipc.Result.TIMEOUT if RANK == HUNG else vmmipc.Result.BUSY, HUNG)
+        ok = (e.value.code, e.value.rank) == want and not win.closed and not c.stats()["broken"]
+        ok &= took < SHORT_MS / 1000 * 0.75
+        release_work(win)
+        assert all_true(ok), (e.value.code, e.value.rank, round(took, 2), str(e.value))
+        win.close()
+        buf.close()
+
+
+@pytest.mark.skipif(HUNG is None or SYNC_STANDIN, reason="needs a node peer of rank 0, late stream work")
+def test_a_close_with_live_views_is_refused_at_once_without_waiting_for_work():
+    # Views refuse the free on every rank: the close waits for nothing, and
+    # pins the window for the call (a view dropped meanwhile on another
+    # thread cannot let the free go ahead unwaited). It used to wait for the
+    # work first, then raise TIMEOUT.
+    with vmmipc.Comm(WORLD, timeout_ms=SHORT_MS) as c:
+        buf = vmmipc.alloc(1 << 20)
+        win = c.allgather_map(buf)
+        win.barrier()
+        m = win.mapping(RANK) if RANK == HUNG else None
+        hang_work(win)
+        t0 = time.monotonic()
+        with pytest.raises(vmmipc.Error) as e:
+            win.close()
+        took = time.monotonic() - t0
+        ok = (e.value.code, e.value.rank) == (vmmipc.Result.BUSY, HUNG) and not win.closed
+        ok &= took < SHORT_MS / 1000 / 4 and not c.stats()["broken"]
+        if RANK == HUNG:
+            ok &= "1 view(s)" in str(e.value)
+        release_work(win)
+        assert all_true(ok), (e.value.code, e.value.rank, round(took, 2), str(e.value))
+        del m
+        win.close()
+        buf.close()
