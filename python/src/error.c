@@ -120,22 +120,26 @@ PyObject *vmp_raise(vmmipc_result_t r) {
   return vmp_raise_snap(r, &s);
 }
 
-PyObject *vmp_raise_msg(vmmipc_result_t r, const char *fmt, ...) {
+static PyObject *raise_vfmt(vmmipc_result_t r, int rank, const char *fmt, va_list ap) {
   char buf[512];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  return raise_with(r, rank, buf);
+}
+
+PyObject *vmp_raise_msg(vmmipc_result_t r, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  raise_vfmt(r, -1, fmt, ap);
   va_end(ap);
-  return raise_with(r, -1, buf);
+  return NULL;
 }
 
 PyObject *vmp_raise_msg_rank(vmmipc_result_t r, int rank, const char *fmt, ...) {
-  char buf[512];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  raise_vfmt(r, rank, fmt, ap);
   va_end(ap);
-  return raise_with(r, rank, buf);
+  return NULL;
 }
 
 void vmp_warn_resource(const char *fmt, ...) {
