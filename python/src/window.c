@@ -203,9 +203,14 @@ static PyObject *window_sigwait(VmpWindow *self, PyObject *args, PyObject *kw, i
   if (vmp_stream_arg(stream_o, &stream) < 0 || vmp_u64_arg(value_o, "value", &value) < 0 ||
       win_rank(self, rank_o, is_wait ? "vmmipc.Window.wait" : "vmmipc.Window.signal", &rank) < 0)
     return NULL;
-  vmmipc_result_t r = is_wait ? vmmipc_win_wait(self->h, rank, value, stream)
-                              : vmmipc_win_signal(self->h, rank, value, stream);
+  vmmipc_result_t r;
+  vmmipc_win_t h = self->h;
   self->work.handed = 1;  /* even a failed call may have enqueued part */
+  self->busy++;
+  Py_BEGIN_ALLOW_THREADS  /* enqueues; may wait on the stand-in's or a full stream's queue */
+  r = is_wait ? vmmipc_win_wait(h, rank, value, stream) : vmmipc_win_signal(h, rank, value, stream);
+  Py_END_ALLOW_THREADS
+  self->busy--;
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
   vmp_work_op(&self->work, stream);
   Py_RETURN_NONE;

@@ -91,6 +91,35 @@ def test_wait_host_in_a_thread_releases_the_gil(win):
     assert still_waiting or SIZE == 1
 
 
+def test_a_stream_wait_blocked_in_its_enqueue_releases_the_gil(win):
+    # The enqueue itself can block: on a GPU behind a full stream queue, on
+    # the synchronous stand-in (python_sync_standin: VMMIPC_STANDIN_ASYNC=off)
+    # always. The peer's signal that ends it comes only after this rank's
+    # main thread, which needs the GIL, has seen the waiter inside the call.
+    # Two streams: a signal queued behind the wait on its own stream would
+    # never run on a GPU.
+    from support import Stream
+    result, waits, signals = {}, Stream(), Stream()
+
+    def waiter():
+        try:
+            win.wait(PREV, 31, stream=waits.handle)
+            result["ok"] = True
+        except vmmipc.Error as e:  # pragma: no cover - reported below
+            result["error"] = e
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    while not win._busy and t.is_alive():   # inside the call, or already done
+        pass
+    WORLD.Barrier()
+    win.signal(NXT, 31, stream=signals.handle)
+    vmmipc.synchronize()
+    t.join(60)
+    destroyed = (waits.destroy(), signals.destroy())
+    assert all_true(result.get("ok") and not t.is_alive() and destroyed == (0, 0)), (result, destroyed)
+
+
 def test_close_refused_while_waiting(win):
     started = threading.Event()
     done = {}
