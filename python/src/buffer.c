@@ -73,6 +73,7 @@ static void buf_release_keep(VmpBuffer *b) {
  * later collective call, as a collected window's (release.c), since nothing
  * that needs a context runs here. */
 static void buf_dealloc(VmpBuffer *self) {
+  PyObject_GC_UnTrack(self);
   if (self->h && !vmp_finalized && (self->work.handed || vmmipc_buf_free(self->h) == VMMIPC_ERR_BUSY)) {
     vmp_defer_buffer(self->h, self->keep, self->dl_managed, self->dl_versioned, &self->work, self->device);
     self->keep = NULL;
@@ -122,6 +123,15 @@ static PyObject *buf_close(VmpBuffer *self, PyObject *Py_UNUSED(ignored)) {
   vmp_work_free(&self->work);
   vmp_sweep_buffers();
   Py_RETURN_NONE;
+}
+
+/* The collector sees the wrapped object, so that one holding its own Buffer
+ * (a cycle) is found. No tp_clear: dropping it here would free the memory
+ * while the Buffer still registers it; the cycle breaks at the other object,
+ * and the Buffer's dealloc then frees in order. */
+static int buf_traverse(VmpBuffer *self, visitproc visit, void *arg) {
+  Py_VISIT(self->keep);
+  return 0;
 }
 
 static PyObject *buf_enter(PyObject *self, PyObject *Py_UNUSED(ignored)) {
@@ -191,7 +201,8 @@ PyTypeObject VmpBuffer_Type = {
     .tp_basicsize = sizeof(VmpBuffer),
     .tp_dealloc = (destructor)buf_dealloc,
     .tp_repr = (reprfunc)buf_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)buf_traverse,
     .tp_doc = "Device memory that vmmipc can share: made by vmmipc.alloc or vmmipc.wrap, or a peer's memory "
               "mapped here by Comm.bcast_map or Comm.scatter_map. Not constructible directly.",
     .tp_methods = buf_methods,

@@ -90,6 +90,21 @@ def test_wrap_keeps_the_producers_read_only_flag():
     assert got == [(True, True, True), True, (False, False, False), False]
 
 
+def test_a_wrapped_object_that_holds_its_buffer_is_collected():
+    # An array object that keeps the Buffer wrapping it makes a cycle, since
+    # the Buffer keeps the object alive. The collector must see the Buffer's
+    # reference, else neither (nor the Buffer's registration) is ever freed.
+    import gc
+    import weakref
+    with vmmipc.alloc(1 << 21) as b:
+        obj = CAI(b.ptr, b.size)
+        obj.shared = vmmipc.wrap(obj)
+        gone = weakref.ref(obj)
+        del obj
+        gc.collect()
+        assert gone() is None
+
+
 def test_wrap_dlpack_producer():
     with vmmipc.alloc(1 << 21) as b:
         view = b.mapping(dtype="float32")
