@@ -7,7 +7,10 @@
 
 PyObject *vmp_window_new(vmmipc_win_t h, VmpComm *comm, PyObject *buf, VmpHeap *heap, int readonly) {
   VmpWindow *w = (VmpWindow *)VmpWindow_Type.tp_alloc(&VmpWindow_Type, 0);
-  if (!w) return NULL;  /* the C window stays open: freeing it is collective, and peers hold theirs */
+  if (!w) {  /* freeing it is collective: released, it is freed in step by a later collective */
+    vmmipc_win_release(h);
+    return NULL;
+  }
   w->h = h;
   Py_INCREF(comm);
   w->comm = comm;
