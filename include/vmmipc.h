@@ -667,7 +667,8 @@ VMMIPC_API vmmipc_result_t vmmipc_heap_release(vmmipc_heap_t heap);
 /* Local: fills *out for kernels (vmmipc_device.cuh). The arrays live in
  * device memory the window's comm allocated when the window was made (no
  * allocation here: a kernel may be running), are filled on the window's
- * first call, and stay valid until vmmipc_win_free. */
+ * first call, and stay valid until vmmipc_win_free. Any thread, with any
+ * context current or none. */
 VMMIPC_API vmmipc_result_t vmmipc_win_device(vmmipc_win_t win, vmmipc_win_device_t *out);
 
 /* What device waits on a window recorded, and which path its host sync
@@ -688,7 +689,8 @@ typedef struct vmmipc_win_device_status {
  * a failure value (kernels of vmmipc_device.cuh and the host-sync kernels),
  * then clears it. While a record is set, vmmipc_win_signal, wait, barrier
  * and wait_host on win return VMMIPC_ERR_TIMEOUT (or VMMIPC_ERR_PEER for a
- * failure) naming the rank. */
+ * failure) naming the rank. Any thread, with any context current or none;
+ * a call that fails keeps the record. */
 VMMIPC_API vmmipc_result_t vmmipc_win_device_status(vmmipc_win_t win, vmmipc_win_device_status_t *status);
 
 #ifdef __cplusplus

@@ -177,9 +177,21 @@ TEST_F(Device, ArraysMatchTheWindowAndGoWithIt) {
       EXPECT_GE(mods1, 1) << "the kernels load with the window, never in a host sync call";
     }
   }
+  // The window's first call makes its arrays, and may come from a thread
+  // with no context current: the upload goes through the comm's own.
+  vmmipc_win_device_t first;
+  std::memset(&first, 0, sizeof first);
+  vmmipc_result_t fr = VMMIPC_ERR_INVALID_ARG;
+  std::string fmsg;
+  std::thread([&] {
+    fr = vmmipc_win_device(w, &first);
+    fmsg = vmmipc_last_error();
+  }).join();
+  ASSERT_EQ(fr, VMMIPC_SUCCESS) << fmsg;
   vmmipc_win_device_t d;
   std::memset(&d, 0, sizeof d);
   ASSERT_VMM_OK(vmmipc_win_device(w, &d));
+  EXPECT_EQ(std::memcmp(&first, &d, sizeof d), 0);
   EXPECT_EQ(d.rank, vt::Rank());
   EXPECT_EQ(d.nranks, vt::Size());
   EXPECT_EQ(d.node_rank, me_);
@@ -378,12 +390,27 @@ TEST_F(DeviceTimeout, AKernelPathWaitThatTimesOutBreaksTheComm) {
     EXPECT_EQ(vmmipc_win_signal(w, peer, 1, s_), VMMIPC_ERR_TIMEOUT);
     EXPECT_TRUE(Has("rank " + std::to_string(peer))) << vmmipc_last_error();
     EXPECT_TRUE(Has("timed out")) << vmmipc_last_error();
-    vmmipc_win_device_status_t st = Status(w);
+    // A read whose clearing upload fails keeps the record (before, it was
+    // lost, and no later wait could record again); a read from a thread
+    // with no context current works (before, it failed so).
+    vmmipc_win_device_status_t st = VMMIPC_WIN_DEVICE_STATUS_INIT;
+    vmmipc__test_fail_at("status_upload", 1);
+    EXPECT_EQ(vmmipc_win_device_status(w, &st), VMMIPC_ERR_CUDA);
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_TRUE(Has("clearing the window's device record")) << vmmipc_last_error();
+    vmmipc_result_t sr = VMMIPC_ERR_INVALID_ARG;
+    std::string smsg;
+    std::thread([&] {
+      sr = vmmipc_win_device_status(w, &st);
+      smsg = vmmipc_last_error();
+    }).join();
+    ASSERT_EQ(sr, VMMIPC_SUCCESS) << smsg;
     EXPECT_EQ(st.state, VMMIPC_DEV_TIMEOUT);
     EXPECT_EQ(st.rank, peer);
     EXPECT_EQ(st.barrier, 0);
     EXPECT_EQ(st.value, 5u);
     EXPECT_EQ(st.seen, 0u);
+    EXPECT_EQ(Status(w).state, VMMIPC_DEV_OK) << "read, and cleared";
     EXPECT_EQ(vmmipc_win_signal(w, peer, 1, s_), VMMIPC_ERR_TIMEOUT) << "read, but the comm stays failed";
     EXPECT_EQ(vmmipc_win_wait_host(w, peer, 1, 10), VMMIPC_ERR_TIMEOUT);
   }

@@ -56,7 +56,8 @@ extern "C" {
  * host-sync paths right after every node rank said it was ready),
  * "trial_abort" (this rank aborts its comm at that point), "trial_call"
  * (the trial's nth signal, wait or barrier call on this rank is refused,
- * as the driver could). At the
+ * as the driver could), "status_upload" (the next vmmipc_win_device_status
+ * that clears a record cannot upload the cleared claim). At the
  * collector of an agreement (comm/agree.c): "verdict" (it stalls 1.5 x the
  * timeout between deciding and announcing), "verdict_slow" /
  * "verdict_stuck" (after sending rank 1 its verdict, it stalls for the

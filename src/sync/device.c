@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/testhooks.h"
 #include "sync/sync.h"
 #include "vmm/vmm.h"
 
@@ -17,18 +18,19 @@ static pthread_mutex_t windev_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t pad_slot(struct vmmipc_win *w, int q, int slot) { return (uint64_t)vmmipc__slot_addr(w, q, slot); }
 
 /* A synchronous upload on the pool's private stream (a pageable
- * cuMemcpyHtoD may return before the data lands), in the relaxed capture
- * mode: the private stream is never captured, and a user's capture on
- * another stream goes on. */
+ * cuMemcpyHtoD may return before the data lands), through the pool's
+ * context (the caller's thread may have none current, or another
+ * device's) and in the relaxed capture mode: the private stream is never
+ * captured, and a user's capture on another stream goes on. */
 static CUresult upload(const vmmipc__cu_t *cu, struct vmmipc_comm *c, CUdeviceptr to, const void *from, size_t n) {
   struct vmmipc__pool *p = c->pool;
-  vmmipc__relaxed_t relaxed;
-  vmmipc__capture_relax(cu, &relaxed);
+  vmmipc__aside_t aside;
+  vmmipc__aside_begin(cu, p->ctx, &aside);
   pthread_mutex_lock(&p->mu);
   CUresult rc = cu->cuMemcpyHtoDAsync(to, from, n, p->stream);
   if (!rc) rc = cu->cuStreamSynchronize(p->stream);
   pthread_mutex_unlock(&p->mu);
-  vmmipc__capture_restore(cu, &relaxed);
+  vmmipc__aside_end(cu, &aside);
   return rc;
 }
 
@@ -188,8 +190,15 @@ vmmipc_result_t vmmipc_win_device_status(vmmipc_win_t w, vmmipc_win_device_statu
     if (r) return r;
     __atomic_store_n(&v->record->head, 0ull, __ATOMIC_RELEASE);
     static const unsigned long long zero = 0;
-    CUresult rc = upload(cu, w->comm, (CUdeviceptr)(uintptr_t)v->d.claim, &zero, sizeof zero);
-    if (rc) return vmmipc__cu_error(rc, NULL, "%s: clearing the window's device record", op);
+    CUresult rc = VMMIPC__INJECT("status_upload") ? CUDA_ERROR_INVALID_VALUE
+                                                  : upload(cu, w->comm, (CUdeviceptr)(uintptr_t)v->d.claim, &zero,
+                                                           sizeof zero);
+    if (rc) {
+      /* Still claimed: put the record back, else no later wait could
+       * record, and the window's calls would not report this one. */
+      __atomic_store_n(&v->record->head, head, __ATOMIC_RELEASE);
+      return vmmipc__cu_error(rc, NULL, "%s: clearing the window's device record", op);
+    }
   }
   memcpy((char *)status + sizeof want, (const char *)&s + sizeof want,
          (want < sizeof s ? want : sizeof s) - sizeof want);
