@@ -186,16 +186,23 @@ static PyObject *comm_close(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
   Py_END_ALLOW_THREADS
   self->closing = 0;
   self->busy--;
-  VMP_SWEEP(es);
+  vmp_err_snap es;
+  vmp_err_take(&es);
   /* Only a refusal leaves the comm open; any other failure freed it (vmmipc.h). */
-  if ((r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) && left)
+  const int refused = r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG;
+  if (!refused) {
+    /* Closed before any Python code runs: dropping the queued windows'
+     * buffers and the sweep may run finalizers, which must not find the
+     * freed handle. */
+    self->h = NULL;
+    vmp_link_del(&self->link);
+    vmp_comm_forget(self);  /* freed with the comm (an unreleased one would have refused it) */
+  }
+  vmp_sweep_buffers();
+  if (refused && left)
     return vmp_raise_msg(r, "vmmipc.Comm.close: %d garbage-collected window(s) still have device work running after "
                          "%d ms, so they are not released yet; the comm stays open on every rank (%s)",
                          left, wait_ms, es.msg);
-  if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) return vmp_raise_snap(r, &es);
-  vmp_comm_forget(self);  /* freed with the comm (an unreleased one would have refused it) */
-  self->h = NULL;
-  vmp_link_del(&self->link);
   if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
   Py_RETURN_NONE;
 }
@@ -226,7 +233,8 @@ static PyObject *comm_abort(VmpComm *self, PyObject *Py_UNUSED(ignored)) {
 static PyObject *comm_allgather_map(VmpComm *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"buf", "access", NULL};
   PyObject *bo, *ao = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:allgather_map", kwlist, &bo, &ao)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:allgather_map", kwlist, &bo, &ao))
+    return vmp_join_failed(self, VMP_JOIN_ALLGATHER, 0);  /* a call Python cannot parse still joins */
   vmmipc_buf_t buf;
   vmmipc_access_t acc;
   const vmmipc_access_t *pacc;
@@ -253,7 +261,8 @@ static PyObject *comm_allgather_map(VmpComm *self, PyObject *args, PyObject *kw)
 static PyObject *comm_bcast_map(VmpComm *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"buf", "root", "access", NULL};
   PyObject *bo, *rooto, *ao = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:bcast_map", kwlist, &bo, &rooto, &ao)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:bcast_map", kwlist, &bo, &rooto, &ao))
+    return vmp_join_failed(self, VMP_JOIN_BCAST, -1);  /* a call Python cannot parse still joins */
   vmmipc_buf_t buf;
   vmmipc_access_t acc;
   const vmmipc_access_t *pacc;
@@ -284,7 +293,8 @@ static PyObject *comm_bcast_map(VmpComm *self, PyObject *args, PyObject *kw) {
 static PyObject *comm_scatter_map(VmpComm *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"bufs", "root", "access", NULL};
   PyObject *bo, *rooto, *ao = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:scatter_map", kwlist, &bo, &rooto, &ao)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:scatter_map", kwlist, &bo, &rooto, &ao))
+    return vmp_join_failed(self, VMP_JOIN_SCATTER, -1);  /* a call Python cannot parse still joins */
   vmmipc_access_t acc;
   const vmmipc_access_t *pacc;
   int ro, root;
@@ -379,7 +389,7 @@ static PyObject *comm_get_busy(VmpComm *self, void *Py_UNUSED(c)) { return PyLon
 static PyMethodDef comm_methods[] = {
     {"close", (PyCFunction)comm_close, METH_NOARGS,
      "close()\n--\n\nCollective: frees, in step, the windows and heaps of the comm that every rank's garbage "
-     "collector released (waiting up to the timeout for their device work), then destroys the comm. Refused "
+     "collector released (waiting up to half the timeout for their device work), then destroys the comm. Refused "
      "(vmmipc.Error) while windows or heaps of it are open on some rank. A second close does nothing."},
     {"__enter__", comm_enter, METH_NOARGS, "Returns the comm."},
     {"__exit__", (PyCFunction)comm_exit, METH_VARARGS, "Closes the comm (collective)."},

@@ -11,7 +11,8 @@ int vmp_heap_check(VmpHeap *hp, const char *op) {
 PyObject *vmp_comm_heap(VmpComm *c, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"reserve", "grow", "access", NULL};
   PyObject *ro = Py_None, *go = Py_None, *ao = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOO:heap", kwlist, &ro, &go, &ao)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOO:heap", kwlist, &ro, &go, &ao))
+    return vmp_join_failed(c, VMP_JOIN_HEAP, 0);
   vmmipc_heap_config_t cfg = VMMIPC_HEAP_CONFIG_INIT;
   vmmipc_access_t acc;
   int readonly;
@@ -71,26 +72,31 @@ static void heap_dealloc(VmpHeap *self) {
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* A bad argument to alloc on this rank: it still joins, with a NULL out
+ * that the library refuses on every rank, as vmp_join_failed does; the
+ * Python exception already set is then raised. */
+static PyObject *heap_join_failed(VmpHeap *self) {
+  if (!self->h || self->closing) return NULL;  /* nothing to join */
+  VMP_ERR_SAVE(saved);
+  vmmipc_heap_t h = self->h;
+  self->busy++;
+  Py_BEGIN_ALLOW_THREADS
+  vmmipc_heap_alloc(h, 0, NULL);
+  Py_END_ALLOW_THREADS
+  self->busy--;
+  VMP_SWEEP(es);
+  VMP_ERR_RESTORE(saved);
+  return NULL;
+}
+
 static PyObject *heap_alloc(VmpHeap *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"nbytes", NULL};
   PyObject *no;
   size_t n;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O:alloc", kwlist, &no) || vmp_heap_check(self, "vmmipc.Heap.alloc") < 0 ||
-      vmp_mpi_check("vmmipc.Heap.alloc") < 0)
-    return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O:alloc", kwlist, &no)) return heap_join_failed(self);
+  if (vmp_heap_check(self, "vmmipc.Heap.alloc") < 0 || vmp_mpi_check("vmmipc.Heap.alloc") < 0) return NULL;
   vmp_comm_settle(self->comm, 0);
-  if (vmp_size_arg(no, "nbytes", &n) < 0) {  /* join with a NULL out, as vmp_join_failed does */
-    VMP_ERR_SAVE(saved);
-    vmmipc_heap_t h = self->h;
-    self->busy++;
-    Py_BEGIN_ALLOW_THREADS
-    vmmipc_heap_alloc(h, 0, NULL);
-    Py_END_ALLOW_THREADS
-    self->busy--;
-    VMP_SWEEP(es);
-    VMP_ERR_RESTORE(saved);
-    return NULL;
-  }
+  if (vmp_size_arg(no, "nbytes", &n) < 0) return heap_join_failed(self);
   vmmipc_win_t w = NULL;
   vmmipc_result_t r;
   vmmipc_heap_t h = self->h;
@@ -122,11 +128,16 @@ static PyObject *heap_close(VmpHeap *self, PyObject *Py_UNUSED(ignored)) {
   self->comm->busy--;
   self->closing = 0;
   self->busy--;
-  VMP_SWEEP(es);
+  vmp_err_snap es;
+  vmp_err_take(&es);
   /* Only a refusal leaves the heap open; any other failure freed it (vmmipc.h). */
-  if (r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG) return vmp_raise_snap(r, &es);
-  self->h = NULL;
-  vmp_link_del(&self->link);
+  const int refused = r == VMMIPC_ERR_BUSY || r == VMMIPC_ERR_INVALID_ARG;
+  if (!refused) {  /* closed before the sweep's finalizers can run */
+    self->h = NULL;
+    vmp_link_del(&self->link);
+  }
+  vmp_sweep_buffers();
+  if (refused) return vmp_raise_snap(r, &es);
   Py_CLEAR(self->comm);
   if (r != VMMIPC_SUCCESS) return vmp_raise_snap(r, &es);
   Py_RETURN_NONE;

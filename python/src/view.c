@@ -176,6 +176,7 @@ PyObject *vmp_view_new(PyObject *owner, uintptr_t ptr, size_t size, int readonly
 /* Runs wherever the last reference goes: a DLPack deleter's thread included
  * (with the GIL, which the deleter takes). Unpinning is local and atomic. */
 static void view_dealloc(VmpView *self) {
+  PyObject_GC_UnTrack(self);
   if (self->owner && PyObject_TypeCheck(self->owner, &VmpWindow_Type)) {
     VmpWindow *w = (VmpWindow *)self->owner;
     w->views--;
@@ -513,13 +514,21 @@ static PyGetSetDef view_getset[] = {
     {"owner", (getter)view_get_owner, NULL, "The Window or Buffer the view keeps alive.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
+/* Seen by the collector (a cycle through its owner's wrapped object); no
+ * tp_clear, as for Window and Buffer. */
+static int view_traverse(VmpView *self, visitproc visit, void *arg) {
+  Py_VISIT(self->owner);
+  return 0;
+}
+
 PyTypeObject VmpView_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "vmmipc.Mapping",
     .tp_basicsize = sizeof(VmpView),
     .tp_dealloc = (destructor)view_dealloc,
     .tp_repr = (reprfunc)view_repr,
     .tp_as_buffer = &view_as_buffer,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)view_traverse,
     .tp_doc = "A view of mapped device memory (Window.mapping, Buffer.mapping) for torch.from_dlpack, "
               "cupy.from_dlpack / cupy.asarray and numba; memoryview() where the memory is host-visible (the CPU "
               "stand-in). While it (or a capsule or tensor made from it) lives, its window or buffer cannot be "

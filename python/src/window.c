@@ -54,6 +54,7 @@ void vmp_window_release_local(VmpWindow *w, const char *why) {
  * window is released (release.c) and freed in step at a later collective
  * call on its comm, once every rank let it go. */
 static void window_dealloc(VmpWindow *self) {
+  PyObject_GC_UnTrack(self);
   if (self->h && !vmp_finalized) {
     vmp_warn_resource("vmmipc.Window garbage-collected while open: released; it is freed in step at a later "
                       "collective call on its comm once every rank released it (close it collectively, or use "
@@ -86,6 +87,8 @@ static PyObject *window_close(VmpWindow *self, PyObject *Py_UNUSED(ignored)) {
   VmpComm *c = self->comm;
   vmp_comm_settle(c, 0);
   if (!self->h) Py_RETURN_NONE;
+  /* The settle may run finalizers, and so let another thread start a call. */
+  if (self->busy) return vmp_raise_msg(VMMIPC_ERR_BUSY, "%s: a call on the window is in progress", op);
   /* vmmipc_win_free unmaps the peers: the device work this window handed
    * out must be done first (work.c), and in Python nobody should have to
    * remember that. A wait that fails pins the window for the call, so that
@@ -184,8 +187,9 @@ static PyObject *window_mapping(VmpWindow *self, PyObject *args, PyObject *kw) {
   size_t n = 0;
   vmmipc_result_t r = vmmipc_win_query(self->h, rank, &p, &n);
   if (r != VMMIPC_SUCCESS) return vmp_raise(r);
-  /* The caller's own buffer is writable even in a read-only window. */
-  int ro = self->readonly && rank != self->comm->rank;
+  /* The caller's own buffer is as writable as it is (a wrapped producer may
+   * have said read-only), whatever access the peers asked for. */
+  int ro = rank == self->comm->rank ? self->buf && ((VmpBuffer *)self->buf)->readonly : self->readonly;
   /* The peers' memory is accessible from the window's device, whichever is current now. */
   int dev = self->device >= 0 ? self->device : vmp_current_device();
   return vmp_view_new((PyObject *)self, (uintptr_t)p, n, ro, dev, dtype, shape, "vmmipc.Window.mapping");
@@ -284,7 +288,7 @@ static PyObject *window_get_size(VmpWindow *self, void *Py_UNUSED(c)) {
 
 static PyMethodDef window_methods[] = {
     {"close", (PyCFunction)window_close, METH_NOARGS,
-     "close()\n--\n\nCollective. First waits, at most the comm's timeout, for the device work the window handed "
+     "close()\n--\n\nCollective. First waits, at most half the comm's timeout, for the device work the window handed "
      "out (if a pointer, view or stream operation went out): after its signals, waits and barriers, on the streams "
      "given to its views' __dlpack__(stream=...), and on the legacy default stream. Then frees it on every rank. "
      "Refused (vmmipc.Error, Result.BUSY) on every rank while views of it live on any rank; a wait that failed "
@@ -321,11 +325,23 @@ static PyGetSetDef window_getset[] = {
     {"size", (getter)window_get_size, NULL, "Number of ranks of the window's comm.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
+/* The collector sees what the window holds, so that a cycle through a
+ * wrapped object (it holds the window, whose buffer holds it) is found. No
+ * tp_clear, as for Buffer: the cycle breaks at the other object, and the
+ * dealloc then releases the window as for any collected one. */
+static int window_traverse(VmpWindow *self, visitproc visit, void *arg) {
+  Py_VISIT(self->buf);
+  Py_VISIT((PyObject *)self->heap);
+  Py_VISIT((PyObject *)self->comm);
+  return 0;
+}
+
 PyTypeObject VmpWindow_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "vmmipc.Window",
     .tp_basicsize = sizeof(VmpWindow),
     .tp_dealloc = (destructor)window_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)window_traverse,
     .tp_doc = "Every node peer's memory mapped here (Comm.allgather_map, Heap.alloc). A context manager; close() is "
               "collective. Not constructible directly.",
     .tp_methods = window_methods,

@@ -105,6 +105,20 @@ def test_a_wrapped_object_that_holds_its_buffer_is_collected():
         assert gone() is None
 
 
+def test_a_read_only_buffers_own_view_through_a_window_is_read_only(comm):
+    # Before, the window's view of this rank's own buffer was writable,
+    # though the producer said read-only. (Peers map with the access they
+    # ask for.)
+    with vmmipc.alloc(1 << 21) as b:
+        ro = vmmipc.wrap(CAI(b.ptr, b.size, readonly=True))
+        with comm.allgather_map(ro, access="r") as win:
+            m = win.mapping(RANK)
+            got = (m.readonly, m.__cuda_array_interface__["data"][1])
+            del m
+        ro.close()
+    assert got == (True, True)
+
+
 def test_wrap_dlpack_producer():
     with vmmipc.alloc(1 << 21) as b:
         view = b.mapping(dtype="float32")

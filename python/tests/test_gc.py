@@ -141,3 +141,71 @@ def test_a_collected_buffer_waits_for_the_work_it_handed_out():
         gone = not mapped(ptr)
     assert side.destroy() == 0
     assert all_true(kept and gone), (kept, gone)
+
+
+class Array:
+    """An array library's object (CUDA Array Interface) over n bytes at ptr;
+    at_del, if given, runs in its finalizer."""
+
+    def __init__(self, ptr, n, at_del=None):
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "|u1", "data": (ptr, False), "version": 3}
+        self.at_del = at_del
+
+    def __del__(self):
+        if self.at_del:
+            self.at_del()
+
+
+@pytest.mark.parametrize("what", ["comm", "heap"])
+def test_finalizers_a_close_runs_find_it_closed(what):
+    # A collected window's wrapped buffer is freed, and its object dropped,
+    # after the collective that freed the window: here the close. Before, the
+    # close ran that finalizer while the comm or heap still held its freed
+    # handle (stats() read freed memory; a second close freed it again).
+    c = vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS)
+    heap = c.heap() if what == "heap" else None
+    target = c if heap is None else heap
+    raw = vmmipc.alloc(1 << 21)    # whole granules: wrap() needs them
+    seen = []
+
+    def look():
+        try:
+            target.stats()
+            seen.append("open")
+        except vmmipc.Error as e:
+            seen.append(e.code)
+
+    buf = vmmipc.wrap(Array(raw.ptr, raw.size, look))
+    held = {"win": c.allgather_map(buf)}
+    del buf
+    drop(held)                      # released; the buffer waits for the window's free
+    target.close()
+    if heap is not None:
+        c.close()
+    raw.close()
+    assert all_true(seen == [vmmipc.Result.INVALID_ARG] and target.closed), seen
+
+
+def test_a_cycle_through_a_wrapped_object_is_collected(comm):
+    # The object holds its Buffer, a window exposing it, and a view of the
+    # Buffer: each refers back to the object through the Buffer. The
+    # collector must see every one of those references; before, the window
+    # and the view hid theirs, so nothing was ever collected, and the window
+    # stayed open (the comm's close refused) for good.
+    import weakref
+    raw = vmmipc.alloc(1 << 21)    # whole granules: wrap() needs them
+    obj = Array(raw.ptr, raw.size)
+    obj.buf = vmmipc.wrap(obj)
+    obj.win = comm.allgather_map(obj.buf)
+    view = {"obj": Array(raw.ptr, raw.size)}
+    view["obj"].buf = vmmipc.wrap(view["obj"])
+    view["obj"].view = view["obj"].buf.mapping()
+    gone = [weakref.ref(obj), weakref.ref(view["obj"])]
+    del obj
+    drop(view)
+    collected = [g() is None for g in gone]
+    with comm.allgather_map(None):   # frees the released window in step
+        pass
+    left = comm.stats()["open_windows"]
+    raw.close()
+    assert all_true(collected == [True, True] and left == 0), (collected, left)

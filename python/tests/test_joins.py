@@ -71,3 +71,19 @@ def test_comm_with_a_bad_timeout_on_one_rank():
     with vmmipc.Comm(WORLD, timeout_ms=TIMEOUT_MS) as c:   # and a good one right after
         assert c.size == SIZE
     assert all_true(ok)
+
+
+@pytest.mark.skipif(SIZE < 2, reason="needs two ranks")
+def test_a_call_python_cannot_parse_on_one_rank(comm):
+    # A misspelled keyword or a missing argument on one rank: before, it
+    # raised TypeError without joining, and its peers waited out the timeout.
+    buf = vmmipc.alloc(1 << 20)
+    ok = fails_as_one(lambda: comm.allgather_map(buf, acces="r"), lambda: comm.allgather_map(buf), TypeError)
+    ok &= fails_as_one(lambda: comm.bcast_map(None, root=0, acces="r"), lambda: comm.bcast_map(None, 0), TypeError)
+    ok &= fails_as_one(lambda: comm.scatter_map(None), lambda: comm.scatter_map(None, 0), TypeError)
+    ok &= fails_as_one(lambda: comm.heap(grows=1), lambda: comm.heap(), TypeError)
+    with comm.heap() as heap:
+        ok &= fails_as_one(lambda: heap.alloc(), lambda: heap.alloc(4096), TypeError)
+    ok &= not comm.stats()["broken"]
+    buf.close()
+    assert all_true(ok)
