@@ -10,6 +10,7 @@
 
 struct CUevent_st {
   struct CUevent_st *next;
+  struct CUctx_st *ctx; /* current at its creation: records on another context's stream are refused */
   unsigned flags;
   long refs; /* the handle and each queued record */
   int recorded;
@@ -160,6 +161,7 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int flags) {
   else if (!(e = calloc(1, sizeof *e)))
     rc = CUDA_ERROR_OUT_OF_MEMORY;
   if (e) {
+    e->ctx = sti_current;
     e->flags = flags;
     e->refs = 1;
     e->next = sti_events;
@@ -228,9 +230,13 @@ static CUresult sti_record_queue(struct CUevent_st *e, struct CUstream_st *s) {
 CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
   CUresult rc = sti_enter();
   if (rc) return rc;
-  struct CUstream_st *s = NULL;
+  struct CUstream_st *s = NULL, *user = NULL;
   if (!sti_event_valid(hEvent) || !sti_stream_valid(hStream)) {
     rc = CUDA_ERROR_INVALID_HANDLE;
+  } else if ((user = sti_user_stream(hStream)) ? user->ctx != hEvent->ctx : sti_current != hEvent->ctx) {
+    /* As the driver: the event and the stream (for the default streams,
+     * the current context's) must be of one context. */
+    rc = sti_current || user ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_CONTEXT;
   } else if (!sti_async_on()) {
     clock_gettime(CLOCK_MONOTONIC, &hEvent->when);
     hEvent->recorded = 1;

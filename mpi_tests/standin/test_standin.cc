@@ -819,6 +819,27 @@ TEST_F(Standin, SecondDevice) {
   UnmapAll(kGran, h, va);
 }
 
+// As the driver: an event records only on a stream of its own context (a
+// default stream stands for the current context's).
+TEST_F(Standin, AnEventRecordsOnlyOnItsOwnContextsStreams) {
+  if (ndev_ < 2) GTEST_SKIP() << "needs 2 visible stand-in devices, this process sees " << ndev_;
+  CUcontext c1 = nullptr;
+  ASSERT_EQ(d().cuDevicePrimaryCtxRetain(&c1, 1), CUDA_SUCCESS);
+  CUstream s0 = nullptr;
+  ASSERT_EQ(d().cuStreamCreate(&s0, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(d().cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  CUevent e1 = nullptr;
+  ASSERT_EQ(d().cuEventCreate(&e1, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuEventRecord(e1, s0), CUDA_ERROR_INVALID_HANDLE) << "device 0's stream";
+  EXPECT_EQ(d().cuEventRecord(e1, nullptr), CUDA_SUCCESS) << "device 1's legacy stream";
+  ASSERT_EQ(d().cuCtxSetCurrent(ctx0_), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuEventRecord(e1, nullptr), CUDA_ERROR_INVALID_HANDLE) << "device 0's legacy stream";
+  EXPECT_EQ(d().cuEventSynchronize(e1), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuEventDestroy(e1), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuStreamDestroy(s0), CUDA_SUCCESS);
+  EXPECT_EQ(d().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+}
+
 TEST_F(Standin, ReleasedAllocationLivesUntilItsLastMappingGoes) {
   CUmemGenericAllocationHandle h = 0;
   CUdeviceptr va = 0;
