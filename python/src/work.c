@@ -61,12 +61,19 @@ static vmp_tracked *find(vmp_work *w, void *stream, int at_close) {
 /* 0 or the CUresult; -1 without the event entry points. */
 static int record(vmp_tracked *e) {
   if (!events_ready()) return -1;
-  int rc = e->event ? 0 : ev_create(&e->event, VMP_CU_EVENT_DISABLE_TIMING);
+  const int made = !e->event;
+  int rc = made ? ev_create(&e->event, VMP_CU_EVENT_DISABLE_TIMING) : 0;
   if (rc) {
     e->event = NULL;
     return rc;
   }
   rc = ev_record(e->event, e->stream);
+  if (rc && made) {
+    /* Made in this thread's context, maybe not the stream's (a DLPack
+     * deleter runs anywhere): kept, every later record would fail too. */
+    ev_destroy(e->event);
+    e->event = NULL;
+  }
   e->recorded = rc == 0;
   return rc;
 }

@@ -125,6 +125,36 @@ def test_deleter_in_another_thread_unpins(comm):
     win.close()
 
 
+def test_a_deleter_on_another_devices_thread_leaves_the_close_working(comm):
+    # The deleter records the consumer's stream again. On a thread with
+    # another device current, that record fails (its event is of the wrong
+    # context); before, the event stayed, and every later close failed
+    # re-recording it (CUDA here, BUSY on the peers; the window stayed open).
+    if vmmipc.device_count() < 2:
+        pytest.skip("needs two devices")
+    other = (vmmipc.current_device() + 1) % vmmipc.device_count()
+    side = Stream()                             # the consumer's stream, on this rank's device
+    win = comm.allgather_map(None)
+    m = win.mapping(RANK)
+    mt = consume(m.__dlpack__(stream=side.handle, max_version=(1, 0)))
+    del m
+
+    def deleter():
+        vmmipc.set_device(other)
+        mt.deleter(ctypes.pointer(mt))
+
+    t = threading.Thread(target=deleter)
+    t.start()
+    t.join(60)
+    try:
+        win.close()
+        err = None
+    except vmmipc.Error as e:
+        err = e
+    assert side.destroy() == 0
+    assert all_true(not t.is_alive() and err is None and win.closed), err
+
+
 def test_dlpack_stream_argument(comm):
     with comm.allgather_map(None) as win:
         m = win.mapping(RANK)
