@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/testhooks.h"
@@ -82,6 +83,18 @@ long PdlLaunches() {
 }
 
 bool Has(const std::string &needle) { return std::string(vmmipc_last_error()).find(needle) != std::string::npos; }
+
+// call() on a new thread, which has no context current: its result, and
+// that thread's error message.
+template <typename F>
+std::pair<vmmipc_result_t, std::string> OnAThreadWithNoContext(F call) {
+  std::pair<vmmipc_result_t, std::string> out{VMMIPC_ERR_INVALID_ARG, ""};
+  std::thread([&] {
+    out.first = call();
+    out.second = vmmipc_last_error();
+  }).join();
+  return out;
+}
 
 class Device : public ::testing::Test {
  protected:
@@ -181,12 +194,7 @@ TEST_F(Device, ArraysMatchTheWindowAndGoWithIt) {
   // with no context current: the upload goes through the comm's own.
   vmmipc_win_device_t first;
   std::memset(&first, 0, sizeof first);
-  vmmipc_result_t fr = VMMIPC_ERR_INVALID_ARG;
-  std::string fmsg;
-  std::thread([&] {
-    fr = vmmipc_win_device(w, &first);
-    fmsg = vmmipc_last_error();
-  }).join();
+  auto [fr, fmsg] = OnAThreadWithNoContext([&] { return vmmipc_win_device(w, &first); });
   ASSERT_EQ(fr, VMMIPC_SUCCESS) << fmsg;
   vmmipc_win_device_t d;
   std::memset(&d, 0, sizeof d);
@@ -398,12 +406,7 @@ TEST_F(DeviceTimeout, AKernelPathWaitThatTimesOutBreaksTheComm) {
     EXPECT_EQ(vmmipc_win_device_status(w, &st), VMMIPC_ERR_CUDA);
     vmmipc__test_fail_at(nullptr, 0);
     EXPECT_TRUE(Has("clearing the window's device record")) << vmmipc_last_error();
-    vmmipc_result_t sr = VMMIPC_ERR_INVALID_ARG;
-    std::string smsg;
-    std::thread([&] {
-      sr = vmmipc_win_device_status(w, &st);
-      smsg = vmmipc_last_error();
-    }).join();
+    auto [sr, smsg] = OnAThreadWithNoContext([&] { return vmmipc_win_device_status(w, &st); });
     ASSERT_EQ(sr, VMMIPC_SUCCESS) << smsg;
     EXPECT_EQ(st.state, VMMIPC_DEV_TIMEOUT);
     EXPECT_EQ(st.rank, peer);
