@@ -54,6 +54,20 @@ def pattern(rank, n):
     return bytes(((rank + 1) * 37 + i) % 251 for i in range(n))
 
 
+class CAI:
+    """An array library's object exposing the CUDA Array Interface over n
+    bytes at ptr; at_del, if given, runs in its finalizer."""
+
+    def __init__(self, ptr, n, strides=None, readonly=False, at_del=None):
+        self.__cuda_array_interface__ = {"shape": (n // 4,), "typestr": "<f4", "data": (ptr, readonly),
+                                         "version": 3, "strides": strides}
+        self.at_del = at_del
+
+    def __del__(self):
+        if self.at_del:
+            self.at_del()
+
+
 # ctypes mirrors of the DLPack ABI, for decoding capsules in the tests.
 class DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]

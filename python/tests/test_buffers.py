@@ -5,6 +5,7 @@ import pytest
 
 import vmmipc
 from conftest import RANK, read, write, pattern
+from support import CAI
 
 
 def test_alloc_and_data():
@@ -50,14 +51,6 @@ def test_wrap_pointer():
         assert read(w.ptr, 64) == pattern(RANK, 64)
         w.close()
         w.close()
-
-
-class CAI:
-    """An array library's object exposing the CUDA Array Interface."""
-
-    def __init__(self, ptr, n, strides=None, readonly=False):
-        self.__cuda_array_interface__ = {"shape": (n // 4,), "typestr": "<f4", "data": (ptr, readonly),
-                                         "version": 3, "strides": strides}
 
 
 def test_wrap_cuda_array_interface():

@@ -15,6 +15,7 @@ from mpi4py import MPI
 
 import vmmipc
 from conftest import NODE, RANK, SIZE, TIMEOUT_MS, WORLD, all_true, consume, pattern, read, write
+from support import CAI
 
 
 def drop(held):
@@ -143,19 +144,6 @@ def test_a_collected_buffer_waits_for_the_work_it_handed_out():
     assert all_true(kept and gone), (kept, gone)
 
 
-class Array:
-    """An array library's object (CUDA Array Interface) over n bytes at ptr;
-    at_del, if given, runs in its finalizer."""
-
-    def __init__(self, ptr, n, at_del=None):
-        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "|u1", "data": (ptr, False), "version": 3}
-        self.at_del = at_del
-
-    def __del__(self):
-        if self.at_del:
-            self.at_del()
-
-
 @pytest.mark.parametrize("what", ["comm", "heap"])
 def test_finalizers_a_close_runs_find_it_closed(what):
     # A collected window's wrapped buffer is freed, and its object dropped,
@@ -175,7 +163,7 @@ def test_finalizers_a_close_runs_find_it_closed(what):
         except vmmipc.Error as e:
             seen.append(e.code)
 
-    buf = vmmipc.wrap(Array(raw.ptr, raw.size, look))
+    buf = vmmipc.wrap(CAI(raw.ptr, raw.size, at_del=look))
     held = {"win": c.allgather_map(buf)}
     del buf
     drop(held)                      # released; the buffer waits for the window's free
@@ -194,10 +182,10 @@ def test_a_cycle_through_a_wrapped_object_is_collected(comm):
     # stayed open (the comm's close refused) for good.
     import weakref
     raw = vmmipc.alloc(1 << 21)    # whole granules: wrap() needs them
-    obj = Array(raw.ptr, raw.size)
+    obj = CAI(raw.ptr, raw.size)
     obj.buf = vmmipc.wrap(obj)
     obj.win = comm.allgather_map(obj.buf)
-    view = {"obj": Array(raw.ptr, raw.size)}
+    view = {"obj": CAI(raw.ptr, raw.size)}
     view["obj"].buf = vmmipc.wrap(view["obj"])
     view["obj"].view = view["obj"].buf.mapping()
     gone = [weakref.ref(obj), weakref.ref(view["obj"])]
