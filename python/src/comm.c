@@ -97,8 +97,9 @@ PyObject *vmp_join_failed(VmpComm *c, int kind, int root) {
   return NULL;
 }
 
-/* A bad argument to Comm(): the rank still joins vmmipc_comm_create (with
- * no out, which it refuses on every rank), so that its peers fail at once. */
+/* A bad argument to Comm(), or no memory for its object: the rank still
+ * joins vmmipc_comm_create (with no out, which it refuses on every rank), so
+ * that its peers fail at once. */
 static PyObject *comm_join_failed(MPI_Comm mpic) {
   VMP_ERR_SAVE(saved);
   Py_BEGIN_ALLOW_THREADS
@@ -132,7 +133,7 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   int timeout;
   if (vmp_timeout_arg(to, "timeout_ms", &timeout) < 0) return comm_join_failed(*pc);
   VmpComm *self = (VmpComm *)type->tp_alloc(type, 0);
-  if (!self) return NULL;
+  if (!self) return comm_join_failed(*pc);
   MPI_Comm_rank(*pc, &self->rank);
   MPI_Comm_size(*pc, &self->size);
   vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;

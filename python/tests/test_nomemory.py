@@ -1,14 +1,16 @@
 """Python out of memory at each allocation of a call that makes an object
 (CPython's _testcapi.set_nomemory, where the interpreter has it): the call
-raises MemoryError, and nothing the library made stays open. One rank
-(COMM_SELF), so that a failure before a collective leaves no peer waiting."""
+raises MemoryError, and nothing the library made stays open. Most tests use
+one rank (COMM_SELF), so that a failure before a collective leaves no peer
+waiting; the last checks that a failure on one rank of a collective call
+still joins it, so its peers fail at once."""
 import warnings
 
 import pytest
 from mpi4py import MPI
 
 import vmmipc
-from conftest import TIMEOUT_MS
+from conftest import RANK, SIZE, TIMEOUT_MS, WORLD
 
 capi = pytest.importorskip("_testcapi")
 
@@ -50,3 +52,33 @@ def test_no_memory_for_the_new_window_leaves_no_window_open(what):
         heap.close()
     buf.close()
     c.close()
+
+
+def test_no_memory_for_a_new_comm_on_one_rank_fails_its_peers_at_once():
+    # Rank 0 cannot allocate the Comm object. Before, it returned without
+    # joining vmmipc_comm_create: its peers paired this call with its next
+    # one (one rank failed, the others did not). Now it joins (asking for no
+    # handle, which every rank refuses), and each attempt fails on every
+    # rank alike. Every rank takes the default timeout, as the ranks
+    # must agree on it, and a timeout_ms keyword would make the interpreter
+    # allocate a dict before Comm() runs.
+    if SIZE < 2:
+        pytest.skip("needs a peer")
+    failures, codes, c = 0, [], None
+    for k in range(100):
+        if RANK == 0:
+            c, err = attempt(lambda: vmmipc.Comm(WORLD), k)
+        else:
+            try:
+                c, err = vmmipc.Comm(WORLD), None
+            except vmmipc.Error as e:
+                c, err = None, e
+                codes.append(e.code)
+        if err is None:
+            break
+        failures += 1
+    counts = WORLD.allgather(failures)
+    ok = c is not None and vmmipc.Result.TIMEOUT not in codes
+    if c is not None:
+        c.close()
+    assert counts[0] > 0 and len(set(counts)) == 1 and ok, (counts, codes)
