@@ -30,6 +30,10 @@ vmmipc_mpi_test(test_codec NP 1 SOURCES test_codec.cc)
 vmmipc_mpi_test(test_conn NP 1 SOURCES test_conn.cc)
 vmmipc_mpi_test(test_transport NP 2 3 4 SOURCES test_transport.cc)
 vmmipc_mpi_test(test_hostile NP 2 4 SOURCES test_hostile.cc LAYOUTS ${VMMIPC_TEST_LAYOUTS})
+# A node peer's malformed collective messages, forged as raw frames. On the
+# memory-operation path (no trial), a forged signal pool used to pass; {2,1}
+# adds a rank off the node.
+vmmipc_mpi_test(test_forged NP 2 SOURCES test_forged.cc ENV VMMIPC_SYNC=memops LAYOUTS 0,0,1)
 vmmipc_mpi_test(test_driver_contract NP 2 SOURCES test_driver_contract.cc)
 vmmipc_mpi_test(test_driver_contract NP 2 OWN_GPU)
 vmmipc_mpi_test(test_faults NP 2 3 4 SOURCES test_faults.cc test_faults_tables.cc TIMEOUT 240 LAYOUTS ${VMMIPC_TEST_LAYOUTS})

@@ -57,6 +57,16 @@ static vmmipc_result_t import_pool(void *arg, int q, vmmipc_desc_t d) {
   } else {
     r = vmmipc_import(d, NULL, &m->p->peer[q]);
     if (r) vmmipc__error_prefix("signal pool of rank %d: ", m->c->rank_of[q]);
+    if (r == VMMIPC_ERR_INVALID_DESC) vmmipc__error_rank(m->c->rank_of[q]); /* it sent a bad one */
+  }
+  /* Every window's slots are addressed in a peer's pool as in this rank's
+   * own: a smaller one (a descriptor of no chunks maps at address 0) would
+   * take every later signal toward that rank out of bounds. */
+  size_t need = (size_t)m->p->slices * (size_t)m->p->per_win * 8;
+  if (!r && m->p->peer[q]->mapped < need) {
+    r = vmmipc__error(VMMIPC_ERR_INVALID_DESC, "rank %d sent a signal pool of %zu bytes; its windows' slots need %zu",
+                      m->c->rank_of[q], m->p->peer[q]->mapped, need);
+    vmmipc__error_rank(m->c->rank_of[q]);
   }
   vmmipc_desc_free(d);
   return r;

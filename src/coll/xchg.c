@@ -248,10 +248,20 @@ static vmmipc_result_t round_run(round_t *g, vmmipc_result_t local, int *seconda
 typedef struct desc_round {
   vmmipc__coll_got_t got;
   void *arg;
+  struct vmmipc_comm *c;
+  int fds_may_be_left_out; /* the map collectives' second round only */
 } desc_round_t;
 
 static vmmipc_result_t got_desc(void *arg, int p, vmmipc__cmsg_in_t *in) {
   desc_round_t *d = arg;
+  if (in->desc && (in->flags & VMMIPC__CMSG_NO_FDS) && !d->fds_may_be_left_out) {
+    /* Only a map collective's first round tells a sender what the receiver
+     * holds; anywhere else a descriptor without fds cannot be used. */
+    int from = d->c->rank_of[p];
+    vmmipc_result_t r = vmmipc__error(VMMIPC_ERR_INVALID_DESC, "rank %d sent a descriptor without its fds", from);
+    vmmipc__error_rank(from);
+    return r;
+  }
   vmmipc_desc_t desc = in->desc;
   in->desc = NULL; /* `got` owns it */
   return d->got(d->arg, p, desc);
@@ -262,7 +272,7 @@ vmmipc_result_t vmmipc__coll_exchange(struct vmmipc_comm *c, const vmmipc_desc_t
                                       int *secondary) {
   *secondary = 0;
   if (c->node_size <= 1) return local;
-  desc_round_t d = {got, arg};
+  desc_round_t d = {got, arg, c, 0};
   round_t g = {c, c->epoch, to, from, send_desc, NULL, NULL, NULL, got_desc, &d, 0, NULL};
   return round_run(&g, local, secondary);
 }
@@ -272,11 +282,18 @@ vmmipc_result_t vmmipc__coll_exchange(struct vmmipc_comm *c, const vmmipc_desc_t
 typedef struct have_round {
   vmmipc__freed_id_t **have; /* [n]: what each peer holds of this rank's buffers */
   int *num_have;
+  struct vmmipc_comm *c;
 } have_round_t;
 
 static vmmipc_result_t got_have(void *arg, int p, vmmipc__cmsg_in_t *in) {
   have_round_t *h = arg;
-  if (in->desc) return vmmipc__error(VMMIPC_ERR_INVALID_DESC, "a descriptor in the first round of a map collective");
+  if (in->desc) { /* the sender's fault: named, so that every rank's verdict blames it */
+    int from = h->c->rank_of[p];
+    vmmipc_result_t r =
+        vmmipc__error(VMMIPC_ERR_INVALID_DESC, "rank %d sent a descriptor in the first round of a map collective", from);
+    vmmipc__error_rank(from);
+    return r;
+  }
   h->have[p] = in->have;
   h->num_have[p] = (int)in->num_have;
   in->have = NULL;
@@ -370,7 +387,7 @@ vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_bu
   char *both = c->coll_both, *told_all = c->coll_told_all; /* the comm's: a failure is always told */
   memset(told_all, 0, (size_t)n);
   for (int p = 0; p < n; p++) both[p] = (to && to[p]) || (from && from[p]);
-  have_round_t h = {theirs, num_theirs};
+  have_round_t h = {theirs, num_theirs, c};
   round_t g1 = {c, epoch1, both, both, NULL, NULL, mine, num_mine, got_have, &h, 0, told_all};
   int sec1 = 0, sec2 = 0;
   vmmipc_result_t x1 = round_run(&g1, local, &sec1);
@@ -381,7 +398,7 @@ vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_bu
   /* Round 2, owners to importers: descriptors, without fds for the peers
    * that hold them. */
   if (!local) local = export_for_peers(c, bufs, to, theirs, num_theirs, per_peer, told_all, made, descs, omit);
-  desc_round_t d = {got, arg};
+  desc_round_t d = {got, arg, c, 1};
   round_t g2 = {c, c->epoch, to, from, descs, omit, NULL, NULL, got_desc, &d, 0, NULL}; /* its own epoch */
   vmmipc_result_t x2 = round_run(&g2, local, &sec2);
   if (!local) *secondary = sec2;
