@@ -19,6 +19,7 @@
 
 #include "common/testhooks.h"
 #include "harness/bufs.h"
+#include "heap/heap.h"
 
 namespace {
 
@@ -731,6 +732,36 @@ TEST_F(Heap, ATrimThatFailsOnOneRankKeepsTheHeapInStep) {
     EXPECT_EQ(Stats(h).mapped, 0u);
     ASSERT_VMM_OK(vmmipc_heap_destroy(h));
   }
+}
+
+// Heaps out of step (made so here: one rank's digest takes an event the
+// others did not see) give back nothing: the trim fails on every rank with
+// INVALID_ARG, every rank keeps its steps, and only destroy works on the
+// heap then, as after an alloc that finds it. Before, each rank gave back
+// the free steps its own heap showed and returned SUCCESS.
+TEST_F(Heap, ATrimFindsHeapsOutOfStep) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs a second rank";
+  vmmipc_heap_t h = MakeHeap(c_, kGran, 16 * kGran);
+  ASSERT_NE(h, nullptr);
+  vmmipc_win_t a = nullptr, b = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran / 2, &a));
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b));
+  ASSERT_VMM_OK(vmmipc_win_free(b));  // a free step at the top
+  vmmipc_heap_stats_t before = Stats(h);
+  if (vt::Rank() == vt::Size() - 1) vmmipc__heap_mix(h, 99, 1, 2);
+  vmmipc_result_t r = vmmipc_heap_trim(h);
+  std::string msg = vmmipc_last_error();
+  EXPECT_EQ(r, VMMIPC_ERR_INVALID_ARG) << msg;
+  EXPECT_TRUE(vt::SameEverywhere(r)) << msg;
+  EXPECT_TRUE(Has(msg, "same order")) << msg;
+  EXPECT_EQ(Stats(h).mapped, before.mapped) << "a step given back";
+  EXPECT_EQ(Stats(h).trimmed_steps, before.trimmed_steps);
+  vmmipc_win_t x = nullptr;
+  r = vmmipc_heap_alloc(h, 100, &x);
+  EXPECT_EQ(r, VMMIPC_ERR_INVALID_ARG) << vmmipc_last_error();
+  EXPECT_TRUE(Has(vmmipc_last_error(), "out of step")) << vmmipc_last_error();
+  EXPECT_VMM_OK(vmmipc_win_free(a));
+  EXPECT_VMM_OK(vmmipc_heap_destroy(h));
 }
 
 // The same, where the rollback fails too on another rank (its remap's

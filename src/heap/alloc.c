@@ -3,9 +3,9 @@
  * An alloc is one agreement that carries every rank's (size, digest): every
  * rank then knows every rank's size and outcome from the one verdict, and
  * carves the same slice from the same free list, so no second round is
- * needed unless the heap must grow (segment.c, which agrees). The digest
- * catches ranks whose heaps went out of step (a window freed on one rank
- * only). */
+ * needed unless the heap must grow (segment.c, which agrees). The digest,
+ * carried by a trim's agreement too, catches ranks whose heaps went out of
+ * step (a window freed on one rank only). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -225,7 +225,14 @@ vmmipc_result_t vmmipc_heap_trim(vmmipc_heap_t h) {
     local = vmmipc__heap_step_unmap(h, &h->steps[h->num_steps - 1 - k], op);
     if (!local) k++;
   }
-  r = vmmipc__agree_key(c, local, 0, op, 1, h->id); /* what failed where, told to all */
+  /* What failed where, told to all, and every rank's digest: heaps out of
+   * step would give back different steps, each rank believing it in step. */
+  unsigned char mine[ALLOC_MSG];
+  vmmipc__put64(mine, 0);
+  vmmipc__put64(mine + 8, h->digest);
+  vmmipc__agree_io_t io = {1, h->id, mine, ALLOC_MSG, h->all, 0};
+  r = vmmipc__agree_io(c, local, 0, op, &io);
+  if (!r) r = check_step(h, h->all, op); /* the same inputs on every rank: the same verdict */
   if (r) {
     vmmipc__error_saved_t keep; /* the verdict, whole: a failed remap would replace it */
     vmmipc__error_save(&keep);
