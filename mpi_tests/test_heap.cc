@@ -792,4 +792,32 @@ TEST_F(Heap, ATrimWhoseRollbackFailsStillNamesTheRankThatFailed) {
   EXPECT_VMM_OK(vmmipc_heap_destroy(h));
 }
 
+// The same, where the rollback's map itself fails on another rank (hook
+// "map"): that rank's range stays unmapped. Its destroy then unmaps only
+// what is mapped, so every rank's destroy succeeds. Before, that rank's
+// destroy failed unmapping the range (VMMIPC_ERR_CUDA) while its peers
+// returned SUCCESS: two verdicts for one collective.
+TEST_F(Heap, ADestroyAfterARollbackThatCouldNotMapGivesOneVerdict) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs a second rank";
+  const int f = vt::Size() - 1, g = 0;
+  vmmipc_heap_t h = MakeHeap(c_, kGran, 16 * kGran);
+  ASSERT_NE(h, nullptr);
+  vmmipc_win_t a = nullptr, b1 = nullptr, b2 = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran / 2, &a));
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b1));
+  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b2));
+  ASSERT_VMM_OK(vmmipc_win_free(b2));
+  ASSERT_VMM_OK(vmmipc_win_free(b1));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (vt::Rank() == f) vmmipc__test_fail_at("trim_unmap", 2);
+  if (vt::Rank() == g) vmmipc__test_fail_at("map", 1);  // its first remap after the verdict
+  vmmipc_result_t r = vmmipc_heap_trim(h);
+  vmmipc__test_fail_at(nullptr, 0);
+  vt::ExpectVerdict(r, VMMIPC_ERR_CUDA, f, "vmmipc_heap_trim");
+  ASSERT_VMM_OK(vmmipc_win_free(a));
+  r = vmmipc_heap_destroy(h);
+  EXPECT_VMM_OK(r);
+  EXPECT_TRUE(vt::SameEverywhere(r)) << vmmipc_last_error();
+}
+
 }  // namespace

@@ -27,6 +27,7 @@ extern "C" {
 struct vmmipc__heap_step {
   size_t off, size;                     /* range in every segment */
   CUmemGenericAllocationHandle *handle; /* [node_size]: own or imported; 0 where not held */
+  unsigned char *mapped;                /* [node_size]: 1 where mapped here (a failed remap leaves 0) */
 };
 
 struct vmmipc__heap_free {

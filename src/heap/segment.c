@@ -136,9 +136,11 @@ static vmmipc_result_t undo_step(struct vmmipc_heap *h, struct vmmipc__heap_step
 }
 
 vmmipc_result_t vmmipc__heap_step_release(struct vmmipc_heap *h, struct vmmipc__heap_step *s, const char *op) {
-  vmmipc_result_t r = undo_step(h, s, NULL, op);
+  vmmipc_result_t r = undo_step(h, s, s->mapped, op); /* a range a failed remap left unmapped is not unmapped again */
   free(s->handle);
+  free(s->mapped);
   s->handle = NULL;
+  s->mapped = NULL;
   return r;
 }
 
@@ -147,10 +149,11 @@ vmmipc_result_t vmmipc__heap_step_release(struct vmmipc_heap *h, struct vmmipc__
 static vmmipc_result_t remap_one(const vmmipc__cu_t *cu, struct vmmipc_heap *h, struct vmmipc__heap_step *s, int q,
                                  const char *op) {
   CUdeviceptr at = vmmipc__heap_seg(h, q) + s->off;
-  CUresult rc = cu->cuMemMap(at, s->size, 0, s->handle[q], 0);
+  CUresult rc = VMMIPC__INJECT("map") ? CUDA_ERROR_INVALID_VALUE : cu->cuMemMap(at, s->size, 0, s->handle[q], 0);
   if (rc)
     return vmmipc__cu_error(rc, NULL, "%s: cuMemMap of a growth step again (offset %zu, segment of rank %d)", op,
                             s->off, h->c->rank_of[q]);
+  s->mapped[q] = 1;
   int own = q == h->c->node_rank;
   return vmmipc__set_access(cu, at, s->size, own ? h->own_access : h->peer_access, own ? 1 : h->num_peer_access,
                             op);
@@ -176,7 +179,10 @@ vmmipc_result_t vmmipc__heap_step_unmap(struct vmmipc_heap *h, struct vmmipc__he
     if (!s->handle[q]) continue;
     CUresult rc = VMMIPC__INJECT("trim_unmap") ? CUDA_ERROR_INVALID_VALUE
                                                : cu->cuMemUnmap(vmmipc__heap_seg(h, q) + s->off, s->size);
-    if (!rc) continue;
+    if (!rc) {
+      s->mapped[q] = 0;
+      continue;
+    }
     r = vmmipc__cu_error(rc, NULL, "%s: cuMemUnmap of a growth step (offset %zu, segment of rank %d)", op, s->off,
                          h->c->rank_of[q]);
     vmmipc__error_saved_t keep; /* the unmap's error, whole: a failed remap would replace it */
@@ -202,7 +208,9 @@ void vmmipc__heap_step_drop(struct vmmipc_heap *h, struct vmmipc__heap_step *s) 
     for (int q = 0; q < h->c->node_size; q++)
       if (s->handle[q]) cu->cuMemRelease(s->handle[q]); /* unmapped: the memory goes back with the last handle */
   free(s->handle);
+  free(s->mapped);
   s->handle = NULL;
+  s->mapped = NULL;
 }
 
 vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const char *op) {
@@ -213,6 +221,7 @@ vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const cha
   s->off = h->mapped;
   s->size = bytes;
   s->handle = calloc((size_t)n, sizeof *s->handle);
+  s->mapped = NULL; /* set once the step is whole */
   unsigned char *mapped = calloc((size_t)n, 1);
   vmmipc__tp_send_t *sends = h->step_sends; /* the heap's: the exchange below always takes place */
   vmmipc__tp_recv_t *recvs = h->step_recvs;
@@ -278,7 +287,7 @@ vmmipc_result_t vmmipc__heap_grow(struct vmmipc_heap *h, size_t bytes, const cha
     free(mapped);
     return r;
   }
-  free(mapped);
+  s->mapped = mapped; /* every segment's range: mapped (map_step, import_step) */
   h->num_steps++;
   vmmipc__heap_give(h, s->off, s->size);
   h->mapped += bytes;
