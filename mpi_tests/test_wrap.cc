@@ -290,6 +290,41 @@ TEST_F(Wrap, MemoryImportedFromAPeerIsNotExportable) {
   base.Expect("after the refused wraps");
 }
 
+// A node peer's heap slice is memory imported from the peer's process, as
+// a window's mapping is: wrapping it is refused too, and so is a range that
+// reaches into a peer's segment. Before, the wrap succeeded (its export
+// then failed with a driver error, and its retained handle kept the peer's
+// step alive past a trim).
+TEST_F(Wrap, APeersHeapSliceIsNotExportable) {
+  if (vt::Size() < 2) GTEST_SKIP() << "needs a peer";
+  vt::Baseline base;
+  const int me = vt::Rank(), n = vt::Size();
+  vmmipc_comm_t comm = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &comm));
+  vmmipc_heap_config_t cfg = VMMIPC_HEAP_CONFIG_INIT;
+  cfg.reserve = 4 * kGran;
+  cfg.grow = kGran;
+  vmmipc_heap_t heap = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_create(comm, &cfg, &heap));
+  vmmipc_win_t win = nullptr;
+  ASSERT_VMM_OK(vmmipc_heap_alloc(heap, kGran, &win));
+  const std::vector<int> ids = vt::NodeIds(comm);
+  int peer = -1;
+  for (int k = 1; k < n && peer < 0; k++)
+    if (ids[(me + k) % n] == ids[me]) peer = (me + k) % n;
+  if (peer >= 0) {
+    void *p = nullptr;
+    size_t size = 0;
+    ASSERT_VMM_OK(vmmipc_win_query(win, peer, &p, &size));
+    ASSERT_NE(p, nullptr);
+    ExpectRefused(p, size, VMMIPC_ERR_NOT_EXPORTABLE, "imported from another process");
+  }
+  ASSERT_VMM_OK(vmmipc_win_free(win));
+  ASSERT_VMM_OK(vmmipc_heap_destroy(heap));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(comm));
+  base.Expect("after the refused wraps");
+}
+
 // The wrapper's reference keeps the physical memory alive: exports made
 // after the application unmapped and released still carry the data.
 TEST_F(Wrap, ExportsKeepWorkingAfterTheApplicationUnmaps) {

@@ -12,6 +12,7 @@
 #include "common/structsize.h"
 #include "common/testhooks.h"
 #include "heap/heap.h"
+#include "vmm/imported.h"
 
 #define CREATE_MSG 24 /* reserve, grow, granularity */
 #define HEAP_ALL_PER_RANK CREATE_MSG /* the largest record of a heap call */
@@ -86,6 +87,29 @@ static void heap_free_record(struct vmmipc_heap *h) {
   free(h);
 }
 
+/* The peers' segments hold memory imported from their processes: listed,
+ * so that vmmipc_buf_wrap refuses a range there as it refuses any import
+ * (the driver cannot export it again). */
+static void unlist_peers(struct vmmipc_heap *h, int n, int me) {
+  for (int q = 0; h->listed && q < n; q++)
+    if (q != me) vmmipc__imported_remove(vmmipc__heap_seg(h, q));
+  h->listed = 0;
+}
+
+static vmmipc_result_t list_peers(struct vmmipc_heap *h, int n, int me, const char *op) {
+  h->listed = 1;
+  for (int q = 0; q < n; q++) {
+    if (q == me) continue;
+    vmmipc_result_t r = vmmipc__imported_add(vmmipc__heap_seg(h, q), h->reserve);
+    if (r) {
+      vmmipc__error_prefix("%s: ", op);
+      unlist_peers(h, q, me); /* those before q */
+      return r;
+    }
+  }
+  return VMMIPC_SUCCESS;
+}
+
 vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *cfg, vmmipc_heap_t *out) {
   const char *op = "vmmipc_heap_create";
   if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm is NULL", op);
@@ -144,7 +168,9 @@ vmmipc_result_t vmmipc_heap_create(vmmipc_comm_t c, const vmmipc_heap_config_t *
         local = VMMIPC_ERR_RESOURCE;
       }
     }
+    if (!local) local = list_peers(h, (int)n, c->node_rank, op);
     r = vmmipc__agree(c, local, 0, op);
+    if (r) unlist_peers(h, (int)n, c->node_rank);
     if (r && h->base) cu->cuMemAddressFree(h->base, n * h->reserve);
     if (r) h->base = 0;
   }
@@ -173,6 +199,7 @@ static vmmipc_result_t heap_teardown(struct vmmipc_heap *h, const char *op) {
       snprintf(msg, sizeof msg, "%s", vmmipc_last_error());
     }
   }
+  unlist_peers(h, h->c->node_size, h->c->node_rank);
   const vmmipc__cu_t *cu = NULL;
   if (h->base && vmmipc__cu_load(&cu) == VMMIPC_SUCCESS) {
     CUresult rc = cu->cuMemAddressFree(h->base, (size_t)h->c->node_size * h->reserve);

@@ -40,6 +40,7 @@ struct vmmipc_heap {
   size_t grow;             /* bytes per growth step (a multiple of gran) */
   size_t gran;             /* allocation granularity: large slices align to it */
   CUdeviceptr base;        /* the reservation: node_size segments of reserve bytes */
+  int listed;              /* the peers' segments are in vmm/imported.h's registry */
   int device;              /* where this rank's steps are created */
   CUmemAccessDesc own_access[1];
   CUmemAccessDesc peer_access[VMMIPC__MAX_ACCESS];

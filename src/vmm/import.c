@@ -117,7 +117,10 @@ vmmipc_result_t vmmipc__import_timed(vmmipc_desc_t d, const vmmipc_access_t *acc
   b->base = base;
   t2 = vmmipc__now();
   if ((r = vmmipc__set_access(cu, base, total, b->access, b->num_access, op))) goto fail;
-  if ((r = vmmipc__imported_add(base, total))) goto fail;
+  if ((r = vmmipc__imported_add(base, total))) {
+    vmmipc__error_prefix("%s: ", op);
+    goto fail;
+  }
   b->listed = 1;
   if (t) {
     t->import_s += t1 - t0;

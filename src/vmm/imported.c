@@ -32,7 +32,7 @@ vmmipc_result_t vmmipc__imported_add(CUdeviceptr base, size_t size) {
     vmmipc__imp[vmmipc__imp_n].size = size;
     vmmipc__imp_n++;
   } else {
-    r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "vmmipc_import: recording the imported range");
+    r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "recording an imported address range");
   }
   pthread_mutex_unlock(&vmmipc__imp_mu);
   return r;
