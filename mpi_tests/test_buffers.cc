@@ -416,6 +416,9 @@ TEST_F(Buffers, MalformedDescriptorsAreRejected) {
     EXPECT_EQ(u, nullptr) << c.name;
     EXPECT_NE(std::string(vmmipc_last_error()).find(c.needle), std::string::npos)
         << c.name << ": message \"" << vmmipc_last_error() << "\" lacks \"" << c.needle << "\"";
+    vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;  // the call is named, as every failure's
+    ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+    EXPECT_STREQ(info.operation, "vmmipc_desc_unpack") << c.name << ": " << info.message;
     EXPECT_EQ(vt::FdCount(), before) << c.name;
   }
   vmmipc_desc_t u = nullptr;
@@ -609,10 +612,12 @@ TEST_F(Buffers, ImportAtTheFdLimitSaysSoAndRollsBack) {
   // 1 imports and chunk 2 finds none. How many fds the real driver needs
   // per import is not known, so there the first import gets no room.
   const int room = vt::UsingStandin() ? 1 : 0;
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
   {
     FdLimit limit(room);
     r = vmmipc_import(d, nullptr, &imp);
     msg = vmmipc_last_error();
+    vmmipc_last_error_info(&info);
   }
   if (!vt::UsingStandin() && r == VMMIPC_SUCCESS) {
     // Seen on H200 (driver 580, 2026-12-01): an import in a process that has
@@ -627,6 +632,8 @@ TEST_F(Buffers, ImportAtTheFdLimitSaysSoAndRollsBack) {
   EXPECT_NE(msg.find("file descriptor limit (RLIMIT_NOFILE"), std::string::npos) << msg;
   EXPECT_NE(msg.find("chunk " + std::to_string(room + 1) + " of 3"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("not a CUDA VMM allocation"), std::string::npos) << "the wrong hint: " << msg;
+  EXPECT_NE(info.driver_error, 0) << "the driver's error is kept: " << msg;
+  EXPECT_NE(msg.find("CUDA_ERROR_"), std::string::npos) << msg;
   EXPECT_EQ(vt::FdCount(), before);
   vt::DriverCounts c1;
   if (counts && vt::GetDriverCounts(&c1)) {

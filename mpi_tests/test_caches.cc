@@ -242,14 +242,18 @@ TEST_F(Caches, FdLimitErrorsCountTheCachedFds) {
   const int before = vt::FdCount();
   vmmipc_result_t r;
   std::string msg;
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
   {
     FdLimit limit(0);
     r = vmmipc_export(b, &d);
     msg = vmmipc_last_error();
+    vmmipc_last_error_info(&info);
   }
   EXPECT_EQ(r, VMMIPC_ERR_RESOURCE) << msg;
   EXPECT_EQ(d, nullptr);
-  EXPECT_NE(msg.find("chunk 1 of 2: the process reached its file descriptor limit"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("chunk 1 of 2: cuMemExportToShareableHandle failed (CUDA_ERROR_"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at the process's file descriptor limit"), std::string::npos) << msg;
+  EXPECT_NE(info.driver_error, 0) << "the driver's error is kept: " << msg;
   EXPECT_NE(msg.find("3 fds are held by the export cache"), std::string::npos) << msg;
   EXPECT_NE(msg.find("VMMIPC_EXPORT_CACHE=0"), std::string::npos) << msg;
   EXPECT_EQ(vt::FdCount(), before);

@@ -187,7 +187,10 @@ vmmipc_result_t vmmipc_desc_unpack(const void *bytes, size_t num_bytes, const in
                          fds ? "set" : "NULL");
   vmmipc_desc_t d = NULL;
   vmmipc_result_t r = vmmipc__desc_decode(bytes, num_bytes, &d);
-  if (r) return r;
+  if (r) {
+    vmmipc__error_prefix("vmmipc_desc_unpack: ");
+    return r;
+  }
   if (num_fds != d->num_chunks) {
     int chunks = d->num_chunks;
     vmmipc_desc_free(d);

@@ -59,12 +59,17 @@ static vmmipc_result_t vmmipc__export_chunk(const vmmipc__cu_t *cu, const struct
       cu->cuMemExportToShareableHandle(&fd, b->chunks[i].handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (rc) {
     long lim = 0;
-    if (vmmipc__fd_limit_reached(&lim))
-      return vmmipc__error(VMMIPC_ERR_RESOURCE,
-                           "%s: chunk %d of %d: the process reached its file descriptor limit (RLIMIT_NOFILE %ld); "
-                           "the %d fd(s) this call had opened are closed again; hint: raise the limit (ulimit -n) "
-                           "or free descriptors (vmmipc_desc_free)%s",
-                           op, i + 1, b->num_chunks, lim, opened, vmmipc__fd_limit_note_less(fresh));
+    if (vmmipc__fd_limit_reached(&lim)) {
+      char e[160];
+      vmmipc__error(VMMIPC_ERR_RESOURCE,
+                    "%s: chunk %d of %d: cuMemExportToShareableHandle failed (%s) at the process's file "
+                    "descriptor limit (RLIMIT_NOFILE %ld); the %d fd(s) this call opened are closed again; hint: "
+                    "raise the limit (ulimit -n) or free descriptors (vmmipc_desc_free)%s",
+                    op, i + 1, b->num_chunks, vmmipc__cu_errstr(rc, e, sizeof e), lim, opened,
+                    vmmipc__fd_limit_note_less(fresh));
+      vmmipc__error_driver((int)rc);
+      return VMMIPC_ERR_RESOURCE;
+    }
     return vmmipc__cu_error(rc, NULL, "%s: chunk %d of %d: cuMemExportToShareableHandle(POSIX fd, size %zu)", op,
                             i + 1, b->num_chunks, b->chunks[i].size);
   }
@@ -88,7 +93,7 @@ static vmmipc_result_t vmmipc__dup_chunk(const struct vmmipc_buf *b, int i, int 
   if (e == EMFILE && vmmipc__fd_limit_reached(&lim))
     return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, e,
                                "%s: chunk %d of %d: duplicating the cached fd hit the file descriptor limit "
-                               "(RLIMIT_NOFILE %ld); the %d fd(s) this call had opened are closed again; hint: "
+                               "(RLIMIT_NOFILE %ld); the %d fd(s) this call opened are closed again; hint: "
                                "raise the limit (ulimit -n) or free descriptors (vmmipc_desc_free)%s",
                                op, i + 1, b->num_chunks, lim, opened, vmmipc__fd_limit_note_less(fresh));
   return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, e, "%s: chunk %d of %d: duplicating the cached fd", op, i + 1,

@@ -46,14 +46,17 @@ static vmmipc_result_t vmmipc__import_handles(const vmmipc__cu_t *cu, const stru
        * fails with CUDA_ERROR_OPERATING_SYSTEM, which says nothing of it. */
       long lim = 0;
       vmmipc_result_t r;
-      if (vmmipc__fd_limit_reached(&lim))
+      char e[160];
+      if (vmmipc__fd_limit_reached(&lim)) {
         r = vmmipc__error(VMMIPC_ERR_RESOURCE,
-                          "%s: chunk %d of %d: cuMemImportFromShareableHandle(fd %d) failed and the process is at "
-                          "its file descriptor limit (RLIMIT_NOFILE %ld), which the driver needs one more of; "
+                          "%s: chunk %d of %d: cuMemImportFromShareableHandle(fd %d) failed (%s) at the process's "
+                          "file descriptor limit (RLIMIT_NOFILE %ld), which the driver needs one more of; "
                           "the %d chunk(s) imported were released; hint: raise the limit (ulimit -n) or free "
                           "descriptors (vmmipc_desc_free)%s",
-                          op, i + 1, d->num_chunks, d->fds[i], lim, i, vmmipc__fd_limit_note());
-      else
+                          op, i + 1, d->num_chunks, d->fds[i], vmmipc__cu_errstr(rc, e, sizeof e), lim, i,
+                          vmmipc__fd_limit_note());
+        vmmipc__error_driver((int)rc);
+      } else
         r = vmmipc__cu_error(
             rc,
             "the fd is not a CUDA VMM allocation exported as a POSIX fd, or its owner device cannot be used by "
