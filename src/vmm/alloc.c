@@ -70,7 +70,7 @@ static vmmipc_result_t vmmipc__alloc_on(const vmmipc__cu_t *cu, int dev, size_t 
     cu->cuMemAddressFree(base, rounded);
     goto fail;
   }
-  if ((r = vmmipc__map_chunks(cu, base, b->chunks, b->num_chunks, 0, b->num_chunks, op))) goto fail;
+  if ((r = vmmipc__map_chunks(cu, base, b->chunks, b->num_chunks, 0, b->num_chunks, NULL, op))) goto fail;
   b->base = base;
   if ((r = vmmipc__set_access(cu, base, rounded, b->access, 1, op))) goto fail;
   b->size = size;

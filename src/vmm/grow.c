@@ -23,7 +23,7 @@ static vmmipc_result_t vmmipc__grow_in_place(const vmmipc__cu_t *cu, struct vmmi
     cu->cuMemAddressFree(got, need);
     return VMMIPC_SUCCESS;
   }
-  vmmipc_result_t r = vmmipc__map_chunks(cu, got, nc, k, b->num_chunks, b->num_chunks + k, op);
+  vmmipc_result_t r = vmmipc__map_chunks(cu, got, nc, k, b->num_chunks, b->num_chunks + k, NULL, op);
   if (r) goto free_va;
   if ((r = vmmipc__set_access(cu, got, need, b->access, b->num_access, op))) goto unmap;
   if ((r = vmmipc__buf_add_resv(b, got, need))) goto unmap;
@@ -49,7 +49,7 @@ static vmmipc_result_t vmmipc__grow_move(const vmmipc__cu_t *cu, struct vmmipc_b
     cu->cuMemAddressFree(base, total);
     return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: recording a reservation", op);
   }
-  if ((r = vmmipc__map_chunks(cu, base, b->chunks, n, 0, n, op))) goto undo_resv;
+  if ((r = vmmipc__map_chunks(cu, base, b->chunks, n, 0, n, NULL, op))) goto undo_resv;
   if ((r = vmmipc__set_access(cu, base, total, b->access, b->num_access, op))) goto undo_map;
   /* Commit: retire the old mappings and reservations. */
   if (b->base) vmmipc__unmap_chunks(cu, b->base, b->chunks, b->num_chunks);

@@ -116,7 +116,11 @@ vmmipc_result_t vmmipc__import_timed(vmmipc_desc_t d, const vmmipc_access_t *acc
   if ((r = vmmipc__import_handles(cu, d, b->chunks, op))) goto fail;
   b->num_chunks = d->num_chunks; /* from here on, destroy releases them */
   t1 = vmmipc__now();
-  if ((r = vmmipc__map_chunks(cu, base, b->chunks, b->num_chunks, 0, b->num_chunks, op))) goto fail;
+  if ((r = vmmipc__map_chunks(cu, base, b->chunks, b->num_chunks, 0, b->num_chunks,
+                              "a chunk size that does not match the exported allocation fails here; the descriptor "
+                              "may be forged or corrupted",
+                              op)))
+    goto fail;
   b->base = base;
   t2 = vmmipc__now();
   if ((r = vmmipc__set_access(cu, base, total, b->access, b->num_access, op))) goto fail;

@@ -46,17 +46,14 @@ void vmmipc__unmap_chunks(const vmmipc__cu_t *cu, CUdeviceptr at, const struct v
 }
 
 vmmipc_result_t vmmipc__map_chunks(const vmmipc__cu_t *cu, CUdeviceptr at, const struct vmmipc__chunk *c, int n,
-                                   int first, int total, const char *op) {
+                                   int first, int total, const char *hint, const char *op) {
   CUdeviceptr p = at;
   for (int i = 0; i < n; i++) {
     CUresult rc = VMMIPC__INJECT("map") ? CUDA_ERROR_INVALID_VALUE
                                         : cu->cuMemMap(p, c[i].size, 0, c[i].handle, 0);
     if (rc) {
-      vmmipc_result_t r = vmmipc__cu_error(
-          rc, "a chunk size that does not match the exported allocation fails here; the descriptor may be forged "
-              "or corrupted",
-          "%s: chunk %d of %d: cuMemMap(offset %llu, size %zu)", op, first + i + 1, total,
-          (unsigned long long)(p - at), c[i].size);
+      vmmipc_result_t r = vmmipc__cu_error(rc, hint, "%s: chunk %d of %d: cuMemMap(offset %llu, size %zu)", op,
+                                           first + i + 1, total, (unsigned long long)(p - at), c[i].size);
       vmmipc__unmap_chunks(cu, at, c, i);
       return r;
     }

@@ -71,9 +71,10 @@ vmmipc_result_t vmmipc__access_resolve(const vmmipc__cu_t *cu, const vmmipc_acce
                                        CUmemAccessDesc *out, int *num);
 
 /* Map chunks c[0..n) back to back from `at`; on failure unmap what this call
- * mapped. `first`/`total` number the chunks in messages ("chunk k of n"). */
+ * mapped. `first`/`total` number the chunks in messages ("chunk k of n");
+ * `hint` (or NULL) ends a failure's message. */
 vmmipc_result_t vmmipc__map_chunks(const vmmipc__cu_t *cu, CUdeviceptr at, const struct vmmipc__chunk *c, int n,
-                                   int first, int total, const char *op);
+                                   int first, int total, const char *hint, const char *op);
 void vmmipc__unmap_chunks(const vmmipc__cu_t *cu, CUdeviceptr at, const struct vmmipc__chunk *c, int n);
 vmmipc_result_t vmmipc__set_access(const vmmipc__cu_t *cu, CUdeviceptr at, size_t size, const CUmemAccessDesc *a,
                                    int n, const char *op);
