@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,11 +20,6 @@
 namespace {
 
 using vt::kGran;
-
-class Forged : public ::testing::Test {
- protected:
-  void SetUp() override { ASSERT_GE(vt::UseRankDevice(), 0); }
-};
 
 // A comm with no mapping cache and, unless `pool`, no signal pool yet.
 vmmipc_comm_t Comm(bool pool) {
@@ -96,23 +92,41 @@ struct Exported {
   }
 };
 
-#define NEEDS_A_NODE_PAIR(c)                                          \
-  if (!vt::FirstRanksShareANode(c, 2)) {                              \
-    ASSERT_VMM_OK(vmmipc_comm_destroy(c));                            \
-    GTEST_SKIP() << "needs ranks 0 and 1 on one node";                \
+// Each test: a buffer of rank 1's whose descriptor it forges with, then a
+// comm with ranks 0 and 1 on one node (else it skips); after the failure the
+// comm still works, and is destroyed in step with no fd left.
+class Forged : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_GE(vt::UseRankDevice(), 0);
+    real_ = std::make_unique<Exported>();  // before the count: its fds are not the comm's
+    ASSERT_NE(real_->desc, nullptr);
   }
+  bool Begin(bool pool) {
+    before_ = vt::FdCount();
+    c_ = Comm(pool);
+    if (c_ && vt::FirstRanksShareANode(c_, 2)) return true;
+    if (c_) EXPECT_VMM_OK(vmmipc_comm_destroy(c_));
+    c_ = nullptr;
+    return false;
+  }
+  void End() {
+    MapsAndReads(c_);
+    vt::DestroyInStep(c_, before_);
+  }
+  std::unique_ptr<Exported> real_;
+  vmmipc_comm_t c_ = nullptr;
+  int before_ = 0;
+};
 
 // Rank 1's signal pool, as rank 0 gets it, is a descriptor of no chunks
 // (which maps at address 0). Before, the first window succeeded, and every
 // later signal toward rank 1 went to address 0 plus a slot's offset (a
 // sticky illegal-address fault on a GPU).
 TEST_F(Forged, ASignalPoolSmallerThanTheSlotsIsRefused) {
-  Exported real;  // first: its fds are not the comm's
-  ASSERT_NE(real.desc, nullptr);
-  int before = vt::FdCount();
-  vmmipc_comm_t c = Comm(false);
-  ASSERT_NE(c, nullptr);
-  NEEDS_A_NODE_PAIR(c);
+  if (!Begin(false)) GTEST_SKIP() << "needs ranks 0 and 1 on one node";
+  vmmipc_comm_t c = c_;
+  const Exported &real = *real_;
   if (vt::Rank() == 1) {
     vmmipc_desc_t empty = nullptr;
     ASSERT_VMM_OK(vmmipc__desc_new(0, &empty));
@@ -131,20 +145,16 @@ TEST_F(Forged, ASignalPoolSmallerThanTheSlotsIsRefused) {
   std::string msg = vt::ExpectVerdict(r, VMMIPC_ERR_INVALID_DESC, 1, "vmmipc_allgather_map", "forged pool");
   EXPECT_TRUE(vt::Has(msg, "signal pool of 0 bytes")) << msg;
   EXPECT_EQ(w, nullptr);
-  MapsAndReads(c);
-  vt::DestroyInStep(c, before);
+  End();
 }
 
 // Rank 1 sends its descriptor to an allgather_desc without its fds (a flag
 // only a map collective's second round may carry). Before, rank 0 got
 // SUCCESS and a descriptor whose fds were all -1.
 TEST_F(Forged, ADescriptorWithoutItsFdsOutsideAMapCollectiveIsRefused) {
-  Exported real;  // first: its fds are not the comm's
-  ASSERT_NE(real.desc, nullptr);
-  int before = vt::FdCount();
-  vmmipc_comm_t c = Comm(true);
-  ASSERT_NE(c, nullptr);
-  NEEDS_A_NODE_PAIR(c);
+  if (!Begin(true)) GTEST_SKIP() << "needs ranks 0 and 1 on one node";
+  vmmipc_comm_t c = c_;
+  const Exported &real = *real_;
   if (vt::Rank() == 1) {
     vmmipc__cmsg_t m = {VMMIPC__CMSG_NO_FDS, vmmipc__process_nonce(), nullptr, 0, nullptr, 0, real.desc};
     Forge(c, 0, m, nullptr, 0);
@@ -155,20 +165,16 @@ TEST_F(Forged, ADescriptorWithoutItsFdsOutsideAMapCollectiveIsRefused) {
   std::string msg = vt::ExpectVerdict(r, VMMIPC_ERR_INVALID_DESC, 1, "vmmipc_allgather_desc", "no fds");
   EXPECT_TRUE(vt::Has(msg, "without its fds")) << msg;
   for (vmmipc_desc_t d : out) EXPECT_EQ(d, nullptr) << "an output after a failure";
-  MapsAndReads(c);
-  vt::DestroyInStep(c, before);
+  End();
 }
 
 // Rank 1 sends a descriptor (with its fds) in the first round of a map
 // collective, where only lists of held buffers travel. Before, every rank's
 // verdict blamed rank 0, the receiver.
 TEST_F(Forged, ADescriptorInAMapCollectivesFirstRoundBlamesItsSender) {
-  Exported real;  // first: its fds are not the comm's
-  ASSERT_NE(real.desc, nullptr);
-  int before = vt::FdCount();
-  vmmipc_comm_t c = Comm(true);
-  ASSERT_NE(c, nullptr);
-  NEEDS_A_NODE_PAIR(c);
+  if (!Begin(true)) GTEST_SKIP() << "needs ranks 0 and 1 on one node";
+  vmmipc_comm_t c = c_;
+  const Exported &real = *real_;
   if (vt::Rank() == 1) {
     vmmipc__cmsg_t m = {0, vmmipc__process_nonce(), nullptr, 0, nullptr, 0, real.desc};
     Forge(c, 0, m, real.desc->fds, real.desc->num_chunks);
@@ -179,8 +185,7 @@ TEST_F(Forged, ADescriptorInAMapCollectivesFirstRoundBlamesItsSender) {
   std::string msg = vt::ExpectVerdict(r, VMMIPC_ERR_INVALID_DESC, 1, "vmmipc_allgather_map", "round 1");
   EXPECT_TRUE(vt::Has(msg, "rank 1 sent a descriptor in the first round")) << msg;
   EXPECT_EQ(w, nullptr);
-  MapsAndReads(c);
-  vt::DestroyInStep(c, before);
+  End();
 }
 
 }  // namespace

@@ -764,60 +764,40 @@ TEST_F(Heap, ATrimFindsHeapsOutOfStep) {
   EXPECT_VMM_OK(vmmipc_heap_destroy(h));
 }
 
-// The same, where the rollback fails too on another rank (its remap's
-// access, hook "access"): every rank still reports the trim's failure,
-// code and rank, in vmmipc_last_error_info as in the message. Before, the
-// rollback's error replaced the structured error there (rank -1), the
-// message alone being kept. That rank's heap is out of step after it
-// (docs/heap.md): its next alloc is refused, and its destroy still frees it.
+// The same, where the rollback fails too on another rank, at its first
+// remap after the verdict: its access (hook "access") or its map (hook
+// "map", which leaves that range unmapped). Every rank still reports the
+// trim's failure, code and rank, in vmmipc_last_error_info as in the
+// message. Before, the rollback's error replaced the structured error there
+// (rank -1), the message alone being kept. That rank's heap is out of step
+// after it (docs/heap.md): its next alloc is refused, and its destroy still
+// frees it, unmapping only what is mapped, so every rank's destroy succeeds.
+// Before, after a failed map that rank's destroy failed unmapping the range
+// (VMMIPC_ERR_CUDA) while its peers returned SUCCESS: two verdicts.
 TEST_F(Heap, ATrimWhoseRollbackFailsStillNamesTheRankThatFailed) {
   if (vt::Size() < 2) GTEST_SKIP() << "needs a second rank";
   const int f = vt::Size() - 1, g = 0;
-  vmmipc_heap_t h = MakeHeap(c_, kGran, 16 * kGran);
-  ASSERT_NE(h, nullptr);
-  vmmipc_win_t a = nullptr, b1 = nullptr, b2 = nullptr;
-  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran / 2, &a));
-  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b1));
-  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b2));
-  ASSERT_VMM_OK(vmmipc_win_free(b2));
-  ASSERT_VMM_OK(vmmipc_win_free(b1));
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (vt::Rank() == f) vmmipc__test_fail_at("trim_unmap", 2);
-  if (vt::Rank() == g) vmmipc__test_fail_at("access", 1);  // its first remap after the verdict
-  vmmipc_result_t r = vmmipc_heap_trim(h);
-  vmmipc__test_fail_at(nullptr, 0);
-  const std::string msg = vt::ExpectVerdict(r, VMMIPC_ERR_CUDA, f, "vmmipc_heap_trim");
-  EXPECT_TRUE(Has(msg, "rank " + std::to_string(f))) << msg;
-  ASSERT_VMM_OK(vmmipc_win_free(a));
-  EXPECT_VMM_OK(vmmipc_heap_destroy(h));
-}
-
-// The same, where the rollback's map itself fails on another rank (hook
-// "map"): that rank's range stays unmapped. Its destroy then unmaps only
-// what is mapped, so every rank's destroy succeeds. Before, that rank's
-// destroy failed unmapping the range (VMMIPC_ERR_CUDA) while its peers
-// returned SUCCESS: two verdicts for one collective.
-TEST_F(Heap, ADestroyAfterARollbackThatCouldNotMapGivesOneVerdict) {
-  if (vt::Size() < 2) GTEST_SKIP() << "needs a second rank";
-  const int f = vt::Size() - 1, g = 0;
-  vmmipc_heap_t h = MakeHeap(c_, kGran, 16 * kGran);
-  ASSERT_NE(h, nullptr);
-  vmmipc_win_t a = nullptr, b1 = nullptr, b2 = nullptr;
-  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran / 2, &a));
-  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b1));
-  ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b2));
-  ASSERT_VMM_OK(vmmipc_win_free(b2));
-  ASSERT_VMM_OK(vmmipc_win_free(b1));
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (vt::Rank() == f) vmmipc__test_fail_at("trim_unmap", 2);
-  if (vt::Rank() == g) vmmipc__test_fail_at("map", 1);  // its first remap after the verdict
-  vmmipc_result_t r = vmmipc_heap_trim(h);
-  vmmipc__test_fail_at(nullptr, 0);
-  vt::ExpectVerdict(r, VMMIPC_ERR_CUDA, f, "vmmipc_heap_trim");
-  ASSERT_VMM_OK(vmmipc_win_free(a));
-  r = vmmipc_heap_destroy(h);
-  EXPECT_VMM_OK(r);
-  EXPECT_TRUE(vt::SameEverywhere(r)) << vmmipc_last_error();
+  for (const char *hook : {"access", "map"}) {
+    vmmipc_heap_t h = MakeHeap(c_, kGran, 16 * kGran);
+    ASSERT_NE(h, nullptr);
+    vmmipc_win_t a = nullptr, b1 = nullptr, b2 = nullptr;
+    ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran / 2, &a));
+    ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b1));
+    ASSERT_VMM_OK(vmmipc_heap_alloc(h, kGran, &b2));
+    ASSERT_VMM_OK(vmmipc_win_free(b2));
+    ASSERT_VMM_OK(vmmipc_win_free(b1));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (vt::Rank() == f) vmmipc__test_fail_at("trim_unmap", 2);
+    if (vt::Rank() == g) vmmipc__test_fail_at(hook, 1);
+    vmmipc_result_t r = vmmipc_heap_trim(h);
+    vmmipc__test_fail_at(nullptr, 0);
+    const std::string msg = vt::ExpectVerdict(r, VMMIPC_ERR_CUDA, f, "vmmipc_heap_trim", hook);
+    EXPECT_TRUE(Has(msg, "rank " + std::to_string(f))) << msg;
+    ASSERT_VMM_OK(vmmipc_win_free(a));
+    r = vmmipc_heap_destroy(h);
+    EXPECT_EQ(r, VMMIPC_SUCCESS) << hook << ": " << vmmipc_last_error();
+    EXPECT_TRUE(vt::SameEverywhere(r)) << hook << ": " << vmmipc_last_error();
+  }
 }
 
 }  // namespace
