@@ -367,6 +367,35 @@ TEST_F(Comm, ALateRankLearnsAtOnceThatItsNodeGaveUp) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// Two faults at once: rank 0 has no memory for its node's rank table, and
+// its node peer comes to the address exchange too late. Rank 0 fails, as
+// does every rank, and the job goes on. Before, rank 0 told its node peers
+// of the timeout through the table it did not have: a segmentation fault.
+TEST_F(Comm, ARankWithoutItsRankTableSurvivesALateNodePeer) {
+  int late = 1; // rank 0's first node peer
+  while (late < vt::Size() && !SameNodeExpected(0, late)) late++;
+  if (late == vt::Size()) GTEST_SKIP() << "rank 0 has no node peer";
+  const int base = vt::FdCount();
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = 2000;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (vt::Rank() == 0) vmmipc__test_fail_at("rank_table", 1);
+  if (vt::Rank() == late) vmmipc__test_fail_at("addr_late", 1);
+  vmmipc_comm_t c = nullptr;
+  vmmipc_result_t r = vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c);
+  const std::string err = vmmipc_last_error();
+  vmmipc__test_fail_at(nullptr, 0);
+  EXPECT_NE(r, VMMIPC_SUCCESS) << err;
+  EXPECT_EQ(c, nullptr);
+  if (vt::Rank() == 0) {
+    EXPECT_TRUE(r == VMMIPC_ERR_NO_MEMORY || r == VMMIPC_ERR_TIMEOUT) << err;
+  }
+  if (c) vmmipc_comm_destroy(c);
+  EXPECT_EQ(vt::FdCount(), base) << "the failed create left fds open";
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 // The same on a node that does not hold rank 0 (0,1,1; 0,0,1,1): the late
 // rank comes to the agreement late too, after rank 0 stopped collecting it.
 // Every rank's verdict names the late rank, not rank 0, and the late rank

@@ -228,6 +228,10 @@ static vmmipc_result_t node_tables(struct vmmipc_comm *c, const struct rank_info
   c->node_size = k;
   c->node_of = malloc((size_t)c->size * sizeof *c->node_of);
   c->rank_of = malloc((size_t)k * sizeof *c->rank_of);
+  if (c->rank_of && VMMIPC__INJECT("rank_table")) { /* tests: no host memory for the node's rank table */
+    free(c->rank_of);
+    c->rank_of = NULL;
+  }
   if (!c->node_of || !c->rank_of) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: node tables", op);
   k = 0;
   for (int r = 0; r < c->size; r++) c->node_of[r] = same_node_key(&all[r], &all[c->rank]) ? k++ : -1;

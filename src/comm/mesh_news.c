@@ -67,7 +67,9 @@ void vmmipc__mesh_news_tell(struct vmmipc_comm *c, vmmipc_result_t code) {
   static const int32_t no_memory[2] = {VMMIPC_ERR_NO_MEMORY, -1}, timeout[2] = {VMMIPC_ERR_TIMEOUT, -1},
                        mpi[2] = {VMMIPC_ERR_MPI, -1};
   const int32_t *b = code == VMMIPC_ERR_NO_MEMORY ? no_memory : code == VMMIPC_ERR_TIMEOUT ? timeout : mpi;
-  for (int p = 0; p < c->node_size; p++)
+  /* Without its rank table (no memory for it) this rank cannot address its
+   * node peers: they time out, as they would waiting for it anyway. */
+  for (int p = 0; c->rank_of && p < c->node_size; p++)
     if (p != c->node_rank) vmmipc__mpi_send_unwaited(c->dup, b, 2, MPI_INT32_T, c->rank_of[p], MESH_NEWS_TAG);
   c->mpi_dirty = 1;
 }

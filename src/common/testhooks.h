@@ -20,7 +20,8 @@ extern "C" {
  * limit), "heap_step_tables" (the next heap growth step has no host memory
  * for its own tables), "conn_tables" (the next transport opened has no host
  * memory for its last table), "node_tables" (the next vmmipc_comm_create
- * has none for the last of its node tables), "coll_tables" (the next collective, or signal pool, has no
+ * has none for the last of its node tables), "rank_table" (the next
+ * vmmipc_comm_create has none for its node's rank table), "coll_tables" (the next collective, or signal pool, has no
  * host memory for its own tables), "round_tables" (the next round of a
  * collective has none for its notices), "map_tables" (the next map
  * exchange has none for its tables), "sync_tables" (the next host-sync
