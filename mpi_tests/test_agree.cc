@@ -18,6 +18,7 @@
 #include "comm/comm.h"
 #include "common/testhooks.h"
 #include "harness/bufs.h"
+#include "harness/forge.h"
 
 namespace {
 
@@ -773,21 +774,9 @@ TEST_F(Agree, AVerdictFrameOfAnotherAgreementIsNotSpunOn) {
   ASSERT_VMM_OK(vmmipc_allgather_map(c, nullptr, nullptr, &w));
   int me = vt::Rank();
   if (me == 0) {
-    vmmipc__conn_t *conn = vmmipc__tp_conn(c->tp);
-    int p = c->node_of[1];
-    vmmipc__frame_t f;
-    memset(&f, 0, sizeof f);
-    f.kind = VMMIPC__KIND_VERDICT;
-    f.ctx = VMMIPC__CTX_COLL;
-    f.sender = static_cast<uint32_t>(c->node_rank);
-    f.receiver = static_cast<uint32_t>(p);
-    f.comm_id = conn->comm_id;
-    f.seq = c->agreements + 1000;  // a later agreement than any this test makes
     unsigned char payload[24] = {0};
-    f.total_bytes = f.frame_bytes = sizeof payload;
-    unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
-    vmmipc__frame_encode(&f, head);
-    ASSERT_EQ(vmmipc__conn_send(vmmipc__tp_coll_fd(c->tp, p), head, sizeof head, payload, sizeof payload, nullptr, 0),
+    // A later agreement than any this test makes.
+    ASSERT_EQ(vt::SendCollFrame(c, 1, VMMIPC__KIND_VERDICT, c->agreements + 1000, payload, sizeof payload, nullptr, 0),
               0);
   }
   MPI_Barrier(MPI_COMM_WORLD);

@@ -14,8 +14,7 @@
 #include "common/host.h"
 #include "desc/desc.h"
 #include "harness/bufs.h"
-#include "transport/codec.h"
-#include "transport/conn.h"
+#include "harness/forge.h"
 
 namespace {
 
@@ -38,25 +37,8 @@ vmmipc_comm_t Comm(bool pool) {
 void Forge(vmmipc_comm_t c, int to, const vmmipc__cmsg_t &m, const int *fds, int num_fds) {
   std::vector<unsigned char> bytes(vmmipc__cmsg_bytes(&m));
   vmmipc__cmsg_encode(&m, bytes.data());
-  int p = c->node_of[to];
-  vmmipc__frame_t f;
-  memset(&f, 0, sizeof f);
-  f.kind = VMMIPC__KIND_DATA;
-  f.ctx = VMMIPC__CTX_COLL;
-  f.sender = static_cast<uint32_t>(c->node_rank);
-  f.receiver = static_cast<uint32_t>(p);
-  f.comm_id = vmmipc__tp_conn(c->tp)->comm_id;
-  f.seq = c->epoch + 1;  // the next collective's (comm/guard.c)
-  f.total_bytes = bytes.size();
-  f.total_fds = static_cast<uint32_t>(num_fds);
-  vmmipc__frame_cut(f.total_bytes, f.total_fds, 0, &f.frame_bytes, &f.frame_fds);
-  ASSERT_EQ(f.frame_bytes, bytes.size()) << "one frame";
-  ASSERT_EQ(f.frame_fds, static_cast<uint32_t>(num_fds)) << "one frame";
-  unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
-  vmmipc__frame_encode(&f, head);
-  ASSERT_EQ(vmmipc__conn_send(vmmipc__tp_coll_fd(c->tp, p), head, sizeof head, bytes.data(), bytes.size(), fds,
-                              num_fds),
-            0);
+  // The next collective's sequence (comm/guard.c).
+  ASSERT_EQ(vt::SendCollFrame(c, to, VMMIPC__KIND_DATA, c->epoch + 1, bytes.data(), bytes.size(), fds, num_fds), 0);
 }
 
 // After the failure the comm works: a window of every rank's pattern, read
