@@ -251,6 +251,10 @@ TEST_F(Buffers, GrowRollsBackAtEveryStep) {
                                                                                  << vmmipc_last_error();
     EXPECT_EQ(std::string(vmmipc_last_error()).find("descriptor"), std::string::npos)
         << what << ": an import's hint where no descriptor is involved: " << vmmipc_last_error();
+    vmmipc_error_info_t info = {};
+    info.struct_size = sizeof info;
+    ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+    EXPECT_STREQ(info.operation, "vmmipc_grow") << what << ": " << info.message;
     int chunks = 0;
     vmmipc_buf_ptr(b, &after, &n);
     vmmipc_buf_info(b, &chunks, nullptr);
@@ -529,6 +533,44 @@ TEST_F(Buffers, ImportRollsBackAtEveryChunk) {
     EXPECT_NE(vmmipc_import(d, nullptr, &imp), VMMIPC_SUCCESS) << step;
     vmmipc__test_fail_at(nullptr, 0);
     EXPECT_EQ(imp, nullptr);
+  }
+  vmmipc_desc_free(d);
+  vmmipc_buf_free(b);
+  // TearDown checks that no fd, allocation, mapping or reservation is left.
+}
+
+// No host memory for a record (a buffer's, a descriptor's, a reservation's
+// entry): NO_MEMORY that names the call, no output, nothing left behind.
+TEST_F(Buffers, NoMemoryForARecordNamesTheCall) {
+  vmmipc_buf_t b = Chunky(2, 12);
+  vmmipc_desc_t d = nullptr;
+  ASSERT_VMM_OK(vmmipc_export(b, &d));
+  std::vector<int> fds;
+  auto bytes = Pack(d, &fds);
+  struct Case {
+    const char *op;
+    int nth;  // which record of the call fails
+  };
+  for (const Case &c : {Case{"vmmipc_alloc", 1}, Case{"vmmipc_alloc", 2}, Case{"vmmipc_import", 1},
+                        Case{"vmmipc_import", 2}, Case{"vmmipc_export", 1}, Case{"vmmipc_desc_unpack", 1}}) {
+    const std::string what = std::string(c.op) + " record " + std::to_string(c.nth);
+    const std::string op = c.op;
+    vmmipc_buf_t nb = nullptr;
+    vmmipc_desc_t nd = nullptr;
+    vmmipc__test_fail_at("record", c.nth);
+    vmmipc_result_t r = op == "vmmipc_alloc"    ? vmmipc_alloc(kGran, &nb)
+                        : op == "vmmipc_import" ? vmmipc_import(d, nullptr, &nb)
+                        : op == "vmmipc_export" ? vmmipc_export(b, &nd)
+                                                : vmmipc_desc_unpack(bytes.data(), bytes.size(), fds.data(), 2, &nd);
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(r, VMMIPC_ERR_NO_MEMORY) << what << ": " << vmmipc_last_error();
+    vmmipc_error_info_t info = {};
+    info.struct_size = sizeof info;
+    ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+    EXPECT_STREQ(info.operation, c.op) << what << ": " << info.message;
+    EXPECT_NE(std::string(info.message).find("injected failure at record"), std::string::npos) << info.message;
+    EXPECT_EQ(nb, nullptr) << what;
+    EXPECT_EQ(nd, nullptr) << what;
   }
   vmmipc_desc_free(d);
   vmmipc_buf_free(b);

@@ -111,7 +111,7 @@ TEST_F(Forged, ASignalPoolSmallerThanTheSlotsIsRefused) {
   const Exported &real = *real_;
   if (vt::Rank() == 1) {
     vmmipc_desc_t empty = nullptr;
-    ASSERT_VMM_OK(vmmipc__desc_new(0, &empty));
+    ASSERT_VMM_OK(vmmipc__desc_new(0, "a test", &empty));
     empty->handle_type = real.desc->handle_type;
     empty->flags = real.desc->flags;
     empty->owner = real.desc->owner;

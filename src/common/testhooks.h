@@ -11,7 +11,8 @@ extern "C" {
 #ifdef VMMIPC_TEST_HOOKS
 /* Make the nth (1-based) next occurrence of `step` in this process fail;
  * step NULL or nth <= 0 disarms. Steps: "alloc", "reserve", "export",
- * "import", "map", "access", "unmap" (reported after a real unmap), "record", "transfer", "args", "late" (this rank
+ * "import", "map", "access", "unmap" (reported after a real unmap), "record" (no host memory for
+ * a buffer's or descriptor's record, or a reservation's entry), "transfer", "args", "late" (this rank
  * sleeps inside the next exchange), "agree" (this rank skips the next
  * agreement, or the next heap call's allgather, as a rank that never enters
  * it), "agree_late" (this rank comes to its next agreement 1.5 x the

@@ -9,10 +9,12 @@
 
 #include "common/error.h"
 #include "common/host.h"
+#include "common/testhooks.h"
 
-vmmipc_result_t vmmipc__desc_new(int num_chunks, vmmipc_desc_t *out) {
+vmmipc_result_t vmmipc__desc_new(int num_chunks, const char *op, vmmipc_desc_t *out) {
+  if (VMMIPC__INJECT("record")) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: injected failure at record", op);
   struct vmmipc_desc *d = calloc(1, sizeof *d);
-  if (!d) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "allocating a descriptor of %d chunks", num_chunks);
+  if (!d) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: allocating a descriptor of %d chunks", op, num_chunks);
   d->num_chunks = num_chunks;
   d->handle_type = VMMIPC__HANDLE_POSIX_FD;
   if (num_chunks > 0) {
@@ -22,7 +24,7 @@ vmmipc_result_t vmmipc__desc_new(int num_chunks, vmmipc_desc_t *out) {
       free(d->sizes);
       free(d->fds);
       free(d);
-      return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "allocating a descriptor of %d chunks", num_chunks);
+      return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: allocating a descriptor of %d chunks", op, num_chunks);
     }
     for (int i = 0; i < num_chunks; i++) d->fds[i] = -1;
   }
@@ -48,7 +50,7 @@ vmmipc_result_t vmmipc__desc_copy(const struct vmmipc_desc *d, vmmipc_desc_t *ou
   *out = NULL;
   if (!d) return VMMIPC_SUCCESS;
   vmmipc_desc_t n = NULL;
-  vmmipc_result_t r = vmmipc__desc_new(d->num_chunks, &n);
+  vmmipc_result_t r = vmmipc__desc_new(d->num_chunks, "copying a descriptor", &n);
   if (r) return r;
   int *fds = n->fds;
   uint64_t *sizes = n->sizes;

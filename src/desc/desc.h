@@ -36,8 +36,9 @@ struct vmmipc_desc {
   int *fds;                    /* num_chunks entries, owned; -1 = none */
 };
 
-/* A descriptor with room for `num_chunks` chunks, fds set to -1. */
-vmmipc_result_t vmmipc__desc_new(int num_chunks, vmmipc_desc_t *out);
+/* A descriptor with room for `num_chunks` chunks, fds set to -1; a failure
+ * names `op`. */
+vmmipc_result_t vmmipc__desc_new(int num_chunks, const char *op, vmmipc_desc_t *out);
 /* Strict check of the metadata (counts, granularity, overflow, sizes). */
 vmmipc_result_t vmmipc__desc_check(const struct vmmipc_desc *d);
 /* Bytes of the wire form. */

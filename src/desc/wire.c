@@ -61,7 +61,7 @@ vmmipc_result_t vmmipc__desc_decode(const void *bytes, size_t num_bytes, vmmipc_
     return vmmipc__error(VMMIPC_ERR_INVALID_DESC,
                          "vmmipc_desc_unpack: %zu bytes given but a descriptor of %u chunks is %zu bytes (%s)",
                          num_bytes, n, want, num_bytes < want ? "truncated" : "trailing bytes");
-  vmmipc_result_t r = vmmipc__desc_new((int)n, out);
+  vmmipc_result_t r = vmmipc__desc_new((int)n, "vmmipc_desc_unpack", out);
   if (r) return r;
   struct vmmipc_desc *d = *out;
   d->handle_type = vmmipc__get32(p + 8);

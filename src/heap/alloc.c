@@ -38,7 +38,7 @@ static vmmipc_result_t new_window(int n, int me, struct vmmipc_win **out) {
   if (!w || !(w->peers = calloc((size_t)n, sizeof *w->peers))) r = VMMIPC_ERR_NO_MEMORY;
   for (int q = 0; !r && q < n; q++) {
     struct vmmipc_buf *b = NULL;
-    if ((r = vmmipc__buf_new(0, &b))) break;
+    if ((r = vmmipc__buf_new(0, "vmmipc_heap_alloc", &b))) break;
     b->imported = 1; /* never exportable: the heap owns the memory */
     if (q == me)
       w->own = b;

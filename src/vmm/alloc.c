@@ -39,7 +39,7 @@ static vmmipc_result_t vmmipc__alloc_on(const vmmipc__cu_t *cu, int dev, size_t 
                          "hint: use larger chunks",
                          op, size, per, n, VMMIPC__DESC_MAX_CHUNKS);
   struct vmmipc_buf *b = NULL;
-  if ((r = vmmipc__buf_new((int)n, &b))) return r;
+  if ((r = vmmipc__buf_new((int)n, op, &b))) return r;
   b->device = dev;
   b->granularity = g;
   b->chunk_size = chunk;
@@ -66,7 +66,7 @@ static vmmipc_result_t vmmipc__alloc_on(const vmmipc__cu_t *cu, int dev, size_t 
   }
   CUdeviceptr base = 0;
   if ((r = vmmipc__reserve(cu, rounded, g, 0, &base, op))) goto fail;
-  if ((r = vmmipc__buf_add_resv(b, base, rounded))) {
+  if ((r = vmmipc__buf_add_resv(b, base, rounded, op))) {
     cu->cuMemAddressFree(base, rounded);
     goto fail;
   }

@@ -20,14 +20,15 @@ static void vmmipc__no_export_fds(struct vmmipc__chunk *c, int n) {
   for (int i = 0; i < n; i++) c[i].export_fd = -1;
 }
 
-vmmipc_result_t vmmipc__buf_new(int chunks, struct vmmipc_buf **out) {
+vmmipc_result_t vmmipc__buf_new(int chunks, const char *op, struct vmmipc_buf **out) {
+  if (VMMIPC__INJECT("record")) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: injected failure at record", op);
   struct vmmipc_buf *b = calloc(1, sizeof *b);
-  if (!b) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "allocating a buffer record");
+  if (!b) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: allocating a buffer record", op);
   if (chunks > 0) {
     b->chunks = calloc((size_t)chunks, sizeof *b->chunks);
     if (!b->chunks) {
       free(b);
-      return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "allocating a buffer record of %d chunks", chunks);
+      return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: allocating a buffer record of %d chunks", op, chunks);
     }
     b->cap_chunks = chunks;
     vmmipc__no_export_fds(b->chunks, chunks);
@@ -38,12 +39,12 @@ vmmipc_result_t vmmipc__buf_new(int chunks, struct vmmipc_buf **out) {
   return VMMIPC_SUCCESS;
 }
 
-vmmipc_result_t vmmipc__buf_add_resv(struct vmmipc_buf *b, CUdeviceptr ptr, size_t size) {
-  if (VMMIPC__INJECT("record")) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "injected failure at record");
+vmmipc_result_t vmmipc__buf_add_resv(struct vmmipc_buf *b, CUdeviceptr ptr, size_t size, const char *op) {
+  if (VMMIPC__INJECT("record")) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: injected failure at record", op);
   if (b->num_resv == b->cap_resv) {
     int cap = b->cap_resv ? 2 * b->cap_resv : 2;
     struct vmmipc__resv *r = realloc(b->resv, (size_t)cap * sizeof *r);
-    if (!r) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "recording a reservation");
+    if (!r) return vmmipc__error(VMMIPC_ERR_NO_MEMORY, "%s: recording a reservation", op);
     b->resv = r;
     b->cap_resv = cap;
   }

@@ -118,7 +118,7 @@ vmmipc_result_t vmmipc__export_ex(vmmipc_buf_t b, int with_fds, vmmipc_desc_t *o
   vmmipc_result_t r = vmmipc__cu_load(&cu);
   if (r) return r;
   vmmipc_desc_t d = NULL;
-  if ((r = vmmipc__desc_new(b->num_chunks, &d))) return r;
+  if ((r = vmmipc__desc_new(b->num_chunks, op, &d))) return r;
   d->owner = b->owner;
   d->size = b->size;
   d->granularity = b->granularity;

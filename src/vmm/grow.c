@@ -26,7 +26,7 @@ static vmmipc_result_t vmmipc__grow_in_place(const vmmipc__cu_t *cu, struct vmmi
   vmmipc_result_t r = vmmipc__map_chunks(cu, got, nc, k, b->num_chunks, b->num_chunks + k, NULL, op);
   if (r) goto free_va;
   if ((r = vmmipc__set_access(cu, got, need, b->access, b->num_access, op))) goto unmap;
-  if ((r = vmmipc__buf_add_resv(b, got, need))) goto unmap;
+  if ((r = vmmipc__buf_add_resv(b, got, need, op))) goto unmap;
   *done = 1;
   return VMMIPC_SUCCESS;
 unmap: /* a reservation is freed only once nothing is mapped in it */

@@ -85,7 +85,7 @@ vmmipc_result_t vmmipc__import_timed(vmmipc_desc_t d, const vmmipc_access_t *acc
   const vmmipc__cu_t *cu;
   if ((r = vmmipc__cu_load(&cu))) return r;
   struct vmmipc_buf *b = NULL;
-  if ((r = vmmipc__buf_new(d->num_chunks, &b))) return r;
+  if ((r = vmmipc__buf_new(d->num_chunks, op, &b))) return r;
   b->imported = 1;
   b->owner = d->owner;
   if ((r = vmmipc__access_resolve(cu, access, op, b->access, &b->num_access))) goto fail;
@@ -108,7 +108,7 @@ vmmipc_result_t vmmipc__import_timed(vmmipc_desc_t d, const vmmipc_access_t *acc
   for (int i = 0; i < d->num_chunks; i++) total += (size_t)d->sizes[i];
   CUdeviceptr base = 0;
   if ((r = vmmipc__reserve(cu, total, b->granularity, 0, &base, op))) goto fail;
-  if ((r = vmmipc__buf_add_resv(b, base, total))) {
+  if ((r = vmmipc__buf_add_resv(b, base, total, op))) {
     cu->cuMemAddressFree(base, total);
     goto fail;
   }

@@ -92,15 +92,15 @@ vmmipc_result_t vmmipc__device_granularities(const vmmipc__cu_t *cu, int device,
 /* Whether `device` can create chunks with `flags`; UNSUPPORTED names the flag. */
 vmmipc_result_t vmmipc__check_alloc_flags(const vmmipc__cu_t *cu, int device, unsigned int flags, const char *op);
 
-/* Empty buffer record with room for `chunks` chunks. */
-vmmipc_result_t vmmipc__buf_new(int chunks, struct vmmipc_buf **out);
+/* Empty buffer record with room for `chunks` chunks; a failure names `op`. */
+vmmipc_result_t vmmipc__buf_new(int chunks, const char *op, struct vmmipc_buf **out);
 /* Undo everything a buffer holds (as its kind says) and free the record.
  * Goes on after a failed driver call; returns the first failure, with a
  * message naming the call and the chunk. */
 vmmipc_result_t vmmipc__buf_destroy(const vmmipc__cu_t *cu, struct vmmipc_buf *b);
 /* The same for rollback after another failure: that failure's message stays. */
 void vmmipc__buf_discard(const vmmipc__cu_t *cu, struct vmmipc_buf *b);
-vmmipc_result_t vmmipc__buf_add_resv(struct vmmipc_buf *b, CUdeviceptr ptr, size_t size);
+vmmipc_result_t vmmipc__buf_add_resv(struct vmmipc_buf *b, CUdeviceptr ptr, size_t size, const char *op);
 /* Room for `more` chunks beyond num_chunks. */
 vmmipc_result_t vmmipc__buf_reserve_chunks(struct vmmipc_buf *b, int more, const char *op);
 /* Refusal while windows expose `b` (VMMIPC_ERR_INVALID_ARG naming how many). */

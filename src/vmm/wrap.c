@@ -108,7 +108,7 @@ vmmipc_result_t vmmipc_buf_wrap(void *ptr, size_t size, vmmipc_buf_t *out) {
                          "imported from, or copy the data into a buffer of your own (vmmipc_alloc)",
                          op, (unsigned long long)start, size, (unsigned long long)imp);
   struct vmmipc_buf *b = NULL;
-  if ((r = vmmipc__buf_new(1, &b))) return r;
+  if ((r = vmmipc__buf_new(1, op, &b))) return r;
   b->wrapped = 1; /* from here on, destroy releases the retained handles only */
   b->export_cache = cache;
   b->serial = vmmipc__next_serial(); /* each wrap is a buffer of its own */
