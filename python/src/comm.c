@@ -64,10 +64,10 @@ int vmp_comm_abort_once(VmpComm *c) {
  * collective that peers never join. */
 void vmp_comm_release_local(VmpComm *c, const char *why) {
   if (!c->h) return;
-  vmp_warn_resource("vmmipc.Comm %s while open: aborting it and freeing it locally (close it collectively, "
-                    "or use 'with')", why);
+  vmp_warn_resource("vmmipc.Comm %s while open: %s (close it collectively, or use 'with')", why,
+                    vmp_exit_keep ? "left to the process exit" : "aborting it and freeing it locally");
   vmp_comm_settle_all(c);
-  if (mpi_usable() && vmp_comm_abort_once(c) == 0 && !c->busy) vmmipc_comm_destroy(c->h);  /* busy: see windows */
+  if (mpi_usable() && !vmp_exit_keep && vmp_comm_abort_once(c) == 0 && !c->busy) vmmipc_comm_destroy(c->h);  /* busy: see windows */
   c->h = NULL;
   vmp_link_del(&c->link);
 }

@@ -47,11 +47,11 @@ PyObject *vmp_comm_heap(VmpComm *c, PyObject *args, PyObject *kw) {
 /* Exit only: the comm is aborted and the heap destroyed locally. */
 void vmp_heap_release_local(VmpHeap *hp, const char *why) {
   if (!hp->h) return;
-  vmp_warn_resource("vmmipc.Heap %s while open: aborting its comm and freeing it locally (close it "
-                    "collectively, or use 'with')", why);
+  vmp_warn_resource("vmmipc.Heap %s while open: %s (close it collectively, or use 'with')", why,
+                    vmp_exit_keep ? "left to the process exit" : "aborting its comm and freeing it locally");
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin && hp->comm && vmp_comm_abort_once(hp->comm) == 0 && !hp->busy) vmmipc_heap_destroy(hp->h);  /* local once aborted */
+  if (!fin && !vmp_exit_keep && hp->comm && vmp_comm_abort_once(hp->comm) == 0 && !hp->busy) vmmipc_heap_destroy(hp->h);  /* local once aborted */
   hp->h = NULL;
   vmp_link_del(&hp->link);
 }

@@ -4,6 +4,9 @@
 #include "vmp.h"
 
 #include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
 
 extern PyMethodDef vmp_copy_functions[];
 
@@ -11,6 +14,7 @@ vmp_link vmp_live_comms = {&vmp_live_comms, &vmp_live_comms};
 vmp_link vmp_live_windows = {&vmp_live_windows, &vmp_live_windows};
 vmp_link vmp_live_heaps = {&vmp_live_heaps, &vmp_live_heaps};
 int vmp_finalized;
+int vmp_exit_keep;
 
 void vmp_link_add(vmp_link *list, vmp_link *node) {
   node->next = list->next;
@@ -28,12 +32,79 @@ void vmp_link_del(vmp_link *node) {
 
 #define VMP_CONTAINER(ptr, type) ((type *)((char *)(ptr) - offsetof(type, link)))
 
+static int64_t exit_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Freeing unmaps, and an unmap waits for the device work queued before it,
+ * without a bound. So at exit every comm is aborted first (the library's
+ * waits end), then the work that open windows and collected ones handed
+ * out gets what a close would wait, half the longest comm timeout. Returns
+ * how many still run. */
+static int exit_work_running(void) {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (fin) return 0; /* nothing is freed after MPI_Finalize anyway */
+  int wait_ms = vmp_orphans_abort();
+  for (vmp_link *l = vmp_live_comms.next; l != &vmp_live_comms; l = l->next) {
+    VmpComm *c = VMP_CONTAINER(l, VmpComm);
+    (void)vmp_comm_abort_once(c);
+    if (vmp_close_wait_ms(c->timeout_ms) > wait_ms) wait_ms = vmp_close_wait_ms(c->timeout_ms);
+  }
+  const int64_t deadline = exit_now_ms() + wait_ms;
+  int running = 0;
+  for (vmp_link *l = vmp_live_windows.next; l != &vmp_live_windows; l = l->next) {
+    VmpWindow *w = VMP_CONTAINER(l, VmpWindow);
+    if (!w->h || !w->work.handed) continue;
+    if (vmp_ensure_context(w->device) < 0) { /* no context: nothing of ours runs there */
+      PyErr_Clear();
+      continue;
+    }
+    void **ev = NULL;
+    int nev = 0, rc = 0, how = 0;
+    if (vmp_work_begin(&w->work, &ev, &nev) < 0) { /* no memory to record: not known to be done */
+      PyErr_Clear();
+      running++;
+      continue;
+    }
+    int64_t left = deadline - exit_now_ms();
+    Py_BEGIN_ALLOW_THREADS
+    how = vmp_events_wait(ev, nev, left > 0 ? (int)left : 0, &rc);
+    Py_END_ALLOW_THREADS
+    free(ev);
+    running += how != 0;
+  }
+  for (vmp_link *l = vmp_live_comms.next; l != &vmp_live_comms; l = l->next) {
+    int64_t left = deadline - exit_now_ms();
+    running += vmp_comm_settle(VMP_CONTAINER(l, VmpComm), left > 0 ? (int)left : 0);
+  }
+  while (vmp_orphans_running() && exit_now_ms() < deadline) {
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return running + vmp_orphans_running();
+}
+
 /* Registered with atexit by vmmipc/__init__.py, so it runs before mpi4py's
  * MPI_Finalize. Collectives cannot run at exit (the ranks exit at different
  * points), so what is still open is released locally: each comm is aborted
  * (its peers' calls then fail at once instead of waiting), then windows,
- * heaps and comms are freed. Afterwards deallocators do nothing collective. */
+ * heaps and comms are freed once the work they handed out is done (waited
+ * for as by a close); if some still runs, nothing is freed. Afterwards
+ * deallocators do nothing collective. */
 static PyObject *py_release_all(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(ignored)) {
+  int running = exit_work_running();
+  if (running) {
+    vmp_exit_keep = 1;
+    vmp_finalized = 1; /* deallocators run below free nothing either */
+    vmp_warn_resource("vmmipc: device work handed out by %d window(s) still open or collected at exit did not "
+                      "finish within half the comm's timeout: nothing is freed, the process exit releases it",
+                      running);
+  }
   while (vmp_live_windows.next != &vmp_live_windows)
     vmp_window_release_local(VMP_CONTAINER(vmp_live_windows.next, VmpWindow), "still open at exit");
   while (vmp_live_heaps.next != &vmp_live_heaps)
@@ -41,7 +112,7 @@ static PyObject *py_release_all(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(igno
   while (vmp_live_comms.next != &vmp_live_comms)
     vmp_comm_release_local(VMP_CONTAINER(vmp_live_comms.next, VmpComm), "still open at exit");
   vmp_release_orphans();
-  vmp_sweep_buffers();
+  if (!vmp_exit_keep) vmp_sweep_buffers();
   vmp_finalized = 1;
   Py_RETURN_NONE;
 }

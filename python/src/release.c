@@ -191,6 +191,7 @@ typedef struct vmp_orphan {
   vmmipc_comm_t h;
   vmp_pending *pending;
   int busy;
+  int timeout_ms;
 } vmp_orphan;
 
 static vmp_orphan *orphans;
@@ -201,6 +202,7 @@ void vmp_comm_orphan(VmpComm *c) {
     o->h = c->h;
     o->pending = c->pending;
     o->busy = c->busy;
+    o->timeout_ms = c->timeout_ms;
     o->next = orphans;
     orphans = o;
   } else {
@@ -208,6 +210,22 @@ void vmp_comm_orphan(VmpComm *c) {
   }
   c->pending = NULL;
   c->h = NULL;
+}
+
+int vmp_orphans_abort(void) {
+  int wait_ms = 0;
+  for (vmp_orphan *o = orphans; o; o = o->next) {
+    if (!o->busy && vmmipc_comm_abort(o->h) != VMMIPC_SUCCESS) o->busy = 1; /* not destroyed then */
+    if (o->pending && vmp_close_wait_ms(o->timeout_ms) > wait_ms) wait_ms = vmp_close_wait_ms(o->timeout_ms);
+  }
+  return wait_ms;
+}
+
+int vmp_orphans_running(void) {
+  int left = 0;
+  for (vmp_orphan *o = orphans; o; o = o->next)
+    for (vmp_pending *p = o->pending; p; p = p->next) left += !collected_done(&p->work);
+  return left;
 }
 
 void vmp_release_orphans(void) {
@@ -222,7 +240,7 @@ void vmp_release_orphans(void) {
       pending_release(p);
     }
     /* At exit: peers still using it fail at once (ABORTED) instead of waiting. */
-    if (!fin && !o->busy && vmmipc_comm_abort(o->h) == VMMIPC_SUCCESS) vmmipc_comm_destroy(o->h);
+    if (!fin && !o->busy && !vmp_exit_keep && vmmipc_comm_abort(o->h) == VMMIPC_SUCCESS) vmmipc_comm_destroy(o->h);
     free(o);
   }
 }

@@ -245,6 +245,15 @@ void vmp_sweep_buffers(void);
 void vmp_comm_orphan(VmpComm *c);
 /* Exit: releases queued windows and orphaned comms locally (aborting them). */
 void vmp_release_orphans(void);
+/* Exit: aborts the orphaned comms; the longest wait their queued windows'
+ * work may take (half the comm's timeout, as a close's). */
+int vmp_orphans_abort(void);
+/* Exit: how many of their queued windows' work still runs (one look). */
+int vmp_orphans_running(void);
+/* Set at exit when device work handed out did not finish in time: nothing
+ * is freed then (an unmap would wait for that work); the process exit
+ * releases it all. */
+extern int vmp_exit_keep;
 
 /* comm.c */
 int vmp_comm_init(PyObject *module);

@@ -39,13 +39,13 @@ static void window_drop_refs(VmpWindow *w) {
  * locally. */
 void vmp_window_release_local(VmpWindow *w, const char *why) {
   if (!w->h) return;
-  vmp_warn_resource("vmmipc.Window %s while open: aborting its comm and freeing it locally (close it "
-                    "collectively, or use 'with')", why);
+  vmp_warn_resource("vmmipc.Window %s while open: %s (close it collectively, or use 'with')", why,
+                    vmp_exit_keep ? "left to the process exit" : "aborting its comm and freeing it locally");
   int fin = 0;
   MPI_Finalized(&fin);
   /* Aborting wakes a call another thread is blocked in; while one is, the
      window is left to the process exit rather than freed under it. */
-  if (!fin && w->comm && vmp_comm_abort_once(w->comm) == 0 && !w->busy) vmmipc_win_free(w->h);
+  if (!fin && !vmp_exit_keep && w->comm && vmp_comm_abort_once(w->comm) == 0 && !w->busy) vmmipc_win_free(w->h);
   w->h = NULL;
   vmp_link_del(&w->link);
 }

@@ -4,12 +4,13 @@ import gc
 import os
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
 
 import vmmipc
-from conftest import NXT, RANK, SIZE, TIMEOUT_MS, WORLD, all_true
+from conftest import NXT, RANK, SIZE, STANDIN, TIMEOUT_MS, WORLD, all_true
 
 
 def test_close_refused_while_a_view_lives(comm):
@@ -154,11 +155,12 @@ def require_singleton():
         pytest.skip(why)
 
 
-def run_child(tmp_path, text, *flags):
+def run_child(tmp_path, text, *flags, **env_extra):
     """Runs text as a singleton MPI process (not part of this job); (ok, detail) on rank 0."""
     script = tmp_path / "child.py"
     script.write_text(text)
     env = singleton_env()
+    env.update(env_extra)
     p = subprocess.run([sys.executable, *flags, str(script)], env=env, capture_output=True, text=True, timeout=120)
     return p, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
 
@@ -180,6 +182,46 @@ def test_interpreter_exit_with_open_objects(tmp_path):
     if RANK == 0:
         p, detail = run_child(tmp_path, CHILD, "-W", "always::ResourceWarning")
         ok = p.returncode == 0 and "still open at exit" in p.stderr and "child: leaving" in p.stdout
+    else:
+        ok, detail = True, None
+    assert all_true(ok), detail
+
+
+CHILD_HUNG = r"""
+import ctypes, sys
+sys.path.insert(0, %r)
+from mpi4py import MPI
+import vmmipc
+from support import driver_fn
+vmmipc.set_device(0)
+comm = vmmipc.Comm(MPI.COMM_SELF, timeout_ms=2000)
+buf = vmmipc.alloc(1 << 21)
+win = comm.allgather_map(buf)
+vmmipc.copy_to_device(buf.ptr, bytes(8))
+win.signal(0, 1)                                 # the window hands out work: the legacy stream
+wait = driver_fn("cuStreamWaitValue64", ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint)
+assert wait(None, buf.ptr, 0xC0FFEE, 1) == 0     # CU_STREAM_WAIT_VALUE_EQ: nobody ever writes it
+print("child: leaving with work that never ends", flush=True)
+""" % os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.skipif(STANDIN and os.environ.get("VMMIPC_STANDIN_ASYNC") == "off",
+                    reason="the stand-in runs stream work in the call: the child's wait would block there")
+def test_interpreter_exit_frees_nothing_under_work_that_never_ends(tmp_path):
+    require_singleton()
+    # An unmap waits for the device work queued before it, without a bound.
+    # The exit handler freed a window whose handed-out work never ends, and
+    # hung in that unmap (the stand-in gives up after VMMIPC_STANDIN_WAIT_MS,
+    # a GPU never). Now it waits half the comm's timeout (1 s here), then
+    # frees nothing and says so; the process exit releases it.
+    if RANK == 0:
+        t0 = time.monotonic()
+        p, detail = run_child(tmp_path, CHILD_HUNG, "-W", "always::ResourceWarning", VMMIPC_STANDIN_WAIT_MS="60000")
+        took = time.monotonic() - t0
+        ok = (p.returncode == 0 and "child: leaving" in p.stdout and took < 45 and
+              "did not finish within half the comm's timeout: nothing is freed" in p.stderr and
+              "left to the process exit" in p.stderr)
+        detail = (round(took, 1),) + detail
     else:
         ok, detail = True, None
     assert all_true(ok), detail
