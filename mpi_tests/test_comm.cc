@@ -340,6 +340,29 @@ TEST_F(Comm, AMeshFailureHoldingAConnectionIsNotAHangUp) {
   EXPECT_EQ(vt::FdCount(), base) << "the failed creates left fds open";
 }
 
+// A node peer's first frame that is no HELLO (another build's, here rank
+// 0's first one sent as DATA) fails every rank's create with INVALID_DESC
+// naming that sender, in the message and in info.rank. Before, info.rank
+// named the receiver.
+TEST_F(Comm, AFirstFrameThatIsNoHelloBlamesItsSender) {
+  int peers = 0; // rank 0's node peers: it connects to them (the higher node ranks)
+  for (int r = 1; r < vt::Size(); r++) peers += SameNodeExpected(0, r);
+  if (peers == 0) GTEST_SKIP() << "rank 0 has no node peer to connect to";
+  const int base = vt::FdCount();
+  ArmedCreate a = CreateWithStepArmed(10000, 0, "hello_kind");
+  EXPECT_EQ(a.r, VMMIPC_ERR_INVALID_DESC) << a.err;
+  EXPECT_EQ(a.c, nullptr);
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  ASSERT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
+  EXPECT_EQ(info.rank, 0) << "the verdict names the rank that sent it: " << a.err;
+  EXPECT_NE(a.err.find("rank 0 sent a first frame of kind 2, not HELLO"), std::string::npos) << a.err;
+  if (a.c) vmmipc_comm_destroy(a.c);
+  EXPECT_EQ(vt::FdCount(), base) << "the failed create left fds open";
+  vmmipc_comm_t c = nullptr; // the job goes on: the next create works everywhere
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 // A node rank that comes to the exchange of socket addresses after its node
 // peers gave up on it (here 1.5 x the timeout late) finds the exchange
 // complete, since every peer had sent its address. Its peers tell it that

@@ -38,11 +38,19 @@ static int64_t exit_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int collected_running(void) {
+  int n = vmp_orphans_running();
+  for (vmp_link *l = vmp_live_comms.next; l != &vmp_live_comms; l = l->next)
+    n += vmp_comm_running(VMP_CONTAINER(l, VmpComm));
+  return n;
+}
+
 /* Freeing unmaps, and an unmap waits for the device work queued before it,
  * without a bound. So at exit every comm is aborted first (the library's
  * waits end), then the work that open windows and collected ones handed
- * out gets what a close would wait, half the longest comm timeout. Returns
- * how many still run. */
+ * out gets what a close would wait, half the longest comm timeout. The GIL
+ * stays held meanwhile: no other thread changes the lists walked here.
+ * Returns how many still run. */
 static int exit_work_running(void) {
   int fin = 0;
   MPI_Finalized(&fin);
@@ -70,23 +78,18 @@ static int exit_work_running(void) {
       continue;
     }
     int64_t left = deadline - exit_now_ms();
-    Py_BEGIN_ALLOW_THREADS
     how = vmp_events_wait(ev, nev, left > 0 ? (int)left : 0, &rc);
-    Py_END_ALLOW_THREADS
     free(ev);
     running += how != 0;
   }
-  for (vmp_link *l = vmp_live_comms.next; l != &vmp_live_comms; l = l->next) {
-    int64_t left = deadline - exit_now_ms();
-    running += vmp_comm_settle(VMP_CONTAINER(l, VmpComm), left > 0 ? (int)left : 0);
-  }
-  while (vmp_orphans_running() && exit_now_ms() < deadline) {
-    Py_BEGIN_ALLOW_THREADS
+  /* Collected windows: looked at, not released here (a release may run
+   * deallocators, which change the lists). */
+  int collected;
+  while ((collected = collected_running()) && exit_now_ms() < deadline) {
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
-    Py_END_ALLOW_THREADS
   }
-  return running + vmp_orphans_running();
+  return running + collected;
 }
 
 /* Registered with atexit by vmmipc/__init__.py, so it runs before mpi4py's

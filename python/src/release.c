@@ -221,10 +221,17 @@ int vmp_orphans_abort(void) {
   return wait_ms;
 }
 
+static int pending_running(vmp_pending *p) {
+  int left = 0;
+  for (; p; p = p->next) left += !collected_done(&p->work);
+  return left;
+}
+
+int vmp_comm_running(VmpComm *c) { return pending_running(c->pending); }
+
 int vmp_orphans_running(void) {
   int left = 0;
-  for (vmp_orphan *o = orphans; o; o = o->next)
-    for (vmp_pending *p = o->pending; p; p = p->next) left += !collected_done(&p->work);
+  for (vmp_orphan *o = orphans; o; o = o->next) left += pending_running(o->pending);
   return left;
 }
 

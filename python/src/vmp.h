@@ -250,6 +250,9 @@ void vmp_release_orphans(void);
 int vmp_orphans_abort(void);
 /* Exit: how many of their queued windows' work still runs (one look). */
 int vmp_orphans_running(void);
+/* How many of c's collected windows' work still runs (one look; releases
+ * nothing, so runs no deallocator). */
+int vmp_comm_running(VmpComm *c);
 /* Set at exit when device work handed out did not finish in time: nothing
  * is freed then (an unmap would wait for that work); the process exit
  * releases it all. */

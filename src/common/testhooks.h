@@ -41,7 +41,8 @@ extern "C" {
  * "mesh_connect" (the next connection this rank makes to a node peer while
  * setting up a comm's sockets fails, as at the fd limit), "mesh_pending"
  * (this rank's mesh fails as soon as it has accepted a connection, before
- * reading its HELLO), "addr_late" (this rank comes to the exchange of
+ * reading its HELLO), "hello_kind" (the next HELLO this rank sends goes as a
+ * DATA frame, as from another build), "addr_late" (this rank comes to the exchange of
  * socket addresses 1.5 x the timeout late),
  * "thread_check_slow" (the next call pauses 300 ms before it asks MPI
  * whether this is MPI's main thread, below MPI_THREAD_SERIALIZED),

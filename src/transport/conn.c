@@ -556,10 +556,12 @@ static vmmipc_result_t mesh_hellos(mesh_t *m) {
                            "rank %d setting up connections: rank %d sent %s; hint: all ranks must run the same "
                            "vmmipc build",
                            vmmipc__conn_rank(c, c->node_rank), R, why);
+        vmmipc__error_rank(R); /* the sender's fault: every rank's verdict names it */
       } else if (c->fd[f.ctx - 1][p->rank] >= 0) {
         rc = vmmipc__error(VMMIPC_ERR_INVALID_DESC,
                            "rank %d setting up connections: a second connection from rank %d for context %u",
                            vmmipc__conn_rank(c, c->node_rank), R, (unsigned)f.ctx);
+        vmmipc__error_rank(R);
       } else {
         c->fd[f.ctx - 1][p->rank] = p->fd;
         p->fd = -1;
@@ -576,7 +578,7 @@ static vmmipc_result_t mesh_hellos(mesh_t *m) {
 static vmmipc_result_t send_hello(vmmipc__conn_t *c, int q, int ctx, int *sent) {
   vmmipc__frame_t f;
   memset(&f, 0, sizeof f);
-  f.kind = VMMIPC__KIND_HELLO;
+  f.kind = VMMIPC__INJECT("hello_kind") ? VMMIPC__KIND_DATA : VMMIPC__KIND_HELLO; /* tests: another build's */
   f.ctx = (uint16_t)ctx;
   f.sender = (uint32_t)c->node_rank;
   f.receiver = (uint32_t)q;
