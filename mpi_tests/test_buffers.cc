@@ -65,6 +65,25 @@ class Buffers : public ::testing::Test {
     EXPECT_VMM_OK(vmmipc_desc_pack(d, bytes.data(), &nb, fds->data(), &nf));
     return bytes;
   }
+  // A Chunky buffer, its export and that descriptor's wire form (the fds
+  // are the descriptor's own); Drop frees the descriptor and the buffer.
+  struct Packed {
+    vmmipc_buf_t b = nullptr;
+    vmmipc_desc_t d = nullptr;
+    std::vector<unsigned char> bytes;
+    std::vector<int> fds;
+  };
+  Packed ExportPacked(int chunks, unsigned seed) {
+    Packed x;
+    x.b = Chunky(chunks, seed);
+    EXPECT_VMM_OK(vmmipc_export(x.b, &x.d));
+    if (x.d) x.bytes = Pack(x.d, &x.fds);
+    return x;
+  }
+  void Drop(Packed &x) {
+    vmmipc_desc_free(x.d);
+    vmmipc_buf_free(x.b);
+  }
   int dev_ = -1, fds0_ = 0;
   bool have_counts_ = false;
   vt::DriverCounts counts0_;
@@ -344,19 +363,16 @@ TEST_F(Buffers, ExportWithTheCacheOffOpensNewFdsAndLeavesNoneBehind) {
 }
 
 TEST_F(Buffers, UnpackDuplicatesTheCallersFds) {
-  vmmipc_buf_t b = Chunky(2, 5);
-  vmmipc_desc_t d = nullptr, u = nullptr;
-  ASSERT_VMM_OK(vmmipc_export(b, &d));
-  std::vector<int> fds;
-  auto bytes = Pack(d, &fds);
+  Packed x = ExportPacked(2, 5);
+  ASSERT_NE(x.d, nullptr);
+  vmmipc_desc_t u = nullptr;
   int base = vt::FdCount();
-  ASSERT_VMM_OK(vmmipc_desc_unpack(bytes.data(), bytes.size(), fds.data(), 2, &u));
+  ASSERT_VMM_OK(vmmipc_desc_unpack(x.bytes.data(), x.bytes.size(), x.fds.data(), 2, &u));
   EXPECT_EQ(vt::FdCount(), base + 2);
   vmmipc_desc_free(u);
   EXPECT_EQ(vt::FdCount(), base);
-  for (int fd : fds) EXPECT_GE(fcntl(fd, F_GETFD), 0) << "the caller's fds stay open";
-  vmmipc_desc_free(d);
-  vmmipc_buf_free(b);
+  for (int fd : x.fds) EXPECT_GE(fcntl(fd, F_GETFD), 0) << "the caller's fds stay open";
+  Drop(x);
 }
 
 // Each malformed form is rejected with INVALID_DESC and leaves no fd; the
@@ -542,11 +558,8 @@ TEST_F(Buffers, ImportRollsBackAtEveryChunk) {
 // No host memory for a record (a buffer's, a descriptor's, a reservation's
 // entry): NO_MEMORY that names the call, no output, nothing left behind.
 TEST_F(Buffers, NoMemoryForARecordNamesTheCall) {
-  vmmipc_buf_t b = Chunky(2, 12);
-  vmmipc_desc_t d = nullptr;
-  ASSERT_VMM_OK(vmmipc_export(b, &d));
-  std::vector<int> fds;
-  auto bytes = Pack(d, &fds);
+  Packed x = ExportPacked(2, 12);
+  ASSERT_NE(x.d, nullptr);
   struct Case {
     const char *op;
     int nth;  // which record of the call fails
@@ -559,9 +572,9 @@ TEST_F(Buffers, NoMemoryForARecordNamesTheCall) {
     vmmipc_desc_t nd = nullptr;
     vmmipc__test_fail_at("record", c.nth);
     vmmipc_result_t r = op == "vmmipc_alloc"    ? vmmipc_alloc(kGran, &nb)
-                        : op == "vmmipc_import" ? vmmipc_import(d, nullptr, &nb)
-                        : op == "vmmipc_export" ? vmmipc_export(b, &nd)
-                                                : vmmipc_desc_unpack(bytes.data(), bytes.size(), fds.data(), 2, &nd);
+                        : op == "vmmipc_import" ? vmmipc_import(x.d, nullptr, &nb)
+                        : op == "vmmipc_export" ? vmmipc_export(x.b, &nd)
+                                                : vmmipc_desc_unpack(x.bytes.data(), x.bytes.size(), x.fds.data(), 2, &nd);
     vmmipc__test_fail_at(nullptr, 0);
     EXPECT_EQ(r, VMMIPC_ERR_NO_MEMORY) << what << ": " << vmmipc_last_error();
     vmmipc_error_info_t info = {};
@@ -572,8 +585,7 @@ TEST_F(Buffers, NoMemoryForARecordNamesTheCall) {
     EXPECT_EQ(nb, nullptr) << what;
     EXPECT_EQ(nd, nullptr) << what;
   }
-  vmmipc_desc_free(d);
-  vmmipc_buf_free(b);
+  Drop(x);
   // TearDown checks that no fd, allocation, mapping or reservation is left.
 }
 

@@ -26,6 +26,13 @@ using vt::kGran;
 // As the harness placed the ranks (harness/vnode.sh), any layout.
 bool SameNodeExpected(int a, int b) { return vt::LayoutNode(a) == vt::LayoutNode(b); }
 
+// Rank 0's first node peer (the lowest rank it connects to), or -1.
+int RankZerosFirstNodePeer() {
+  for (int r = 1; r < vt::Size(); r++)
+    if (SameNodeExpected(0, r)) return r;
+  return -1;
+}
+
 class Comm : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_GE(vt::UseRankDevice(), 0); }
@@ -292,9 +299,7 @@ ArmedCreate CreateWithStepArmed(int timeout_ms, int rank, const char *step) {
 // a node peer that waits for its connection would otherwise wait out the
 // whole timeout (10 s here; 60 s by default) before it fails too.
 TEST_F(Comm, AMeshFailureEndsEveryRanksCreateAtOnce) {
-  int peers = 0; // rank 0's node peers: it connects to them (the higher node ranks)
-  for (int r = 1; r < vt::Size(); r++) peers += SameNodeExpected(0, r);
-  if (peers == 0) GTEST_SKIP() << "rank 0 has no node peer to connect to";
+  if (RankZerosFirstNodePeer() < 0) GTEST_SKIP() << "rank 0 has no node peer to connect to";
   const int base = vt::FdCount();
   ArmedCreate a = CreateWithStepArmed(10000, 0, "mesh_connect");
   vmmipc_comm_t c = a.c;
@@ -345,9 +350,7 @@ TEST_F(Comm, AMeshFailureHoldingAConnectionIsNotAHangUp) {
 // naming that sender, in the message and in info.rank. Before, info.rank
 // named the receiver.
 TEST_F(Comm, AFirstFrameThatIsNoHelloBlamesItsSender) {
-  int peers = 0; // rank 0's node peers: it connects to them (the higher node ranks)
-  for (int r = 1; r < vt::Size(); r++) peers += SameNodeExpected(0, r);
-  if (peers == 0) GTEST_SKIP() << "rank 0 has no node peer to connect to";
+  if (RankZerosFirstNodePeer() < 0) GTEST_SKIP() << "rank 0 has no node peer to connect to";
   const int base = vt::FdCount();
   ArmedCreate a = CreateWithStepArmed(10000, 0, "hello_kind");
   EXPECT_EQ(a.r, VMMIPC_ERR_INVALID_DESC) << a.err;
@@ -369,9 +372,8 @@ TEST_F(Comm, AFirstFrameThatIsNoHelloBlamesItsSender) {
 // they failed, so it stops at once rather than waiting out its mesh's own
 // timeout for connections that never come.
 TEST_F(Comm, ALateRankLearnsAtOnceThatItsNodeGaveUp) {
-  int late = 1; // rank 0's first node peer
-  while (late < vt::Size() && !SameNodeExpected(0, late)) late++;
-  if (late == vt::Size()) GTEST_SKIP() << "rank 0 has no node peer";
+  const int late = RankZerosFirstNodePeer();
+  if (late < 0) GTEST_SKIP() << "rank 0 has no node peer";
   const int base = vt::FdCount();
   ArmedCreate a = CreateWithStepArmed(2000, late, "addr_late");
   vmmipc_comm_t c = a.c;
@@ -395,9 +397,8 @@ TEST_F(Comm, ALateRankLearnsAtOnceThatItsNodeGaveUp) {
 // does every rank, and the job goes on. Before, rank 0 told its node peers
 // of the timeout through the table it did not have: a segmentation fault.
 TEST_F(Comm, ARankWithoutItsRankTableSurvivesALateNodePeer) {
-  int late = 1; // rank 0's first node peer
-  while (late < vt::Size() && !SameNodeExpected(0, late)) late++;
-  if (late == vt::Size()) GTEST_SKIP() << "rank 0 has no node peer";
+  const int late = RankZerosFirstNodePeer();
+  if (late < 0) GTEST_SKIP() << "rank 0 has no node peer";
   const int base = vt::FdCount();
   vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
   cfg.timeout_ms = 2000;
