@@ -32,12 +32,6 @@ void vmp_link_del(vmp_link *node) {
 
 #define VMP_CONTAINER(ptr, type) ((type *)((char *)(ptr) - offsetof(type, link)))
 
-static int64_t exit_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int collected_running(void) {
   int n = vmp_orphans_running();
   for (vmp_link *l = vmp_live_comms.next; l != &vmp_live_comms; l = l->next)
@@ -61,7 +55,7 @@ static int exit_work_running(void) {
     (void)vmp_comm_abort_once(c);
     if (vmp_close_wait_ms(c->timeout_ms) > wait_ms) wait_ms = vmp_close_wait_ms(c->timeout_ms);
   }
-  const int64_t deadline = exit_now_ms() + wait_ms;
+  const int64_t deadline = vmp_now_ms() + wait_ms;
   int running = 0;
   for (vmp_link *l = vmp_live_windows.next; l != &vmp_live_windows; l = l->next) {
     VmpWindow *w = VMP_CONTAINER(l, VmpWindow);
@@ -77,7 +71,7 @@ static int exit_work_running(void) {
       running++;
       continue;
     }
-    int64_t left = deadline - exit_now_ms();
+    int64_t left = deadline - vmp_now_ms();
     how = vmp_events_wait(ev, nev, left > 0 ? (int)left : 0, &rc);
     free(ev);
     running += how != 0;
@@ -85,7 +79,7 @@ static int exit_work_running(void) {
   /* Collected windows: looked at, not released here (a release may run
    * deallocators, which change the lists). */
   int collected;
-  while ((collected = collected_running()) && exit_now_ms() < deadline) {
+  while ((collected = collected_running()) && vmp_now_ms() < deadline) {
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
   }

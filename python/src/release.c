@@ -80,8 +80,7 @@ static void pending_release(vmp_pending *p) {
 
 int vmp_comm_settle(VmpComm *c, int wait_ms) {
   if (!c->pending) return 0;
-  struct timespec start;
-  clock_gettime(CLOCK_MONOTONIC, &start);
+  const int64_t start = vmp_now_ms();
   for (;;) {
     vmp_pending **pp = &c->pending, *done = NULL;
     int left = 0;
@@ -102,10 +101,7 @@ int vmp_comm_settle(VmpComm *c, int wait_ms) {
       pending_release(p);
     }
     if (!left || wait_ms <= 0) return left;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    long elapsed = (long)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-    if (elapsed >= wait_ms) return left;
+    if (vmp_now_ms() - start >= wait_ms) return left;
     Py_BEGIN_ALLOW_THREADS
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
@@ -246,8 +242,9 @@ void vmp_release_orphans(void) {
       o->pending = p->next;
       pending_release(p);
     }
-    /* At exit: peers still using it fail at once (ABORTED) instead of waiting. */
-    if (!fin && !o->busy && !vmp_exit_keep && vmmipc_comm_abort(o->h) == VMMIPC_SUCCESS) vmmipc_comm_destroy(o->h);
+    /* Aborted by vmp_orphans_abort (busy if that failed): peers still using
+     * it fail at once (ABORTED) instead of waiting, and the destroy is local. */
+    if (!fin && !o->busy && !vmp_exit_keep) vmmipc_comm_destroy(o->h);
     free(o);
   }
 }

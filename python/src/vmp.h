@@ -209,6 +209,8 @@ int vmp_events_wait(void *const *events, int n, int timeout_ms, int *rc);
  * refusal) must reach it in time, or their free times out on this rank and
  * breaks the comm. */
 int vmp_close_wait_ms(int timeout_ms);
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t vmp_now_ms(void);
 /* Tests: the outcome the next Window.close()'s wait reports instead of its
  * own (VMP_WAIT_TIMEOUT or VMP_WAIT_DRIVER; 0: none), then cleared. */
 extern int vmp_test_wait_outcome;
@@ -243,7 +245,7 @@ void vmp_sweep_buffers(void);
 /* A comm collected open: kept (with what it queued) until exit, where it is
  * released locally; the collective close cannot run from the collector. */
 void vmp_comm_orphan(VmpComm *c);
-/* Exit: releases queued windows and orphaned comms locally (aborting them). */
+/* Exit: releases queued windows and orphaned comms locally (vmp_orphans_abort aborted them). */
 void vmp_release_orphans(void);
 /* Exit: aborts the orphaned comms; the longest wait their queued windows'
  * work may take (half the comm's timeout, as a close's). */

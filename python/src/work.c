@@ -151,7 +151,7 @@ int vmp_events_done(void *const *events, int n) {
   return 1;
 }
 
-static int64_t now_ms(void) {
+int64_t vmp_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -164,7 +164,7 @@ int vmp_events_wait(void *const *events, int n, int timeout_ms, int *rc) {
     *rc = -1;
     return VMP_WAIT_DRIVER;
   }
-  int64_t deadline = now_ms() + timeout_ms;
+  int64_t deadline = vmp_now_ms() + timeout_ms;
   long pause_ns = 1000;
   for (int i = 0, polls = 0; i < n; polls++) {
     int q = ev_query(events[i]);
@@ -176,7 +176,7 @@ int vmp_events_wait(void *const *events, int n, int timeout_ms, int *rc) {
       *rc = q;
       return VMP_WAIT_DRIVER;
     }
-    if (now_ms() >= deadline) return VMP_WAIT_TIMEOUT;
+    if (vmp_now_ms() >= deadline) return VMP_WAIT_TIMEOUT;
     /* Spin briefly, then back off to 1 ms: latency when it is close, little CPU when it is not. */
     if (polls > 32) {
       struct timespec ts = {0, pause_ns};
