@@ -137,8 +137,12 @@ for what, call in (("trim", heap.trim), ("close", win.close)):
 def singleton_env():
     # A singleton, not a rank of this job: no launcher variables, except the
     # run-as-root permission that Open MPI's singleton start needs as root.
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_")) or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+    # Its daemon launches nothing elsewhere: the "isolated" launcher, since
+    # where no ssh exists the default one refuses to start under mpiexec.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_")) or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+    env["OMPI_MCA_plm"] = "isolated"
+    return env
 
 
 def require_singleton():
