@@ -366,6 +366,32 @@ TEST_F(Comm, AFirstFrameThatIsNoHelloBlamesItsSender) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// A HELLO that cannot be sent (EPIPE: the peer hung up after the connect)
+// blames that peer, on every rank, in info.rank. Before, rank 0 named
+// nobody, and every rank's verdict named rank 0, the one that reported it.
+// (Here the peer is alive and only told; a real one has its own error.)
+TEST_F(Comm, AHelloThatCannotBeSentBlamesThePeer) {
+  const int q = RankZerosFirstNodePeer();
+  if (q < 0) GTEST_SKIP() << "rank 0 has no node peer to connect to";
+  const int base = vt::FdCount();
+  ArmedCreate a = CreateWithStepArmed(10000, 0, "hello_send");
+  EXPECT_EQ(a.r, VMMIPC_ERR_PEER) << a.err;
+  EXPECT_EQ(a.c, nullptr);
+  EXPECT_LT(a.s, 4.0) << "vmmipc_comm_create waited out the timeout: " << a.err;
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  ASSERT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
+  EXPECT_EQ(info.rank, q) << "the verdict names the rank that hung up: " << a.err;
+  const std::string told = "rank 0 lost its connection with this rank";
+  EXPECT_TRUE(a.err.find("saying HELLO to rank " + std::to_string(q) + ": EPIPE") != std::string::npos ||
+              a.err.find(told) != std::string::npos)
+      << a.err;
+  if (a.c) vmmipc_comm_destroy(a.c);
+  EXPECT_EQ(vt::FdCount(), base) << "the failed create left fds open";
+  vmmipc_comm_t c = nullptr;  // the job goes on: the next create works everywhere
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, nullptr, &c));
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 // A node rank that comes to the exchange of socket addresses after its node
 // peers gave up on it (here 1.5 x the timeout late) finds the exchange
 // complete, since every peer had sent its address. Its peers tell it that

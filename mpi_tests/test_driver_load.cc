@@ -127,6 +127,8 @@ int FailedLoadsAreRetried(void *) {
   if (vmmipc_device_count(&n) != VMMIPC_ERR_UNSUPPORTED) return 12;
   if (!std::strstr(vmmipc_last_error(), "cuInit(0)")) return 13;
   if (!std::strstr(vmmipc_last_error(), "CUDA_ERROR_NO_DEVICE")) return 14;
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;  // the CUresult is in the record too
+  if (vmmipc_last_error_info(&info) != VMMIPC_SUCCESS || info.driver_error != CUDA_ERROR_NO_DEVICE) return 21;
   // The failed attempt closed the library: it is not loaded any more.
   if (dlopen(good.c_str(), RTLD_NOW | RTLD_NOLOAD)) return 15;
   if (vt::FdCount() != before) return 16;

@@ -1081,6 +1081,24 @@ TEST(Transport, OpenFailuresCleanUp) {
   }
   EXPECT_EQ(unlink(file.c_str()), 0);
 
+  // No random bytes for the directory's name: nothing was made, so nothing
+  // may be removed (the paths were never written; before, they were
+  // unlinked and removed all the same).
+  {
+    o.socket_dir = dir;
+    g_unlink_calls = 0;
+    g_unlink_watch = 1;
+    vmmipc__test_fail_at("random", 1);
+    vmmipc_result_t rc = vmmipc__tp_open(&o, &tp);
+    g_unlink_watch = 0;
+    vmmipc__test_fail_at(nullptr, 0);
+    EXPECT_EQ(rc, VMMIPC_ERR_SYSTEM);
+    EXPECT_EQ(tp, nullptr);
+    EXPECT_TRUE(Has(LastError(), "naming the socket directory: no random bytes")) << LastError();
+    EXPECT_EQ(g_unlink_calls.load(), 0) << "a failed open unlinked \"" << g_unlink_last << "\"";
+    EXPECT_EQ(DirEntries(dir), 0);
+  }
+
   // Out of fds after mkdir: the directory goes again.
   for (int ns : {VMMIPC_SOCKET_FILESYSTEM, VMMIPC_SOCKET_ABSTRACT}) {
     SCOPED_TRACE(ns);
@@ -1290,6 +1308,55 @@ TEST(Transport, ForeignProcessDuringTheMeshIsRefused) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// A lower rank's first record that is empty but carries an fd is a
+// malformed HELLO, not a hang-up (SOCK_SEQPACKET reads it as 0 bytes, the fd
+// installed): the mesh fails at once naming that rank, and the fd is closed.
+// Before, it was refused as "closed before its HELLO", its fd kept for the
+// life of the process, and the mesh waited out its timeout.
+TEST(Transport, AnEmptyFirstRecordWithFdsIsAMalformedHello) {
+  const int timeout_ms = 3000;
+  const int base = vt::FdCount();
+  vmmipc__tp_opts_t o = PairOpts(1, RandomId(), timeout_ms);
+  vmmipc__tp_t *tp = nullptr;
+  ASSERT_EQ(vmmipc__tp_open(&o, &tp), VMMIPC_SUCCESS) << LastError();
+  const std::string addr = AddrText(vmmipc__tp_addr(tp));
+  int hold[2];
+  ASSERT_EQ(pipe2(hold, O_CLOEXEC), 0);
+  std::fflush(nullptr);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // node rank 0 in the parent's table; no MPI, no gtest here
+    close(hold[1]);
+    int sock = RawConnect(addr);
+    if (sock < 0) _exit(2);
+    int fd = MakeTaggedFd("empty");
+    if (RawSend(sock, "", 0, nullptr, 0, &fd, 1) != 0) _exit(3);
+    char ch;
+    while (read(hold[0], &ch, 1) < 0 && errno == EINTR) {  // keeps the connection until told
+    }
+    _exit(0);
+  }
+  close(hold[0]);
+  unsigned char addrs[2 * VMMIPC__ADDR_BYTES];  // node rank 1 dials nobody: rank 0 dials it
+  std::memcpy(addrs, vmmipc__tp_addr(tp), VMMIPC__ADDR_BYTES);
+  std::memcpy(addrs + VMMIPC__ADDR_BYTES, vmmipc__tp_addr(tp), VMMIPC__ADDR_BYTES);
+  pid_t pids[2] = {child, getpid()};
+  uid_t uids[2] = {geteuid(), geteuid()};
+  auto t0 = std::chrono::steady_clock::now();
+  vmmipc_result_t rc = vmmipc__tp_connect(tp, addrs, pids, uids);
+  const long ms = ElapsedMs(t0);
+  const std::string err = LastError();
+  close(hold[1]);
+  int status = 0;
+  EXPECT_EQ(WaitChild(child, &status), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child failed: status " << status;
+  EXPECT_EQ(rc, VMMIPC_ERR_INVALID_DESC) << err;
+  EXPECT_TRUE(Has(err, "rank 5 sent short frame: 0 bytes")) << err;
+  EXPECT_LT(ms, timeout_ms) << "a malformed HELLO fails at once: " << err;
+  vmmipc__tp_close(tp);
+  EXPECT_EQ(vt::FdCount(), base) << "the fd that came with the empty record is held";
+}
+
 // =====================================================================================
 // Hostile and broken peers
 // =====================================================================================
@@ -1305,13 +1372,13 @@ TEST(Transport, MalformedFramesFromAVerifiedRankAreRejected) {
   enum Forge {
     kBadMagic, kOldVersion, kUnknownKind, kUnknownCtx, kOtherCtx, kReserved, kWrongSender, kWrongReceiver,
     kWrongComm, kBytesMismatch, kFdsMismatch, kHello, kDataCode, kHugeTotals, kIndexBeyond, kOtherCut,
-    kTooLong, kShort, kFutureEpoch, kNotContinuing, kNoFirstFrame, kBadAbort, kNumForges
+    kTooLong, kShort, kFutureEpoch, kNotContinuing, kNoFirstFrame, kBadAbort, kEmpty, kNumForges
   };
   const char *names[] = {"bad magic", "old version", "unknown kind", "unknown context", "other context",
                          "reserved field", "wrong sender", "wrong receiver", "wrong comm", "byte count mismatch",
                          "fd count mismatch", "HELLO", "DATA with a code", "huge totals", "index beyond",
                          "another cut", "too long", "short", "future epoch", "not continuing", "no first frame",
-                         "bad ABORT"};
+                         "bad ABORT", "empty with fds"};
   const char *expect[] = {"bad magic", "frame version 1", "unknown frame kind 9", "unknown context 3",
                           "context 1 on a connection of context 2", "reserved header field",
                           "names node rank 0 as its sender, but came from node rank 1",
@@ -1320,7 +1387,8 @@ TEST(Transport, MalformedFramesFromAVerifiedRankAreRejected) {
                           "a HELLO frame after the connection was set up", "DATA frame with result code 4",
                           "exceeds the limits", "frame 1 of a message of 1 frame(s)", "is cut into",
                           "MSG_TRUNC", "short frame", "message #2 arrived while this rank expects at most #1",
-                          "does not continue message #1", "without its first frame", "ABORT with result code 0"};
+                          "does not continue message #1", "without its first frame", "ABORT with result code 0",
+                          "short frame: 0 bytes"};  // a read of 0 bytes with fds is no hang-up
   static_assert(sizeof names / sizeof *names == kNumForges, "names");
   static_assert(sizeof expect / sizeof *expect == kNumForges, "expectations");
   for (int k = 0; k < kNumForges; k++) {
@@ -1366,8 +1434,9 @@ TEST(Transport, MalformedFramesFromAVerifiedRankAreRejected) {
       if (k == kOldVersion) head[4] = 1;
       if (k == kReserved) head[10] = 1;
       std::vector<unsigned char> payload(f.frame_bytes + extra, 'm');
-      int e = k == kShort ? RawSend(c->fd[ctx - 1][0], head, 20, nullptr, 0, fds, nfds)
-                          : RawSend(c->fd[ctx - 1][0], head, sizeof head, payload.data(), payload.size(), fds, nfds);
+      int e = k == kShort   ? RawSend(c->fd[ctx - 1][0], head, 20, nullptr, 0, fds, nfds)
+              : k == kEmpty ? RawSend(c->fd[ctx - 1][0], head, 0, nullptr, 0, fds, nfds)
+                            : RawSend(c->fd[ctx - 1][0], head, sizeof head, payload.data(), payload.size(), fds, nfds);
       EXPECT_EQ(e, 0) << std::strerror(e);
       for (int fd : fds) close(fd);  // what was sent is the receiver's now
     }

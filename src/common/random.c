@@ -7,11 +7,15 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/testhooks.h"
 
 vmmipc_result_t vmmipc__random(void *out, size_t n, const char *what) {
   unsigned char *p = out;
   size_t got = 0;
   int err = 0;
+  if (VMMIPC__INJECT("random")) /* tests: no getrandom, no /dev/urandom */
+    return vmmipc__error_errno(VMMIPC_ERR_SYSTEM, ENOSYS, "%s: no random bytes: getrandom failed (ENOSYS) and "
+                               "open(/dev/urandom)", what);
   while (got < n) {
     ssize_t k = getrandom(p + got, n - got, 0);
     if (k > 0) {

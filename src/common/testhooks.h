@@ -42,7 +42,9 @@ extern "C" {
  * setting up a comm's sockets fails, as at the fd limit), "mesh_pending"
  * (this rank's mesh fails as soon as it has accepted a connection, before
  * reading its HELLO), "hello_kind" (the next HELLO this rank sends goes as a
- * DATA frame, as from another build), "addr_late" (this rank comes to the exchange of
+ * DATA frame, as from another build), "hello_send" (the next HELLO this
+ * rank sends fails with EPIPE, as to a peer that hung up), "random" (the
+ * next draw of random bytes finds neither getrandom nor /dev/urandom), "addr_late" (this rank comes to the exchange of
  * socket addresses 1.5 x the timeout late),
  * "thread_check_slow" (the next call pauses 300 ms before it asks MPI
  * whether this is MPI's main thread, below MPI_THREAD_SERIALIZED),

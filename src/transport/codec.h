@@ -1,7 +1,7 @@
 /* The transport's codec: frame headers to bytes and back, and the
  * reassembly of messages from frames, with every check a receiver makes.
  * Pure: no sockets, no clocks; the only system call is close() on fds it
- * drops. Fuzzed directly (fuzz/fuzz_frame.c). See docs/transport.md.
+ * drops. Fuzzed directly (fuzz/fuzz_frame.c). See docs/dev/transport.md.
  *
  * Header (64 bytes, little-endian):
  *   offset size field

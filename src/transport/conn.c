@@ -163,7 +163,12 @@ static vmmipc_result_t make_private_dir(vmmipc__conn_t *c, const char *parent, i
     unsigned char rnd[16];
     char h[33];
     vmmipc_result_t r = vmmipc__random(rnd, sizeof rnd, "naming the socket directory");
-    if (r) return r;
+    if (r) {
+      free(c->dir_path); /* nothing was made (or a squatter's name is in it): close_listener must remove nothing */
+      free(c->sock_path);
+      c->dir_path = c->sock_path = NULL;
+      return r;
+    }
     hex(rnd, sizeof rnd, h);
     snprintf(c->dir_path, need + 1, "%.*s/vmmipc-%s", (int)n, parent, h);
     if (mkdir(c->dir_path, 0700) == 0) break;
@@ -540,18 +545,19 @@ static vmmipc_result_t mesh_hellos(mesh_t *m) {
     }
     int R = vmmipc__conn_rank(c, p->rank);
     vmmipc_result_t rc = VMMIPC_SUCCESS;
-    if (e || rec.len == 0) {
+    if (e || vmmipc__rec_eof(&rec)) {
       /* The rank hung up before saying hello: liveness will tell why. */
       refuse(c, p->fd, "rank %d closed a connection before its HELLO (%s)", R, e ? vmmipc__errno_name(e) : "EOF");
     } else {
       vmmipc__frame_t f;
       char why[300];
       vmmipc__frame_expect_t want = {(uint32_t)p->rank, (uint32_t)c->node_rank, c->comm_id, 0};
-      if (rec.truncated || rec.ctrunc || rec.odd_cmsg ||
-          vmmipc__frame_decode(m->rbuf, rec.len, rec.nfds, &want, &f, why, sizeof why) != 0 ||
-          f.kind != VMMIPC__KIND_HELLO) {
-        if (rec.truncated || rec.ctrunc || rec.odd_cmsg) snprintf(why, sizeof why, "a truncated first record");
-        else if (f.kind != VMMIPC__KIND_HELLO) snprintf(why, sizeof why, "a first frame of kind %u, not HELLO", f.kind);
+      const int cut = rec.truncated || rec.ctrunc || rec.odd_cmsg;
+      const int bad = cut || vmmipc__frame_decode(m->rbuf, rec.len, rec.nfds, &want, &f, why, sizeof why) != 0;
+      if (bad || f.kind != VMMIPC__KIND_HELLO) {
+        /* A frame that does not decode keeps the decoder's reason. */
+        if (cut) snprintf(why, sizeof why, "a truncated first record");
+        else if (!bad) snprintf(why, sizeof why, "a first frame of kind %u, not HELLO", f.kind);
         rc = vmmipc__error(VMMIPC_ERR_INVALID_DESC,
                            "rank %d setting up connections: rank %d sent %s; hint: all ranks must run the same "
                            "vmmipc build",
@@ -585,11 +591,14 @@ static vmmipc_result_t send_hello(vmmipc__conn_t *c, int q, int ctx, int *sent) 
   f.comm_id = c->comm_id;
   unsigned char h[VMMIPC__FRAME_HEADER_BYTES];
   vmmipc__frame_encode(&f, h);
-  int e = vmmipc__conn_send(c->fd[ctx - 1][q], h, sizeof h, NULL, 0, NULL, 0);
+  int e = VMMIPC__INJECT("hello_send") ? EPIPE : vmmipc__conn_send(c->fd[ctx - 1][q], h, sizeof h, NULL, 0, NULL, 0);
   *sent = e == 0;
   if (e == 0 || e == EAGAIN || e == EWOULDBLOCK) return VMMIPC_SUCCESS;
-  return vmmipc__os_error(VMMIPC_ERR_PEER, e, NULL, "rank %d setting up connections: saying HELLO to rank %d",
-                          vmmipc__conn_rank(c, c->node_rank), vmmipc__conn_rank(c, q));
+  vmmipc_result_t rc = vmmipc__os_error(VMMIPC_ERR_PEER, e, NULL,
+                                        "rank %d setting up connections: saying HELLO to rank %d",
+                                        vmmipc__conn_rank(c, c->node_rank), vmmipc__conn_rank(c, q));
+  vmmipc__error_rank(vmmipc__conn_rank(c, q)); /* it hung up on us: the node peers' news names it */
+  return rc;
 }
 
 /* One connect() attempt from us to higher rank q for context ctx. */

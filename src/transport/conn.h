@@ -82,13 +82,21 @@ pid_t vmmipc__conn_pid(const vmmipc__conn_t *c, int p);
 /* One received record and the fds that came with it (owned by the caller:
  * keep or close them). */
 typedef struct vmmipc__rec {
-  size_t len;     /* bytes; 0 means end of file */
+  size_t len;     /* bytes; 0 with nothing else is an end of file (vmmipc__rec_eof) */
   int truncated;  /* MSG_TRUNC */
   int ctrunc;     /* MSG_CTRUNC: some fds were lost (RLIMIT_NOFILE) */
   int odd_cmsg;   /* a control message other than SCM_RIGHTS */
   int nfds;
   int fds[253];
 } vmmipc__rec_t;
+
+/* An end of file: no bytes and no control data. An empty record that
+ * carries fds is a peer's malformed frame, not a hang-up: SOCK_SEQPACKET
+ * delivers it as a read of 0 bytes, with the fds installed and the
+ * connection still open. */
+static inline int vmmipc__rec_eof(const vmmipc__rec_t *r) {
+  return r->len == 0 && r->nfds == 0 && !r->ctrunc && !r->odd_cmsg;
+}
 
 /* One sendmsg(MSG_NOSIGNAL) of a header, a payload and fds, retried on
  * EINTR. Returns 0 or an errno value (EAGAIN when the socket is full). */

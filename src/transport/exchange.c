@@ -186,7 +186,7 @@ static vmmipc_result_t take_end(xstate_t *s, int p, int ctx, int max) {
     vmmipc__rec_t rec;
     if (vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec)) return VMMIPC_SUCCESS; /* nothing more queued */
     vmmipc__close_fds(rec.fds, rec.nfds);
-    if (rec.len == 0) return VMMIPC_SUCCESS;
+    if (vmmipc__rec_eof(&rec)) return VMMIPC_SUCCESS;
     vmmipc__frame_t f;
     char why[400];
     if (!rec.truncated && !rec.odd_cmsg && !rec.ctrunc &&
@@ -331,10 +331,7 @@ static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op) {
     if (e == EAGAIN || e == EWOULDBLOCK) return VMMIPC_SUCCESS;
     if (e && peer_gone_errno(e)) return gone(s, p, e);
     if (e) return vmmipc__os_error(VMMIPC_ERR_SYSTEM, e, NULL, "receiving from rank %d", R);
-    if (rec.len == 0) {
-      vmmipc__close_fds(rec.fds, rec.nfds);
-      return gone(s, p, 0);
-    }
+    if (vmmipc__rec_eof(&rec)) return gone(s, p, 0);
     vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id, (uint16_t)ctx};
     vmmipc__frame_t f;
     char why[400];

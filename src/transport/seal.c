@@ -27,7 +27,7 @@ static void drain(vmmipc__tp_t *tp, int fd) {
     if (e) return;
     tp->stale_fds += (uint64_t)rec.nfds;
     vmmipc__close_fds(rec.fds, rec.nfds);
-    if (rec.len == 0) return;
+    if (vmmipc__rec_eof(&rec)) return;
     tp->stale_frames++;
   }
 }

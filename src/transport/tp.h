@@ -1,5 +1,5 @@
 /* The Unix-socket transport between the ranks of one node, as the comm
- * layer uses it. Three one-way layers (docs/transport.md):
+ * layer uses it. Three one-way layers (docs/dev/transport.md):
  *   exchange.c  the progress loop: messages, matching, bounded waits
  *   conn.c      connections: names, credentials, the mesh, raw frame I/O
  *   codec.c     frames to bytes and back, message reassembly, every check
@@ -99,7 +99,7 @@ typedef struct vmmipc__tp_xchg {
  * message over the limits, an fd that is not open) are refused with
  * VMMIPC_ERR_INVALID_ARG before anything is sent, and nobody is told: the
  * library's own calls never pass them. On any other failure this rank tells
- * the peers it still owed or awaited (ABORT), so that they do not wait out
+ * the peers it still owed, or in a collective awaited (ABORT), so that they do not wait out
  * the timeout, and no received fd or buffer is left behind. The exchange
  * allocates nothing before it runs (its tables are the transport's). */
 vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x);
@@ -133,8 +133,9 @@ int vmmipc__tp_end_first(const vmmipc__tp_t *tp, int p);
  * closing their fds. Each fd holds the sender's device memory alive for as
  * long as it is queued, even after the sender freed the buffer, so a failed
  * call must not leave them to the comm's next collective. Stops, per peer,
- * at anything else (a frame of a later call, END, a hang-up, a malformed
- * record), which stays queued for the next call to judge. Never waits;
+ * at anything else (a frame of a later call, END, a hang-up), which stays
+ * queued for the next call to judge; a malformed record of this call or an
+ * earlier one is dropped with its fds and counted as stale. Never waits;
  * leaves the thread's error as it was. */
 void vmmipc__tp_drop_stale(vmmipc__tp_t *tp, uint64_t epoch);
 /* Once the comm failed on this rank (aborted or broken; seal.c): shuts the

@@ -56,8 +56,7 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
     int e = vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec);
     if (e == EAGAIN || e == EWOULDBLOCK) return VMMIPC__TP_READ_NOTHING;
     char why[400];
-    if (e || rec.len == 0) {
-      vmmipc__close_fds(rec.fds, rec.nfds);
+    if (e || vmmipc__rec_eof(&rec)) {
       snprintf(why, sizeof why, "rank %d hung up (%s)", R, e ? vmmipc__errno_name(e) : "end of file");
       vmmipc__tp_drop_peer(tp, p, why);
       vmmipc__error(VMMIPC_ERR_PEER, "%s; hint: rank %d has probably failed or destroyed its communicator", why, R);
@@ -140,10 +139,7 @@ void vmmipc__tp_drop_stale(vmmipc__tp_t *tp, uint64_t epoch) {
       int kind = vmmipc__conn_peek(fd, &seq, NULL);
       if ((kind != VMMIPC__KIND_DATA && kind != VMMIPC__KIND_ABORT) || seq > epoch) break;
       vmmipc__rec_t rec;
-      if (vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec) || rec.len == 0) {
-        vmmipc__close_fds(rec.fds, rec.nfds);
-        break;
-      }
+      if (vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec) || vmmipc__rec_eof(&rec)) break;
       vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id,
                                      (uint16_t)VMMIPC__CTX_COLL};
       vmmipc__frame_t f;
