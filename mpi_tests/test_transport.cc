@@ -1743,6 +1743,9 @@ TEST(Transport, TruncatedFdsAreReleased) {
         ASSERT_TRUE(low.ok());
         x = Xchg(w.tp, kColl, 2, {}, &r);
       }
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;  // the OS error is in the record too
+      EXPECT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
+      EXPECT_EQ(info.os_error, EMFILE) << x.err;
       EXPECT_EQ(x.rc, VMMIPC_ERR_RESOURCE) << x.err;
       EXPECT_TRUE(Has(x.err, "receiving from rank 1: ")) << x.err;
       EXPECT_TRUE(Has(x.err, "MSG_CTRUNC")) << x.err;

@@ -298,11 +298,13 @@ static vmmipc_result_t send_progress(xstate_t *s, sop_t *op) {
 static vmmipc_result_t fd_limit_error(vmmipc__tp_t *tp, int p, int got, unsigned want) {
   struct rlimit rl;
   long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (long)rl.rlim_cur : -1;
-  return vmmipc__error(VMMIPC_ERR_RESOURCE,
-                       "receiving from rank %d: the file descriptors of a frame were cut short (MSG_CTRUNC: %d of %u "
-                       "arrived and were closed): this process has %d fds open with a limit of %ld (RLIMIT_NOFILE); "
-                       "hint: raise the open-file limit (ulimit -n)%s",
-                       tp_rank(tp, p), got, want, vmmipc__fd_count(), lim, vmmipc__fd_limit_note());
+  vmmipc__error(VMMIPC_ERR_RESOURCE,
+                "receiving from rank %d: the file descriptors of a frame were cut short (MSG_CTRUNC: %d of %u "
+                "arrived and were closed): this process has %d fds open with a limit of %ld (RLIMIT_NOFILE); "
+                "hint: raise the open-file limit (ulimit -n)%s",
+                tp_rank(tp, p), got, want, vmmipc__fd_count(), lim, vmmipc__fd_limit_note());
+  vmmipc__error_os(EMFILE); /* what the kernel met installing them, though it reports only MSG_CTRUNC */
+  return VMMIPC_ERR_RESOURCE;
 }
 
 static vmmipc_result_t bad_stream(vmmipc__tp_t *tp, int p, const char *why) {
