@@ -381,7 +381,7 @@ TEST_F(Comm, AHelloThatCannotBeSentBlamesThePeer) {
   vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
   ASSERT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
   EXPECT_EQ(info.rank, q) << "the verdict names the rank that hung up: " << a.err;
-  const std::string told = "rank 0 lost its connection with this rank";
+  const std::string told = "rank 0 failed to set up its connection with this rank";
   EXPECT_TRUE(a.err.find("saying HELLO to rank " + std::to_string(q) + ": EPIPE") != std::string::npos ||
               a.err.find(told) != std::string::npos)
       << a.err;

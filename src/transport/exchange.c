@@ -540,7 +540,8 @@ static vmmipc_result_t progress(xstate_t *s, int *pending) {
 }
 
 /* Best effort, bounded: ABORT (with the current error) to every peer that
- * still waits on this rank or that this rank still waits on. */
+ * still waits on this rank, and in a collective to every peer this rank
+ * still waits on. */
 static void tell_peers(xstate_t *s) {
   vmmipc__tp_t *tp = s->tp;
   vmmipc__tp_xchg_t *x = s->x;

@@ -123,8 +123,8 @@ typedef enum {
 vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch);
 /* When p's END frame is the first record queued on its collective
  * connection: VMMIPC_ERR_ABORTED (p aborted the comm) or VMMIPC_ERR_PEER (p
- * broke it); else 0 (another record), -1 (nothing yet) or -2 (closed, or
- * an end of file). Reads nothing: the frame stays queued for the calls
+ * broke it); else 0 (another record), -1 (nothing yet) or -2 (closed, an
+ * end of file, or a record shorter than a frame header). Reads nothing: the frame stays queued for the calls
  * that read the connection. */
 int vmmipc__tp_end_first(const vmmipc__tp_t *tp, int p);
 /* After a failed collective, whose last frames carried `epoch`: drops what
@@ -133,9 +133,10 @@ int vmmipc__tp_end_first(const vmmipc__tp_t *tp, int p);
  * closing their fds. Each fd holds the sender's device memory alive for as
  * long as it is queued, even after the sender freed the buffer, so a failed
  * call must not leave them to the comm's next collective. Stops, per peer,
- * at anything else (a frame of a later call, END, a hang-up), which stays
- * queued for the next call to judge; a malformed record of this call or an
- * earlier one is dropped with its fds and counted as stale. Never waits;
+ * at anything else (a frame of a later call, END, a hang-up, a record
+ * shorter than a frame header or of another kind), which stays queued for
+ * the next call to judge; a DATA or ABORT frame of this call or an earlier
+ * one that does not decode is dropped with its fds and counted as stale. Never waits;
  * leaves the thread's error as it was. */
 void vmmipc__tp_drop_stale(vmmipc__tp_t *tp, uint64_t epoch);
 /* Once the comm failed on this rank (aborted or broken; seal.c): shuts the
