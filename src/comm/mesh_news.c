@@ -52,10 +52,10 @@ vmmipc_result_t vmmipc__mesh_news_stop(void *arg) {
       continue;
     if (m->got[2 * p] == VMMIPC_SUCCESS) continue;
     int blamed = m->got[2 * p + 1] >= 0 ? m->got[2 * p + 1] : c->rank_of[p];
-    if (blamed == c->rank) /* a peer's failure that names this rank (a HELLO that met EPIPE, a timeout) */
+    if (blamed == c->rank) /* a failure that names this rank (a HELLO that met EPIPE, a timeout), maybe relayed */
       vmmipc__error(VMMIPC_ERR_PEER,
-                    "vmmipc_comm_create: rank %d setting up connections: rank %d failed to set up its connection "
-                    "with this rank (%s) and names this rank",
+                    "vmmipc_comm_create: rank %d setting up connections: rank %d reports a failure that names this "
+                    "rank (%s)",
                     c->rank, c->rank_of[p], vmmipc_strerror((vmmipc_result_t)m->got[2 * p]));
     else
       vmmipc__error(VMMIPC_ERR_PEER,
