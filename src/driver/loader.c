@@ -104,13 +104,10 @@ static vmmipc_result_t vmmipc__load_from(void *lib, const char *path) {
   CUresult rc = vmmipc__table.cuInit(0);
   if (rc == CUDA_ERROR_STUB_LIBRARY) return vmmipc__stub_error("cuInit(0)");
   if (rc != CUDA_SUCCESS) {
-    char e[128];
-    vmmipc_result_t r2 = vmmipc__error(rc == CUDA_ERROR_NO_DEVICE ? VMMIPC_ERR_UNSUPPORTED : VMMIPC_ERR_CUDA,
-                                       "loading the CUDA driver: cuInit(0) in %s failed: %s; hint: check that a "
-                                       "GPU is visible (nvidia-smi, CUDA_VISIBLE_DEVICES)",
-                                       path, vmmipc__cu_errstr(rc, e, sizeof e));
-    vmmipc__error_driver((int)rc);
-    return r2;
+    r = vmmipc__cu_error(rc, "check that a GPU is visible (nvidia-smi, CUDA_VISIBLE_DEVICES)",
+                         "loading the CUDA driver: cuInit(0) in %s", path);
+    if (rc == CUDA_ERROR_NO_DEVICE) vmmipc__error_code(r = VMMIPC_ERR_UNSUPPORTED); /* no GPU: not a driver fault */
+    return r;
   }
   rc = vmmipc__table.cuDriverGetVersion(&vmmipc__table.driver_version);
   if (rc != CUDA_SUCCESS) vmmipc__table.driver_version = 0;

@@ -597,7 +597,7 @@ static vmmipc_result_t send_hello(vmmipc__conn_t *c, int q, int ctx, int *sent) 
   vmmipc_result_t rc = vmmipc__os_error(VMMIPC_ERR_PEER, e, NULL,
                                         "rank %d setting up connections: saying HELLO to rank %d",
                                         vmmipc__conn_rank(c, c->node_rank), vmmipc__conn_rank(c, q));
-  if (e == EPIPE || e == ECONNRESET || e == ENOTCONN) /* q hung up on us: the node peers' news names it */
+  if (vmmipc__errno_peer_gone(e)) /* q hung up on us: the node peers' news names it */
     vmmipc__error_rank(vmmipc__conn_rank(c, q));
   return rc;
 }

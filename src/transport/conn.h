@@ -13,6 +13,7 @@
 #ifndef VMMIPC_TRANSPORT_CONN_H
 #define VMMIPC_TRANSPORT_CONN_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -96,6 +97,11 @@ typedef struct vmmipc__rec {
  * connection still open. */
 static inline int vmmipc__rec_eof(const vmmipc__rec_t *r) {
   return r->len == 0 && r->nfds == 0 && !r->ctrunc && !r->odd_cmsg;
+}
+
+/* Whether a socket call's errno says the peer hung up (or is gone). */
+static inline int vmmipc__errno_peer_gone(int e) {
+  return e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ECONNREFUSED;
 }
 
 /* One sendmsg(MSG_NOSIGNAL) of a header, a payload and fds, retried on

@@ -152,7 +152,6 @@ static vmmipc_result_t closed_error(vmmipc__tp_t *tp, int p) {
   return VMMIPC_ERR_PEER;
 }
 
-static int peer_gone_errno(int e) { return e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ECONNREFUSED; }
 
 static vmmipc_result_t hung_up(vmmipc__tp_t *tp, int p, int e) {
   int R = tp_rank(tp, p);
@@ -283,7 +282,7 @@ static vmmipc_result_t send_progress(xstate_t *s, sop_t *op) {
       s->retry_soon = 1;
       return VMMIPC_SUCCESS;
     }
-    if (e && peer_gone_errno(e)) return send_refused(s, p, e);
+    if (e && vmmipc__errno_peer_gone(e)) return send_refused(s, p, e);
     if (e)
       return vmmipc__os_error(VMMIPC_ERR_SYSTEM, e,
                               e == EBADF ? "one of the fds to send was closed while the call ran" : NULL,
@@ -331,7 +330,7 @@ static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op) {
     vmmipc__rec_t rec;
     int e = vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec);
     if (e == EAGAIN || e == EWOULDBLOCK) return VMMIPC_SUCCESS;
-    if (e && peer_gone_errno(e)) return gone(s, p, e);
+    if (e && vmmipc__errno_peer_gone(e)) return gone(s, p, e);
     if (e) return vmmipc__os_error(VMMIPC_ERR_SYSTEM, e, NULL, "receiving from rank %d", R);
     if (vmmipc__rec_eof(&rec)) return gone(s, p, 0);
     vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id, (uint16_t)ctx};
