@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -1858,6 +1859,101 @@ TEST(Transport, StaleFramesAreDroppedClosedAndCounted) {
       vmmipc__tp_stats_t s = w.Stats();
       EXPECT_EQ(s.stale_frames - s0.stale_frames, 1u);
       EXPECT_EQ(s.stale_fds - s0.stale_fds, 260u) << "253 held from epoch 4, and 7 in its last frame";
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  EXPECT_EQ(vt::FdCount(), base) << "fds leaked";
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A peer that keeps sending stale frames (an earlier epoch's) faster than
+// this rank reads them: every read of a connection returns to its caller's
+// checks after a bounded number of records, so the exchange still times out
+// on time, and one read of the agreement and the stale drop come back. The
+// test hook makes rank 0 pause before each record, so that rank 1 surely
+// outpaces it. For each of the three, rank 1 fills the socket first, then
+// keeps it full until rank 0 is done (at most 5 s).
+TEST(Transport, AFloodOfStaleFramesCannotPinTheReader) {
+  WarmMpi();
+  const int base = vt::FdCount();
+  {
+    WorldOpts wo;
+    wo.timeout_ms = 600;
+    World w(wo);
+    ASSERT_NE(w.tp, nullptr);
+    const int rank = vt::Rank();
+    unsigned char head[VMMIPC__FRAME_HEADER_BYTES];
+    const unsigned char payload[7] = {'s', 't', 'a', 'l', 'e', '!', '!'};
+    const vmmipc__frame_t stale = Frame(w.conn(), 0, kColl, VMMIPC__KIND_DATA, 1, sizeof payload, 0, 0);
+    vmmipc__frame_encode(&stale, head);
+    auto send_one = [&]() {
+      iovec iov[2] = {{head, sizeof head}, {const_cast<unsigned char *>(payload), sizeof payload}};
+      msghdr m;
+      std::memset(&m, 0, sizeof m);
+      m.msg_iov = iov;
+      m.msg_iovlen = 2;
+      return sendmsg(w.conn()->fd[kColl - 1][0], &m, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0 ? 0 : errno;
+    };
+    // Rank 1 floods while rank 0 runs `read` (timed). False if rank 1's
+    // first fill of the socket took too few records for the test.
+    long capacity = 0;
+    auto flooded = [&](const std::function<void()> &read) {
+      long queued = 0;
+      if (rank == 1) {
+        int e;
+        while ((e = send_one()) == 0) queued++;
+        EXPECT_EQ(e, EAGAIN) << std::strerror(e);
+      }
+      MPI_Bcast(&queued, 1, MPI_LONG, 1, MPI_COMM_WORLD);
+      if (!capacity) capacity = queued;  // later fills top up what rank 0 read
+      if (capacity <= 2 * VMMIPC__TP_RECORDS_PER_TURN) return false;
+      if (rank == 1) {
+        MPI_Request stop;
+        int token = 0, done = 0;
+        MPI_Irecv(&token, 1, MPI_INT, 0, 91, MPI_COMM_WORLD, &stop);
+        auto t0 = std::chrono::steady_clock::now();
+        while (!done && ElapsedMs(t0) < 5000) {
+          if (send_one() == EAGAIN) {
+            pollfd p = {w.conn()->fd[kColl - 1][0], POLLOUT, 0};
+            poll(&p, 1, 1);
+          }
+          MPI_Test(&stop, &done, MPI_STATUS_IGNORE);
+        }
+        if (!done) MPI_Wait(&stop, MPI_STATUS_IGNORE);
+      } else if (rank == 0) {
+        vmmipc__test_record_pause_us(300);
+        read();
+        vmmipc__test_record_pause_us(0);
+        int token = 1;
+        MPI_Send(&token, 1, MPI_INT, 1, 91, MPI_COMM_WORLD);
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+      return true;
+    };
+
+    ASSERT_TRUE(flooded([&] {
+      const uint64_t stale0 = w.Stats().stale_frames;
+      Recvs r{1};
+      Result x = Xchg(w.tp, kColl, 3, {}, &r);
+      EXPECT_EQ(x.rc, VMMIPC_ERR_TIMEOUT) << x.err;
+      EXPECT_TRUE(Has(x.err, "rank 0 timed out after 600 ms waiting for rank 1")) << x.err;
+      EXPECT_LT(x.ms, 600 + 1500) << "the flood held the exchange past its deadline";
+      EXPECT_GE(w.Stats().stale_frames - stale0, static_cast<uint64_t>(VMMIPC__TP_RECORDS_PER_TURN));
+      EXPECT_TRUE(RecvIsEmpty(r[0]));
+    })) << "the socket holds too few records for this test";
+    ASSERT_TRUE(flooded([&] {
+      auto t0 = std::chrono::steady_clock::now();
+      vmmipc__tp_read_t rd = vmmipc__tp_read_coll(w.tp, 1, 3);
+      EXPECT_LT(ElapsedMs(t0), 1000) << "one read of the agreement did not come back";
+      EXPECT_TRUE(rd == VMMIPC__TP_READ_MORE || rd == VMMIPC__TP_READ_NOTHING) << rd << ": " << LastError();
+    }));
+    ASSERT_TRUE(flooded([&] {
+      auto t0 = std::chrono::steady_clock::now();
+      vmmipc__tp_drop_stale(w.tp, 3);
+      EXPECT_LT(ElapsedMs(t0), 2000) << "the stale drop did not come back";
+    }));
+    if (rank == 0) {
+      EXPECT_NE(w.conn()->fd[kColl - 1][1], -1) << "stale frames are no break of the protocol";
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }

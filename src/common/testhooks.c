@@ -80,6 +80,19 @@ static int vmmipc__batch_cap;
 void vmmipc__test_barrier_batch(int max) { __atomic_store_n(&vmmipc__batch_cap, max > 0 ? max : 0, __ATOMIC_RELAXED); }
 
 int vmmipc__test_barrier_batch_cap(void) { return __atomic_load_n(&vmmipc__batch_cap, __ATOMIC_RELAXED); }
+
+static int vmmipc__record_pause;
+
+void vmmipc__test_record_pause_us(int us) { __atomic_store_n(&vmmipc__record_pause, us > 0 ? us : 0, __ATOMIC_RELAXED); }
+
+void vmmipc__test_record_pause(void) {
+  int us = __atomic_load_n(&vmmipc__record_pause, __ATOMIC_RELAXED);
+  if (us) {
+    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+  }
+}
 #else
 /* Keeps the translation unit non-empty in release builds. */
 typedef int vmmipc__testhooks_unused;

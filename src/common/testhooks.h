@@ -101,12 +101,18 @@ int vmmipc__test_pool_cap(void);
  * several batches. */
 void vmmipc__test_barrier_batch(int max);
 int vmmipc__test_barrier_batch_cap(void);
+/* Makes every record read of the transport's exchange, agreement read and
+ * stale drop pause us microseconds first (0: none), so that a flooding
+ * peer surely outpaces this reader. */
+void vmmipc__test_record_pause_us(int us);
+void vmmipc__test_record_pause(void);
 #define VMMIPC__INSIDE() vmmipc__test_inside()
 #define VMMIPC__PEEKED() vmmipc__test_peeked()
 #define VMMIPC__LATE(ms) vmmipc__test_late(ms)
 #define VMMIPC__STALL(ms) vmmipc__test_sleep_ms(ms)
 #define VMMIPC__POOL_CAP() vmmipc__test_pool_cap()
 #define VMMIPC__BATCH_CAP() vmmipc__test_barrier_batch_cap()
+#define VMMIPC__RECORD_PAUSE() vmmipc__test_record_pause()
 #else
 #define VMMIPC__INJECT(step) 0
 #define VMMIPC__INSIDE() ((void)0)
@@ -115,6 +121,7 @@ int vmmipc__test_barrier_batch_cap(void);
 #define VMMIPC__STALL(ms) ((void)0)
 #define VMMIPC__POOL_CAP() 0
 #define VMMIPC__BATCH_CAP() 0
+#define VMMIPC__RECORD_PAUSE() ((void)0)
 #endif
 
 #ifdef __cplusplus

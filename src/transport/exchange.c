@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/host.h"
 #include "common/le.h"
+#include "common/testhooks.h"
 #include "transport/tp.h"
 #include "transport/tp_priv.h"
 
@@ -140,6 +141,7 @@ typedef struct xstate {
   rop_t *rops;
   int nrops;
   int retry_soon;
+  uint64_t records; /* read so far */
 } xstate_t;
 
 static vmmipc_result_t closed_error(vmmipc__tp_t *tp, int p) {
@@ -324,12 +326,15 @@ static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op) {
   vmmipc__tp_xchg_t *x = s->x;
   int p = op->peer, ctx = x->ctx, R = tp_rank(tp, p);
   vmmipc__asm_t *a = &tp->rx[ctx - 1][p];
-  while (!op->done) {
+  for (int turn = 0; !op->done; turn++) {
     int fd = tp->conn->fd[ctx - 1][p];
     if (fd < 0) return closed_error(tp, p);
+    if (turn == VMMIPC__TP_RECORDS_PER_TURN) return VMMIPC_SUCCESS; /* the rest after the deadline's check */
+    VMMIPC__RECORD_PAUSE();
     vmmipc__rec_t rec;
     int e = vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec);
     if (e == EAGAIN || e == EWOULDBLOCK) return VMMIPC_SUCCESS;
+    s->records++;
     if (e && vmmipc__errno_peer_gone(e)) return gone(s, p, e);
     if (e) return vmmipc__os_error(VMMIPC_ERR_SYSTEM, e, NULL, "receiving from rank %d", R);
     if (vmmipc__rec_eof(&rec)) return gone(s, p, 0);
@@ -684,8 +689,13 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
       next_liveness = now + TP_SLICE_MS;
       for (int p = 0; p < n; p++) {
         if (!peer_pending(&s, p) || !vmmipc__pid_gone(tp->conn->pids[p])) continue;
-        /* What it sent before it died is queued already: take it first. */
-        if ((rc = progress(&s, &pending))) goto fail;
+        /* What it sent before it died is queued already: take it first,
+         * all of it (within the deadline: its socket may be shared). */
+        uint64_t seen;
+        do {
+          seen = s.records;
+          if ((rc = progress(&s, &pending))) goto fail;
+        } while (peer_pending(&s, p) && s.records != seen && vmmipc__now_ms() < deadline);
         if (!peer_pending(&s, p)) continue;
         int R = tp_rank(tp, p);
         rc = vmmipc__error(VMMIPC_ERR_PEER,

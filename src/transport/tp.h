@@ -110,11 +110,19 @@ vmmipc__conn_t *vmmipc__tp_conn(vmmipc__tp_t *tp);
 /* ---- for the agreement and the comm's abort (verdict.c) ---- */
 /* The collective connection to node rank p, or -1 (closed, or p is self). */
 int vmmipc__tp_coll_fd(const vmmipc__tp_t *tp, int p);
+/* Most records one read of a connection takes before it returns to its
+ * caller's loop (which checks the deadline, aborts and liveness, then
+ * polls again): a peer that keeps sending stale frames faster than this
+ * rank reads them cannot pin it. */
+#define VMMIPC__TP_RECORDS_PER_TURN 64
+
 typedef enum {
   VMMIPC__TP_READ_NOTHING = 0, /* nothing more queued */
   VMMIPC__TP_READ_GONE,        /* p hung up, broke the comm (END) or the protocol (connection dropped; error set) */
   VMMIPC__TP_READ_AHEAD,       /* p sent a frame of a later collective (left queued): it is past this agreement */
-  VMMIPC__TP_READ_ABORTED      /* p aborted the comm (error set) */
+  VMMIPC__TP_READ_ABORTED,     /* p aborted the comm (error set) */
+  VMMIPC__TP_READ_MORE         /* VMMIPC__TP_RECORDS_PER_TURN records read, more queued: call again after the
+                                * caller's own checks (a flooding peer cannot pin this rank) */
 } vmmipc__tp_read_t;
 /* Reads what p queued on the collective connection while this rank is in
  * the agreement of collective `epoch`: drops what is left of earlier calls,
@@ -136,7 +144,8 @@ int vmmipc__tp_end_first(const vmmipc__tp_t *tp, int p);
  * at anything else (a frame of a later call, END, a hang-up, a record
  * shorter than a frame header or of another kind), which stays queued for
  * the next call to judge; a DATA or ABORT frame of this call or an earlier
- * one that does not decode is dropped with its fds and counted as stale. Never waits;
+ * one that does not decode is dropped with its fds and counted as stale. Never waits,
+ * and reads at most a few turns' records per peer (later calls drop the rest);
  * leaves the thread's error as it was. */
 void vmmipc__tp_drop_stale(vmmipc__tp_t *tp, uint64_t epoch);
 /* Once the comm failed on this rank (aborted or broken; seal.c): shuts the

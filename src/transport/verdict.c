@@ -20,6 +20,10 @@
 /* Total time the END frames of one vmmipc__tp_abort_all may wait for room
  * in full sockets, all connections together (as an exchange's ABORTs). */
 #define TP_END_BUDGET_MS 200
+/* Records vmmipc__tp_drop_stale reads per peer, in turns
+ * (VMMIPC__TP_RECORDS_PER_TURN): a failed call's leftovers fit many times
+ * over, and a peer that keeps sending cannot hold this rank in it. */
+#define DROP_TURNS 16
 
 static int coll_fd(const vmmipc__tp_t *tp, int p) {
   if (!tp || !tp->conn || p < 0 || p >= tp->conn->node_size || p == tp->conn->node_rank) return -1;
@@ -42,7 +46,8 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
     return VMMIPC__TP_READ_GONE;
   }
   vmmipc__asm_t *a = &tp->rx[VMMIPC__CTX_COLL - 1][p];
-  for (;;) {
+  for (int turn = 0;; turn++) {
+    if (turn == VMMIPC__TP_RECORDS_PER_TURN) return VMMIPC__TP_READ_MORE;
     /* A frame of the next collective: p had the verdict before this rank
      * (both come over MPI, apart from the socket). It stays queued for it.
      * Only what the peek saw is read: a frame that comes after a peek that
@@ -52,6 +57,7 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
     VMMIPC__PEEKED(); /* tests send p's frame here */
     if (kind == -1) return VMMIPC__TP_READ_NOTHING;
     if ((kind == VMMIPC__KIND_DATA || kind == VMMIPC__KIND_ABORT) && seq > epoch) return VMMIPC__TP_READ_AHEAD;
+    VMMIPC__RECORD_PAUSE();
     vmmipc__rec_t rec;
     int e = vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec);
     if (e == EAGAIN || e == EWOULDBLOCK) return VMMIPC__TP_READ_NOTHING;
@@ -133,11 +139,12 @@ void vmmipc__tp_drop_stale(vmmipc__tp_t *tp, uint64_t epoch) {
     int fd = coll_fd(tp, p);
     if (fd < 0) continue;
     vmmipc__asm_t *a = &tp->rx[VMMIPC__CTX_COLL - 1][p];
-    for (;;) {
+    for (int k = 0; k < DROP_TURNS * VMMIPC__TP_RECORDS_PER_TURN; k++) {
       /* Only DATA and ABORT frames of this call or an earlier one. */
       uint64_t seq = 0;
       int kind = vmmipc__conn_peek(fd, &seq, NULL);
       if ((kind != VMMIPC__KIND_DATA && kind != VMMIPC__KIND_ABORT) || seq > epoch) break;
+      VMMIPC__RECORD_PAUSE();
       vmmipc__rec_t rec;
       if (vmmipc__conn_recv(fd, tp->rbuf, tp->rbuf_cap, &rec) || vmmipc__rec_eof(&rec)) break;
       vmmipc__frame_expect_t want = {(uint32_t)p, (uint32_t)tp->conn->node_rank, tp->conn->comm_id,
