@@ -71,6 +71,21 @@ int StubDriver(void *) {
   return 0;
 }
 
+// A driver older than the headers lacks a symbol the library needs: the
+// message says so, and the record holds cuGetProcAddress's CUresult.
+int OldDriver(void *) {
+  setenv("VMMIPC_STANDIN_CAPS", "old11", 1);
+  int n = 0;
+  if (vmmipc_device_count(&n) != VMMIPC_ERR_UNSUPPORTED) return 70;
+  const std::string msg = vmmipc_last_error();
+  if (msg.find("cuGetProcAddress(\"") == std::string::npos) return 71;
+  if (msg.find("the driver is older than the CUDA") == std::string::npos) return 72;
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  if (vmmipc_last_error_info(&info) != VMMIPC_SUCCESS) return 73;
+  if (info.code != VMMIPC_ERR_UNSUPPORTED || info.driver_error != 500 /* CUDA_ERROR_NOT_FOUND */) return 74;
+  return 0;
+}
+
 int NoContext(void *) {
   vmmipc_buf_t b = nullptr;
   if (vmmipc_alloc(1, &b) != VMMIPC_ERR_INVALID_ARG) return 50;
@@ -91,6 +106,11 @@ TEST(Loader, ALibraryWithoutTheDriverApiIsRefused) { ExpectChildExits0(NotADrive
 TEST(Loader, AStubLibcudaIsNamedAsOne) {
   if (!vt::UsingStandin()) GTEST_SKIP() << "needs the stand-in's stub mode";
   ExpectChildExits0(StubDriver, "stub driver");
+}
+
+TEST(Loader, ADriverOlderThanTheHeadersIsNamedAsOne) {
+  if (!vt::UsingStandin()) GTEST_SKIP() << "needs the stand-in's old-driver mode";
+  ExpectChildExits0(OldDriver, "old driver");
 }
 
 TEST(Loader, AllocWithoutACurrentDeviceSaysWhatToCall) { ExpectChildExits0(NoContext, "no context"); }

@@ -84,9 +84,9 @@ static CUresult sti_read_caps(void) {
       sti.cap_rdma = 0;
     else if (len == 4 && strncmp(p, "stub", 4) == 0)
       return CUDA_ERROR_STUB_LIBRARY; /* as the toolkit's stub libcuda (getproc.c) */
-    else if (len != 0)
+    else if (len != 0 && !(len == 5 && strncmp(p, "old11", 5) == 0)) /* old11: getproc.c's */
       return sti_bad_env("VMMIPC_STANDIN_CAPS", env,
-                         "known capabilities are novmm, nofd, nordma, nomemops, nokernels and stub");
+                         "known capabilities are novmm, nofd, nordma, nomemops, nokernels, stub and old11");
     p += len;
     if (*p == ',') p++;
   }

@@ -87,6 +87,9 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     *pfn = NULL;
     return CUDA_ERROR_STUB_LIBRARY;
   }
+  /* VMMIPC_STANDIN_CAPS=old11: a CUDA 11.8 driver, which knows no symbol
+   * that came later (the loader's "driver older than the headers"). */
+  const int driver_version = caps && strstr(caps, "old11") ? 11080 : CUDA_VERSION;
   const cuuint64_t known = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if (flags & ~known) return CUDA_ERROR_INVALID_VALUE;
   *pfn = NULL;
@@ -94,7 +97,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
   int named = 0;
   for (size_t i = 0; i < sizeof sti_entries / sizeof sti_entries[0]; i++) {
     const sti_entry *e = &sti_entries[i];
-    if (strcmp(e->name, symbol) != 0) continue;
+    if (strcmp(e->name, symbol) != 0 || e->since > driver_version) continue;
     named = 1;
     if (e->since <= cudaVersion && (!best || e->since > best->since)) best = e;
   }

@@ -66,22 +66,28 @@ static vmmipc_result_t vmmipc__stub_error(const char *call) {
   return VMMIPC_ERR_UNSUPPORTED;
 }
 
+/* A symbol the driver does not give: older than the headers. */
+static vmmipc_result_t resolve_error(const char *name, CUresult rc, CUdriverProcAddressQueryResult status) {
+  vmmipc__error(VMMIPC_ERR_UNSUPPORTED,
+                "loading the CUDA driver: cuGetProcAddress(\"%s\", version %d) in %s failed (CUresult %d, query "
+                "status %d); hint: the driver is older than the CUDA %d.%d headers vmmipc was built with; update the "
+                "driver",
+                name, vmmipc__cu_abi_version(name), vmmipc__table.path, (int)rc, (int)status, CUDA_VERSION / 1000,
+                (CUDA_VERSION % 1000) / 10);
+  if (rc != CUDA_SUCCESS) vmmipc__error_driver(rc);
+  return VMMIPC_ERR_UNSUPPORTED;
+}
+
 static vmmipc_result_t vmmipc__resolve(void) {
   CUdriverProcAddressQueryResult status;
   void *fn;
   CUresult rc;
-#define VMMIPC__CU_RESOLVE(name)                                                                         \
-  fn = NULL;                                                                                      \
-  rc = vmmipc__getproc(#name, &fn, vmmipc__cu_abi_version(#name), &status);                        \
-  if (rc == CUDA_ERROR_STUB_LIBRARY) return vmmipc__stub_error("cuGetProcAddress(\"" #name "\")");     \
-  if (rc != CUDA_SUCCESS || fn == NULL || status != CU_GET_PROC_ADDRESS_SUCCESS)                  \
-    return vmmipc__error(VMMIPC_ERR_UNSUPPORTED,                                                  \
-                         "loading the CUDA driver: cuGetProcAddress(\"%s\", version %d) in %s "   \
-                         "failed (CUresult %d, query status %d); hint: the driver is older than " \
-                         "the CUDA %d.%d headers vmmipc was built with; update the driver",       \
-                         #name, vmmipc__cu_abi_version(#name), vmmipc__table.path, (int)rc,      \
-                         (int)status,                                                             \
-                         CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10);                        \
+#define VMMIPC__CU_RESOLVE(name)                                                                     \
+  fn = NULL;                                                                                          \
+  rc = vmmipc__getproc(#name, &fn, vmmipc__cu_abi_version(#name), &status);                           \
+  if (rc == CUDA_ERROR_STUB_LIBRARY) return vmmipc__stub_error("cuGetProcAddress(\"" #name "\")");  \
+  if (rc != CUDA_SUCCESS || fn == NULL || status != CU_GET_PROC_ADDRESS_SUCCESS)                      \
+    return resolve_error(#name, rc, status);                                                          \
   memcpy(&vmmipc__table.name, &fn, sizeof fn);
   VMMIPC__CU_FUNCS(VMMIPC__CU_RESOLVE)
 #undef VMMIPC__CU_RESOLVE
