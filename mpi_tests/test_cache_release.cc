@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testhooks.h"
 #include "harness/bufs.h"
 
 namespace {
@@ -120,6 +121,35 @@ TEST_F(CacheRelease, FreedBuffersAreReleasedByTheNextCollective) {
   EXPECT_EQ(s.map_cache_freed, static_cast<uint64_t>(peers_));
   EXPECT_EQ(s.map_cache_evictions, 0u);
   ExpectNothingHeld("after the owners freed and one collective ran");
+}
+
+// A release that fails inside a call that succeeds (here the drop of a
+// freed owner's mapping, its unmap reported failed after it was done)
+// leaves this thread's error record as it was: code, rank, driver error and
+// message, as a successful call must. Before, the code and driver error of
+// the failed unmap stayed under the old message.
+TEST_F(CacheRelease, AReleaseThatFailsInsideASuccessfulCallLeavesTheErrorRecord) {
+  Open();
+  vmmipc_buf_t b = vt::PatternBuf(2, 300 + me_);
+  MapAll(b, 300, 2 * kGran);
+  ASSERT_VMM_OK(vmmipc_buf_free(b));
+  MPI_Barrier(MPI_COMM_WORLD);
+  void *p = nullptr;
+  size_t sz = 0;
+  ASSERT_EQ(vmmipc_buf_ptr(nullptr, &p, &sz), VMMIPC_ERR_INVALID_ARG);  // a record to keep
+  const std::string before = vmmipc_last_error();
+  if (peers_ > 0) vmmipc__test_fail_at("unmap", 1);
+  Nothing();
+  const bool fired = peers_ > 0 && !vmmipc__test_fail_pending();
+  vmmipc__test_fail_at(nullptr, 0);
+  EXPECT_EQ(fired, peers_ > 0) << "the unmap hook did not fire in the drop";
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  ASSERT_VMM_OK(vmmipc_last_error_info(&info));
+  EXPECT_EQ(info.code, VMMIPC_ERR_INVALID_ARG) << info.message;
+  EXPECT_EQ(info.driver_error, 0) << info.message;
+  EXPECT_EQ(info.rank, -1);
+  EXPECT_EQ(std::string(info.message), before);
+  ExpectNothingHeld("after the drop whose unmap was reported failed");
 }
 
 TEST_F(CacheRelease, OnlyTheFreedOwnersMappingsGo) {

@@ -213,12 +213,13 @@ int vmmipc__mapcache_drop(vmmipc__mapcache_t *c, uint32_t pid, uint64_t nonce, c
   }
   pthread_mutex_unlock(&c->mu);
   /* Nobody waits on this result: a release failure leaves nothing behind
-   * that a later call could undo, so the message goes too. */
+   * that a later call could undo, so it is not reported, and the thread's
+   * record stays the call's (code, rank, driver error and message). */
   if (drop) {
-    char keep[VMMIPC__ERRMSG_MAX];
-    snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+    vmmipc__error_saved_t keep;
+    vmmipc__error_save(&keep);
     (void)vmmipc__free_chain(vmmipc__cache_cu(), drop);
-    vmmipc__error_set_raw(keep);
+    vmmipc__error_restore(&keep);
   }
   return dropped;
 }
@@ -265,7 +266,10 @@ static vmmipc_result_t vmmipc__view(const vmmipc__cu_t *cu, struct vmmipc__mapen
   struct vmmipc_buf *v = malloc(sizeof *v);
   if (!v) {
     vmmipc_result_t r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "vmmipc_import: a buffer record");
+    vmmipc__error_saved_t keep; /* a release that fails too does not replace it */
+    vmmipc__error_save(&keep);
     vmmipc__mapent_release(cu, e);
+    vmmipc__error_restore(&keep);
     return r;
   }
   *v = *e->map;
@@ -372,10 +376,10 @@ int vmmipc__mapcache_pin(vmmipc__mapcache_t *c, uint32_t pid, const vmmipc_acces
   const vmmipc__cu_t *cu;
   CUmemAccessDesc acc[VMMIPC__MAX_ACCESS];
   int n = 0, k = 0;
-  char keep[VMMIPC__ERRMSG_MAX];
-  snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+  vmmipc__error_saved_t keep;
+  vmmipc__error_save(&keep);
   int bad = vmmipc__cu_load(&cu) || vmmipc__key_access(cu, access, "pinning cached mappings", acc, &n);
-  vmmipc__error_set_raw(keep); /* the import reports a bad access itself */
+  vmmipc__error_restore(&keep); /* the import reports a bad access itself */
   if (bad) return 0;
   pthread_mutex_lock(&c->mu);
   /* New entries go to the head, so the list runs most recent first. */
@@ -403,10 +407,10 @@ void vmmipc__mapcache_unpin(struct vmmipc__mapent **pinned, int n) {
     int gone = vmmipc__cache_gone(c);
     pthread_mutex_unlock(&c->mu);
     if (drop) {
-      char keep[VMMIPC__ERRMSG_MAX];
-      snprintf(keep, sizeof keep, "%s", vmmipc_last_error());
+      vmmipc__error_saved_t keep; /* the call's record, as in vmmipc__mapcache_drop */
+      vmmipc__error_save(&keep);
       (void)vmmipc__free_chain(vmmipc__cache_cu(), drop);
-      vmmipc__error_set_raw(keep);
+      vmmipc__error_restore(&keep);
     }
     if (gone) vmmipc__cache_free(c);
   }
