@@ -208,6 +208,58 @@ TEST(FaultsTablesTwo, TwoRanksWithoutTheirTablesGiveOneVerdict) {
   ASSERT_VMM_OK(vmmipc_comm_destroy(c));
 }
 
+// A rank that failed already (a bad argument) and then lacks the tables of
+// the collective's rounds keeps its own failure: every rank reports the
+// argument error, naming it, not the tables it never needed. Before, the
+// code stayed INVALID_ARG while the message (and so the verdict's text)
+// became the tables'.
+TEST(FaultsTablesTwo, AnArgumentErrorOutlivesTheTablesItsRankLacksThen) {
+  ASSERT_GE(vt::UseRankDevice(), 0);
+  const int me = vt::Rank();
+  vmmipc_comm_t c = vt::CountedComm(kTimeoutMs);
+  ASSERT_NE(c, nullptr);
+  const std::vector<int> ids = vt::NodeIds(c);
+  const int f = vt::LastWithPeers(ids);
+  if (f < 0) {
+    ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+    GTEST_SKIP() << "no rank has a node peer";
+  }
+  vmmipc_buf_t b = vt::PatternBuf(1, 970 + me);
+  for (const char *hook : {"round_tables", "map_tables"}) {
+    vt::Baseline base;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (me == f) vmmipc__test_fail_at(hook, 1);
+    vmmipc_result_t r;
+    std::vector<vmmipc_desc_t> descs(static_cast<size_t>(vt::Size()), nullptr);
+    vmmipc_win_t w = nullptr;
+    if (std::string(hook) == "round_tables") {
+      r = vmmipc_allgather_desc(c, nullptr, me == f ? nullptr : descs.data());
+    } else {
+      r = vmmipc_allgather_map(c, b, nullptr, me == f ? nullptr : &w);
+    }
+    const bool fired = !vmmipc__test_fail_pending();
+    vmmipc__test_fail_at(nullptr, 0);
+    if (me == f) {
+      EXPECT_TRUE(fired) << hook << ": the hook was not reached";
+    }
+    vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+    EXPECT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
+    const std::string msg = info.message;
+    EXPECT_EQ(r, VMMIPC_ERR_INVALID_ARG) << hook << ": " << msg;
+    EXPECT_EQ(info.rank, f) << hook << ": " << msg;
+    EXPECT_NE(msg.find("is NULL"), std::string::npos) << hook << ": " << msg;
+    EXPECT_EQ(msg.find("notices"), std::string::npos) << hook << ": " << msg;
+    EXPECT_EQ(msg.find("tables"), std::string::npos) << hook << ": " << msg;
+    EXPECT_EQ(w, nullptr);
+    if (w) vmmipc_win_free(w);
+    for (auto d : descs) vmmipc_desc_free(d);
+    base.Expect(hook);
+  }
+  WindowGoesOn(c, ids, b, 970, "after the argument errors");
+  vmmipc_buf_free(b);
+  ASSERT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
 // "CollTables_AllgatherMap": the hook in CamelCase, then the call.
 std::string CaseName(const ::testing::TestParamInfo<Case> &i) {
   static const char *const names[] = {"FirstWindow", "AllgatherMap", "AllgatherDesc",

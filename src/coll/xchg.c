@@ -155,7 +155,8 @@ static vmmipc_result_t round_run(round_t *g, vmmipc_result_t local, int *seconda
   }
   vmmipc_result_t r = VMMIPC_SUCCESS;
   int ns = 0, nr = 0;
-  if (!freed) r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "a collective's notices");
+  /* A rank that failed already keeps its own record: nothing is encoded. */
+  if (!freed && !local) r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "a collective's notices");
   if (!r && !local) r = freed_cursors(c);
   uint64_t nonce = vmmipc__process_nonce();
   /* Every peer is listed even after a failure: the exchange tells them. */
@@ -365,7 +366,7 @@ vmmipc_result_t vmmipc__coll_map_exchange(struct vmmipc_comm *c, const vmmipc_bu
   int tables = mine && theirs && num_mine && num_theirs && pins && made && descs && omit;
   if (VMMIPC__INJECT("map_tables")) tables = 0; /* tests: no host memory for the exchange's tables */
   vmmipc_result_t r = VMMIPC_SUCCESS;
-  if (!tables) r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "a map collective's tables");
+  if (!tables && !local) r = vmmipc__error(VMMIPC_ERR_NO_MEMORY, "a map collective's tables"); /* as round_run */
   vmmipc__mapcache_stats_t cs;
   vmmipc__mapcache_stats(c->cache, &cs);
   int cap = cs.entries < (int)VMMIPC__CMSG_MAX_IDS ? cs.entries : (int)VMMIPC__CMSG_MAX_IDS;
