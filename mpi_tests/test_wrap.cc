@@ -117,13 +117,19 @@ class Wrap : public ::testing::Test {
     raw_.Load();
   }
   // A refused wrap: the code, a fragment of the message, no buffer.
-  void ExpectRefused(void *p, size_t size, vmmipc_result_t code, const std::string &needle) {
+  // by_driver: the driver refused a call (its CUresult is in the record).
+  void ExpectRefused(void *p, size_t size, vmmipc_result_t code, const std::string &needle, bool by_driver = false) {
     vmmipc_buf_t b = reinterpret_cast<vmmipc_buf_t>(1);
     EXPECT_EQ(vmmipc_buf_wrap(p, size, &b), code) << vmmipc_last_error();
     EXPECT_EQ(b, nullptr);
     std::string msg = vmmipc_last_error();
     EXPECT_NE(msg.find(needle), std::string::npos) << "message \"" << msg << "\" lacks \"" << needle << "\"";
     EXPECT_NE(msg.find("vmmipc_buf_wrap"), std::string::npos) << msg;
+    if (by_driver) {
+      vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+      EXPECT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
+      EXPECT_NE(info.driver_error, 0) << "no CUresult recorded: " << msg;
+    }
   }
   int dev_ = -1;
   Raw raw_;
@@ -372,12 +378,12 @@ TEST_F(Wrap, MemoryThatIsNotVmmIsRefused) {
   ASSERT_EQ(raw_.alloc(&plain, 3 * kGran), CUDA_SUCCESS);
   // A granule-aligned range inside it, so that only its kind is wrong.
   CUdeviceptr aligned = (plain + kGran - 1) / kGran * kGran;
-  ExpectRefused(reinterpret_cast<void *>(aligned), kGran, VMMIPC_ERR_UNSUPPORTED, "cuMemAlloc/cudaMalloc");
-  ExpectRefused(reinterpret_cast<void *>(plain), 4096, VMMIPC_ERR_UNSUPPORTED, "not CUDA VMM memory");
+  ExpectRefused(reinterpret_cast<void *>(aligned), kGran, VMMIPC_ERR_UNSUPPORTED, "cuMemAlloc/cudaMalloc", true);
+  ExpectRefused(reinterpret_cast<void *>(plain), 4096, VMMIPC_ERR_UNSUPPORTED, "not CUDA VMM memory", true);
   EXPECT_EQ(raw_.free(plain), CUDA_SUCCESS);
   // Host memory is not device memory at all.
   static char host[4096];
-  ExpectRefused(host, sizeof host, VMMIPC_ERR_INVALID_ARG, "not mapped device memory");
+  ExpectRefused(host, sizeof host, VMMIPC_ERR_INVALID_ARG, "not mapped device memory", true);
   base.Expect("after refusing plain memory");
 }
 
@@ -385,8 +391,8 @@ TEST_F(Wrap, ARangeWithAHoleIsRefused) {
   vt::Baseline base;
   {
     AppRange app(raw_, dev_, {{kGran}, {0}, {kGran}});  // mapped, hole, mapped
-    ExpectRefused(app.ptr(), app.size(), VMMIPC_ERR_INVALID_ARG, "hole at offset 2097152");
-    ExpectRefused(app.ptr(kGran), kGran, VMMIPC_ERR_INVALID_ARG, "not mapped device memory");
+    ExpectRefused(app.ptr(), app.size(), VMMIPC_ERR_INVALID_ARG, "hole at offset 2097152", true);
+    ExpectRefused(app.ptr(kGran), kGran, VMMIPC_ERR_INVALID_ARG, "not mapped device memory", true);
   }
   base.Expect("after refusing a range with a hole");
 }

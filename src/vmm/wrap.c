@@ -14,8 +14,8 @@
 
 /* Why no allocation handle backs `at` (cuMemRetainAllocationHandle failed
  * with `rc`): memory that is not VMM, a stream-ordered pool, or nothing. */
-static vmmipc_result_t vmmipc__wrap_explain(const vmmipc__cu_t *cu, CUdeviceptr at, CUdeviceptr start, int chunk,
-                                            CUresult rc, const char *op) {
+static vmmipc_result_t explain_why(const vmmipc__cu_t *cu, CUdeviceptr at, CUdeviceptr start, int chunk, CUresult rc,
+                                   const char *op) {
   unsigned long long off = (unsigned long long)(at - start), addr = (unsigned long long)at;
   CUdeviceptr rb = 0;
   size_t rs = 0;
@@ -48,6 +48,14 @@ static vmmipc_result_t vmmipc__wrap_explain(const vmmipc__cu_t *cu, CUdeviceptr 
                        "chunk %d (cuMemRetainAllocationHandle: %s); hint: wrap only allocations mapped back to "
                        "back, or wrap each mapped part on its own",
                        op, off, addr, chunk - 1, e);
+}
+
+/* The record holds cuMemRetainAllocationHandle's CUresult, whatever the reason. */
+static vmmipc_result_t vmmipc__wrap_explain(const vmmipc__cu_t *cu, CUdeviceptr at, CUdeviceptr start, int chunk,
+                                            CUresult rc, const char *op) {
+  vmmipc_result_t r = explain_why(cu, at, start, chunk, rc, op);
+  vmmipc__error_driver((int)rc);
+  return r;
 }
 
 /* Check chunk k (handle h, retained at `at`) and get its device and the
