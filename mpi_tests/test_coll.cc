@@ -1,6 +1,7 @@
 // Collectives: allgather/scatter of descriptors, allgather_map, bcast_map,
 // scatter_map; access per rank; all-or-nothing under injected failures.
 #include <cuda.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "desc/desc.h"
 #include "common/testhooks.h"
 #include "harness/bufs.h"
 
@@ -381,6 +383,66 @@ TEST(CollRoot, ARootThatIsNoRankFailsEveryRankAtOnce) {
   vmmipc_desc_free(d);
   if (b) vmmipc_buf_free(b);
   EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+}
+
+// The root of a descriptor scatter passes an entry for a node peer whose fd
+// is not open (here: closed and -1, a misuse): the root checks every entry
+// before anything is sent, so every rank fails at once with its
+// INVALID_ARG, naming the root, not at the timeout; the comm goes on.
+// Before, the root's transport refused the message without telling the
+// peers, which waited for it until the timeout.
+TEST(CollRoot, AScatterEntryWithoutAnOpenFdFailsEveryRankAtOnce) {
+  ASSERT_GE(vt::UseRankDevice(), 0);
+  const int me = vt::Rank(), n = vt::Size();
+  const int timeout_ms = 8000;
+  vt::Baseline base;
+  vmmipc_config_t cfg = VMMIPC_CONFIG_INIT;
+  cfg.timeout_ms = timeout_ms;
+  vmmipc_comm_t c = nullptr;
+  ASSERT_VMM_OK(vmmipc_comm_create(MPI_COMM_WORLD, &cfg, &c));
+  const int root = n - 1;
+  int victim = -1;  // the root's lowest node peer
+  for (int r = 0; r < root && victim < 0; r++) {
+    int same = 0;
+    ASSERT_VMM_OK(vmmipc_comm_same_node(c, r, &same));
+    if (same) victim = r;
+  }
+  MPI_Bcast(&victim, 1, MPI_INT, root, MPI_COMM_WORLD);
+  if (victim < 0) {
+    EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+    GTEST_SKIP() << "the root has no node peer";
+  }
+  vmmipc_buf_t b = me == root ? vt::PatternBuf(1, 4200) : nullptr;
+  std::vector<vmmipc_desc_t> descs(static_cast<size_t>(n), nullptr);
+  if (me == root) {
+    for (auto &d : descs) ASSERT_VMM_OK(vmmipc_export(b, &d));
+    close(descs[victim]->fds[0]);
+    descs[victim]->fds[0] = -1;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto t0 = std::chrono::steady_clock::now();
+  vmmipc_desc_t got = nullptr;
+  vmmipc_result_t r = vmmipc_scatter_desc(c, descs.data(), root, &got);
+  const double took = vt::Since(t0);
+  vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+  vmmipc_last_error_info(&info);
+  const std::string msg = vmmipc_last_error();
+  EXPECT_EQ(r, VMMIPC_ERR_INVALID_ARG) << msg;
+  EXPECT_TRUE(vt::SameEverywhere(r));
+  EXPECT_EQ(info.rank, root) << msg;
+  EXPECT_NE(msg.find("rank " + std::to_string(victim)), std::string::npos) << msg;
+  EXPECT_LT(took, timeout_ms / 2000.0) << "waited for the timeout: " << msg;
+  EXPECT_EQ(got, nullptr);
+  for (auto &d : descs) vmmipc_desc_free(d);
+  // The comm goes on: the same scatter with good entries.
+  if (me == root)
+    for (auto &d : descs) ASSERT_VMM_OK(vmmipc_export(b, &d));
+  ASSERT_VMM_OK(vmmipc_scatter_desc(c, descs.data(), root, &got));
+  vmmipc_desc_free(got);
+  for (auto &d : descs) vmmipc_desc_free(d);
+  if (b) vmmipc_buf_free(b);
+  EXPECT_VMM_OK(vmmipc_comm_destroy(c));
+  base.Expect("after the refused scatter");
 }
 
 // With the mapping cache on: mapping unchanged buffers again makes no new

@@ -1,4 +1,6 @@
 /* Descriptor collectives: vmmipc_allgather_desc and vmmipc_scatter_desc. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +57,22 @@ vmmipc_result_t vmmipc_allgather_desc(vmmipc_comm_t c, vmmipc_desc_t desc, vmmip
   return r;
 }
 
+/* The root's entry for rank R, checked before anything is sent: the
+ * transport refuses an fd that is not open without telling the peers,
+ * which would wait for it until the timeout. */
+static vmmipc_result_t entry_sendable(const struct vmmipc_desc *d, int R, const char *op) {
+  for (int i = 0; d && i < d->num_chunks; i++)
+    if (d->fds[i] < 0 || fcntl(d->fds[i], F_GETFD) < 0) {
+      vmmipc__error(VMMIPC_ERR_INVALID_ARG,
+                    "%s: the descriptor for rank %d: the fd of chunk %d of %d (%d) is not open; hint: a "
+                    "descriptor's fds are its own until vmmipc_desc_free (do not close them)",
+                    op, R, i + 1, d->num_chunks, d->fds[i]);
+      vmmipc__error_os(EBADF);
+      return VMMIPC_ERR_INVALID_ARG;
+    }
+  return VMMIPC_SUCCESS;
+}
+
 vmmipc_result_t vmmipc_scatter_desc(vmmipc_comm_t c, const vmmipc_desc_t *descs, int root, vmmipc_desc_t *out) {
   const char *op = "vmmipc_scatter_desc";
   if (!c) return vmmipc__error(VMMIPC_ERR_INVALID_ARG, "%s: comm is NULL", op);
@@ -86,6 +104,7 @@ vmmipc_result_t vmmipc_scatter_desc(vmmipc_comm_t c, const vmmipc_desc_t *descs,
         if (p != c->node_rank) {
           to[p] = 1;
           if (send) send[p] = local ? NULL : descs[c->rank_of[p]];
+          if (send && !local) local = entry_sendable(send[p], c->rank_of[p], op);
         }
       if (!local) local = vmmipc__desc_dup(descs[root], &own);
     } else {
