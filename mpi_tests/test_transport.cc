@@ -2125,6 +2125,60 @@ TEST(Transport, AFrameOfTheNextCollectiveAfterThePeekStaysQueued) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// What the agreement's read of a peer reports names that peer in the error
+// record (vmmipc_last_error_info's rank), as the exchange does: a frame that
+// breaks the protocol, the connection closed after it, and a hang-up.
+TEST(Transport, TheAgreementsReadNamesThePeerThatBrokeOrHungUp) {
+  WarmMpi();
+  const int base = vt::FdCount();
+  const int rank = vt::Rank();
+  auto info_of = []() {
+    vmmipc_error_info_t info = VMMIPC_ERROR_INFO_INIT;
+    EXPECT_EQ(vmmipc_last_error_info(&info), VMMIPC_SUCCESS);
+    return info;
+  };
+  {
+    World w;
+    ASSERT_NE(w.tp, nullptr);
+    if (rank == 1) {  // a HELLO on a connection long set up
+      vmmipc__frame_t f = Frame(w.conn(), 0, kColl, VMMIPC__KIND_HELLO, 0, 0, 0, 0);
+      EXPECT_EQ(Inject(w.conn(), 0, kColl, f, nullptr, 0), 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+      EXPECT_EQ(vmmipc__tp_read_coll(w.tp, 1, 2), VMMIPC__TP_READ_GONE) << LastError();
+      vmmipc_error_info_t info = info_of();
+      EXPECT_EQ(info.code, VMMIPC_ERR_INVALID_DESC) << info.message;
+      EXPECT_EQ(info.rank, 1) << info.message;
+      EXPECT_EQ(w.conn()->fd[kColl - 1][1], -1) << "the connection stays after a break of the protocol";
+      EXPECT_EQ(vmmipc__tp_read_coll(w.tp, 1, 2), VMMIPC__TP_READ_GONE) << LastError();
+      info = info_of();
+      EXPECT_EQ(info.code, VMMIPC_ERR_PEER) << info.message;
+      EXPECT_TRUE(Has(info.message, "the connection with rank 1 is closed")) << info.message;
+      EXPECT_EQ(info.rank, 1) << info.message;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  {
+    World w;
+    ASSERT_NE(w.tp, nullptr);
+    if (rank == 1) {
+      EXPECT_EQ(shutdown(w.conn()->fd[kColl - 1][0], SHUT_WR), 0) << std::strerror(errno);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+      EXPECT_EQ(vmmipc__tp_read_coll(w.tp, 1, 2), VMMIPC__TP_READ_GONE) << LastError();
+      vmmipc_error_info_t info = info_of();
+      EXPECT_EQ(info.code, VMMIPC_ERR_PEER) << info.message;
+      EXPECT_TRUE(Has(info.message, "rank 1 hung up (end of file)")) << info.message;
+      EXPECT_EQ(info.rank, 1) << info.message;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  EXPECT_EQ(vt::FdCount(), base) << "fds leaked";
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // =====================================================================================
 // Dropped connections
 // =====================================================================================

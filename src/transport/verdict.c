@@ -43,6 +43,7 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
   if (fd < 0) {
     vmmipc__error(VMMIPC_ERR_PEER, "the connection with rank %d is closed (%s)", R,
                   tp->conn->closed[p] ? tp->conn->closed[p] : "unknown reason");
+    vmmipc__error_rank(R);
     return VMMIPC__TP_READ_GONE;
   }
   vmmipc__asm_t *a = &tp->rx[VMMIPC__CTX_COLL - 1][p];
@@ -66,6 +67,8 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
       snprintf(why, sizeof why, "rank %d hung up (%s)", R, e ? vmmipc__errno_name(e) : "end of file");
       vmmipc__tp_drop_peer(tp, p, why);
       vmmipc__error(VMMIPC_ERR_PEER, "%s; hint: rank %d has probably failed or destroyed its communicator", why, R);
+      vmmipc__error_os(e);
+      vmmipc__error_rank(R);
       return VMMIPC__TP_READ_GONE;
     }
     if (rec.ctrunc) {
@@ -118,6 +121,7 @@ vmmipc__tp_read_t vmmipc__tp_read_coll(vmmipc__tp_t *tp, int p, uint64_t epoch) 
     snprintf(reason, sizeof reason, "rank %d broke the protocol: %s", R, why);
     vmmipc__tp_drop_peer(tp, p, reason);
     vmmipc__error(VMMIPC_ERR_INVALID_DESC, "receiving from rank %d: %s; the connection was closed", R, why);
+    vmmipc__error_rank(R);
     return VMMIPC__TP_READ_GONE;
   }
 }
