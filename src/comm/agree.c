@@ -1132,9 +1132,9 @@ vmmipc_result_t vmmipc__agree_io(struct vmmipc_comm *c, vmmipc_result_t local, i
    * read (it failed first, or a peer's ABORT ended its exchange) holds the
    * senders' device memory through its fds. When every rank took part, all
    * of it is queued by now (each rank's exchange ended before its outcome
-   * went out, and the verdict came after every outcome): dropped here, not
-   * by the comm's next collective, which still drops what a rank that was
-   * given up on sends later. */
+   * went out, and the verdict came after every outcome): dropped here (up
+   * to a bound per peer), not by the comm's next collective, which still
+   * drops what a rank that was given up on sends later. */
   if (r && c->tp) vmmipc__tp_drop_stale(c->tp, c->epoch);
   c->deadline_ms = 0; /* a step after this one starts a bound of its own */
   c->timing.agree_s += vmmipc__now() - t0;

@@ -133,14 +133,18 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
         continue;
       }
       if (fd < 0 || (check_pids && vmmipc__pid_gone(vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p)))) {
-        /* What it sent before it went is taken first (all of it, within
-         * the deadline: another process may hold its socket). */
-        vmmipc__tp_read_t r = VMMIPC__TP_READ_GONE;
-        while (fd >= 0) {
-          r = vmmipc__tp_read_coll(c->tp, p, c->epoch);
-          if (r != VMMIPC__TP_READ_MORE || vmmipc__now_ms() >= deadline_ms) break;
+        /* What it sent before it went is taken first, all of it: with
+         * more queued, it is read on at the next turns (the caller's
+         * slices), and decided on once it is read. */
+        vmmipc__tp_read_t r = fd < 0 ? VMMIPC__TP_READ_GONE : vmmipc__tp_read_coll(c->tp, p, c->epoch);
+        if (r == VMMIPC__TP_READ_MORE) {
+          pfd[k].fd = fd;
+          pfd[k].events = POLLIN;
+          pfd[k].revents = 0;
+          who[k++] = p;
+          continue;
         }
-        if (r == VMMIPC__TP_READ_NOTHING || r == VMMIPC__TP_READ_AHEAD || r == VMMIPC__TP_READ_MORE)
+        if (r == VMMIPC__TP_READ_NOTHING || r == VMMIPC__TP_READ_AHEAD)
           vmmipc__error(VMMIPC_ERR_PEER, "rank %d (pid %d) exited", vmmipc__conn_rank(vmmipc__tp_conn(c->tp), p),
                         (int)vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p));
         else if (fd < 0)

@@ -142,6 +142,7 @@ typedef struct xstate {
   int nrops;
   int retry_soon;
   uint64_t records; /* read so far */
+  int64_t deadline; /* the exchange's */
 } xstate_t;
 
 static vmmipc_result_t closed_error(vmmipc__tp_t *tp, int p) {
@@ -168,6 +169,25 @@ static vmmipc_result_t hung_up(vmmipc__tp_t *tp, int p, int e) {
 }
 
 static vmmipc_result_t recv_progress(xstate_t *s, rop_t *op);
+
+/* Whether the comm was aborted on this rank (vmmipc__tp_watch_abort). */
+static int aborted_here(const vmmipc__tp_t *tp) {
+  return tp->aborted && __atomic_load_n(tp->aborted, __ATOMIC_ACQUIRE);
+}
+
+/* Receives on `op` what its peer queued, all of it: a read stops after
+ * VMMIPC__TP_RECORDS_PER_TURN records, and the callers decide on what comes
+ * after it. Bounded by the deadline and an abort (a peer that keeps
+ * sending). */
+static vmmipc_result_t recv_queued(xstate_t *s, rop_t *op) {
+  uint64_t seen;
+  do {
+    seen = s->records;
+    vmmipc_result_t rc = recv_progress(s, op);
+    if (rc) return rc;
+  } while (!op->done && s->records != seen && vmmipc__now_ms() < s->deadline && !aborted_here(s->tp));
+  return VMMIPC_SUCCESS;
+}
 
 /* Records a sealed peer queued can only be finitely many: it sends nothing
  * after its END frame. A bound all the same, against a peer that breaks
@@ -219,7 +239,7 @@ static vmmipc_result_t gone(xstate_t *s, int p, int e) {
 static vmmipc_result_t send_refused(xstate_t *s, int p, int e) {
   for (int i = 0; i < s->nrops; i++)
     if (s->rops[i].peer == p && !s->rops[i].done) {
-      vmmipc_result_t rc = recv_progress(s, &s->rops[i]);
+      vmmipc_result_t rc = recv_queued(s, &s->rops[i]);
       if (rc) return rc;
       break;
     }
@@ -227,6 +247,7 @@ static vmmipc_result_t send_refused(xstate_t *s, int p, int e) {
 }
 
 static vmmipc_result_t progress(xstate_t *s, int *pending);
+static vmmipc_result_t progress_queued(xstate_t *s, int *pending);
 
 /* A point-to-point exchange also watches the collective connection of
  * every node peer (ends[p]): the END frame of a peer that aborted the comm,
@@ -246,7 +267,7 @@ static vmmipc_result_t end_from_peers(xstate_t *s, char *ends, int *pending) {
     int kind = fd >= 0 ? vmmipc__conn_peek(fd, NULL, NULL) : -2;
     if (kind == -1) continue; /* nothing yet: watched on */
     if (kind == VMMIPC__KIND_END) {
-      vmmipc_result_t rc = progress(s, pending);
+      vmmipc_result_t rc = progress_queued(s, pending);
       if (rc || !*pending) return rc;
       if ((rc = take_end(s, p, VMMIPC__CTX_COLL, 1))) return rc;
     }
@@ -543,6 +564,20 @@ static vmmipc_result_t progress(xstate_t *s, int *pending) {
   return VMMIPC_SUCCESS;
 }
 
+/* progress() until nothing more that is queued moves: every pass reads at
+ * most VMMIPC__TP_RECORDS_PER_TURN records of a peer. For the checks that
+ * decide on what comes after them (an END, a peer that exited); bounded by
+ * the deadline and an abort. */
+static vmmipc_result_t progress_queued(xstate_t *s, int *pending) {
+  uint64_t seen;
+  do {
+    seen = s->records;
+    vmmipc_result_t rc = progress(s, pending);
+    if (rc) return rc;
+  } while (*pending && s->records != seen && vmmipc__now_ms() < s->deadline && !aborted_here(s->tp));
+  return VMMIPC_SUCCESS;
+}
+
 /* Best effort, bounded: ABORT (with the current error) to every peer that
  * still waits on this rank, and in a collective to every peer this rank
  * still waits on. */
@@ -670,6 +705,7 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
   }
   const int64_t started = vmmipc__now_ms();
   const int64_t deadline = x->deadline_ms ? x->deadline_ms : started + tp->timeout_ms;
+  s.deadline = deadline;
   int64_t next_liveness = 0;
   for (;;) {
     int pending = 0;
@@ -678,7 +714,7 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
     if (!pending) break;
     if ((rc = end_from_peers(&s, ends, &pending))) goto fail;
     if (!pending) break;
-    if (tp->aborted && __atomic_load_n(tp->aborted, __ATOMIC_ACQUIRE)) {
+    if (aborted_here(tp)) {
       const int me = tp_rank(tp, tp->conn->node_rank); /* this rank aborted: named as its peers name it */
       rc = vmmipc__error(VMMIPC_ERR_ABORTED, "rank %d aborted the communicator (vmmipc_comm_abort)", me);
       vmmipc__error_rank(me);
@@ -691,11 +727,7 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
         if (!peer_pending(&s, p) || !vmmipc__pid_gone(tp->conn->pids[p])) continue;
         /* What it sent before it died is queued already: take it first,
          * all of it (within the deadline: its socket may be shared). */
-        uint64_t seen;
-        do {
-          seen = s.records;
-          if ((rc = progress(&s, &pending))) goto fail;
-        } while (peer_pending(&s, p) && s.records != seen && vmmipc__now_ms() < deadline);
+        if ((rc = progress_queued(&s, &pending))) goto fail;
         if (!peer_pending(&s, p)) continue;
         int R = tp_rank(tp, p);
         rc = vmmipc__error(VMMIPC_ERR_PEER,

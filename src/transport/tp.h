@@ -121,8 +121,8 @@ typedef enum {
   VMMIPC__TP_READ_GONE,        /* p hung up, broke the comm (END) or the protocol (connection dropped; error set) */
   VMMIPC__TP_READ_AHEAD,       /* p sent a frame of a later collective (left queued): it is past this agreement */
   VMMIPC__TP_READ_ABORTED,     /* p aborted the comm (error set) */
-  VMMIPC__TP_READ_MORE         /* VMMIPC__TP_RECORDS_PER_TURN records read, more queued: call again after the
-                                * caller's own checks (a flooding peer cannot pin this rank) */
+  VMMIPC__TP_READ_MORE         /* VMMIPC__TP_RECORDS_PER_TURN records read (more may be queued): call again
+                                * after the caller's own checks (a flooding peer cannot pin this rank) */
 } vmmipc__tp_read_t;
 /* Reads what p queued on the collective connection while this rank is in
  * the agreement of collective `epoch`: drops what is left of earlier calls,
