@@ -175,17 +175,22 @@ static int aborted_here(const vmmipc__tp_t *tp) {
   return tp->aborted && __atomic_load_n(tp->aborted, __ATOMIC_ACQUIRE);
 }
 
-/* Receives on `op` what its peer queued, all of it: a read stops after
- * VMMIPC__TP_RECORDS_PER_TURN records, and the callers decide on what comes
- * after it. Bounded by the deadline and an abort (a peer that keeps
- * sending). */
-static vmmipc_result_t recv_queued(xstate_t *s, rop_t *op) {
+static vmmipc_result_t progress(xstate_t *s, int *pending);
+
+/* Reads on until nothing more that is queued moves (a read stops after
+ * VMMIPC__TP_RECORDS_PER_TURN records), for the checks that decide on what
+ * comes after it (a refused send, an END seen first, a peer that exited):
+ * `op`'s receive only, or every operation (progress). Bounded by the
+ * deadline and an abort (a peer that keeps sending). */
+static vmmipc_result_t read_on(xstate_t *s, rop_t *op, int *pending) {
   uint64_t seen;
+  int more;
   do {
     seen = s->records;
-    vmmipc_result_t rc = recv_progress(s, op);
+    vmmipc_result_t rc = op ? recv_progress(s, op) : progress(s, pending);
     if (rc) return rc;
-  } while (!op->done && s->records != seen && vmmipc__now_ms() < s->deadline && !aborted_here(s->tp));
+    more = op ? !op->done : *pending;
+  } while (more && s->records != seen && vmmipc__now_ms() < s->deadline && !aborted_here(s->tp));
   return VMMIPC_SUCCESS;
 }
 
@@ -239,15 +244,13 @@ static vmmipc_result_t gone(xstate_t *s, int p, int e) {
 static vmmipc_result_t send_refused(xstate_t *s, int p, int e) {
   for (int i = 0; i < s->nrops; i++)
     if (s->rops[i].peer == p && !s->rops[i].done) {
-      vmmipc_result_t rc = recv_queued(s, &s->rops[i]);
+      vmmipc_result_t rc = read_on(s, &s->rops[i], NULL);
       if (rc) return rc;
       break;
     }
   return gone(s, p, e);
 }
 
-static vmmipc_result_t progress(xstate_t *s, int *pending);
-static vmmipc_result_t progress_queued(xstate_t *s, int *pending);
 
 /* A point-to-point exchange also watches the collective connection of
  * every node peer (ends[p]): the END frame of a peer that aborted the comm,
@@ -267,7 +270,7 @@ static vmmipc_result_t end_from_peers(xstate_t *s, char *ends, int *pending) {
     int kind = fd >= 0 ? vmmipc__conn_peek(fd, NULL, NULL) : -2;
     if (kind == -1) continue; /* nothing yet: watched on */
     if (kind == VMMIPC__KIND_END) {
-      vmmipc_result_t rc = progress_queued(s, pending);
+      vmmipc_result_t rc = read_on(s, NULL, pending);
       if (rc || !*pending) return rc;
       if ((rc = take_end(s, p, VMMIPC__CTX_COLL, 1))) return rc;
     }
@@ -564,20 +567,6 @@ static vmmipc_result_t progress(xstate_t *s, int *pending) {
   return VMMIPC_SUCCESS;
 }
 
-/* progress() until nothing more that is queued moves: every pass reads at
- * most VMMIPC__TP_RECORDS_PER_TURN records of a peer. For the checks that
- * decide on what comes after them (an END, a peer that exited); bounded by
- * the deadline and an abort. */
-static vmmipc_result_t progress_queued(xstate_t *s, int *pending) {
-  uint64_t seen;
-  do {
-    seen = s->records;
-    vmmipc_result_t rc = progress(s, pending);
-    if (rc) return rc;
-  } while (*pending && s->records != seen && vmmipc__now_ms() < s->deadline && !aborted_here(s->tp));
-  return VMMIPC_SUCCESS;
-}
-
 /* Best effort, bounded: ABORT (with the current error) to every peer that
  * still waits on this rank, and in a collective to every peer this rank
  * still waits on. */
@@ -727,7 +716,7 @@ vmmipc_result_t vmmipc__tp_exchange(vmmipc__tp_t *tp, vmmipc__tp_xchg_t *x) {
         if (!peer_pending(&s, p) || !vmmipc__pid_gone(tp->conn->pids[p])) continue;
         /* What it sent before it died is queued already: take it first,
          * all of it (within the deadline: its socket may be shared). */
-        if ((rc = progress_queued(&s, &pending))) goto fail;
+        if ((rc = read_on(&s, NULL, &pending))) goto fail;
         if (!peer_pending(&s, p)) continue;
         int R = tp_rank(tp, p);
         rc = vmmipc__error(VMMIPC_ERR_PEER,
