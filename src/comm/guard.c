@@ -91,6 +91,27 @@ void vmmipc__tell_untold(struct vmmipc_comm *c, const char *op) {
   vmmipc__error_restore(&keep);
 }
 
+/* Lets the comm go, held by this thread (vmmipc__hold). An abort from
+ * another thread while it was held could not tell the peers (it found the
+ * comm held), so this thread does, holding the comm as an abort does (a
+ * destroy waits that out): after a call, and after a call refused at entry
+ * too. `linger`: the leave_linger test hook's second pause. */
+static void let_go(struct vmmipc_comm *c, int linger) {
+  /* Counted in before letting go: a destroy on another thread may take the
+   * comm at once, and its free then waits for this thread (abort.c). */
+  vmmipc__linger(c);
+  __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
+  if (linger) VMMIPC__STALL(300); /* a destroy on another thread takes the comm here */
+  int idle = 0;
+  if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST) && !__atomic_load_n(&c->abort_told, __ATOMIC_SEQ_CST) &&
+      __atomic_compare_exchange_n(&c->busy, &idle, VMMIPC__BUSY_ABORT, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+    vmmipc__announce_abort(c); /* outside the call now, as the abort itself would */
+    __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
+  }
+  vmmipc__unlinger(c); /* this thread's last touch of c */
+}
+
 vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collective) {
   /* An abort telling the peers is waited out: the call then fails ABORTED,
    * as one that came after it, not BUSY. */
@@ -106,8 +127,7 @@ vmmipc_result_t vmmipc__enter(struct vmmipc_comm *c, const char *op, int collect
   MPI_Finalized(&finalized); /* asked once per call: enter_process needs it too */
   vmmipc_result_t r = vmmipc__enter_process(c->thread_level, finalized, op);
   if (r) {
-    __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
-    __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+    let_go(c, 0); /* an abort that landed meanwhile is told here */
     return r;
   }
   if (c->check) c->check(c); /* a failure a host sync call recorded breaks the comm now (untold) */
@@ -166,22 +186,7 @@ void vmmipc__leave(struct vmmipc_comm *c) {
   vmmipc__leave_process();
   const int linger = VMMIPC__INJECT("leave_linger");
   if (linger) VMMIPC__STALL(300); /* still holding the comm */
-  /* Counted in before letting go: a destroy on another thread may take the
-   * comm at once, and its free then waits for this thread (abort.c). */
-  vmmipc__linger(c);
-  __atomic_store_n(&c->busy_op, (const char *)NULL, __ATOMIC_RELAXED);
-  __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
-  if (linger) VMMIPC__STALL(300); /* a destroy on another thread takes the comm here */
-  /* vmmipc_comm_abort from another thread while this call held the comm,
-   * after the test above: it could not tell the peers, so this thread does,
-   * holding the comm as an abort does (a destroy waits that out). */
-  int idle = 0;
-  if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST) && !__atomic_load_n(&c->abort_told, __ATOMIC_SEQ_CST) &&
-      __atomic_compare_exchange_n(&c->busy, &idle, VMMIPC__BUSY_ABORT, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-    vmmipc__announce_abort(c); /* outside the call now, as the abort itself would */
-    __atomic_store_n(&c->busy, 0, __ATOMIC_SEQ_CST);
-  }
-  vmmipc__unlinger(c); /* this thread's last touch of c */
+  let_go(c, linger);
 }
 
 void vmmipc__tell_abort(struct vmmipc_comm *c) {
