@@ -31,7 +31,7 @@ vmmipc_result_t vmmipc__enter_process(int thread_level, int finalized, const cha
    * job), and the call makes no MPI call: an aborted or broken comm's calls
    * are refused, its destroy is local. */
   if (thread_level < MPI_THREAD_SERIALIZED && !finalized) {
-    if (VMMIPC__INJECT("thread_check_slow")) VMMIPC__STALL(300); /* not counted yet: nobody is refused BUSY */
+    if (VMMIPC__INJECT("thread_check_slow")) VMMIPC__STALL(300); /* not counted yet (the comm is held, though) */
     int main_thread = 0;
     MPI_Is_thread_main(&main_thread);
     if (!main_thread)
