@@ -192,9 +192,14 @@ def test_interpreter_exit_with_open_objects(tmp_path):
 
 
 CHILD_HUNG = r"""
-import ctypes, sys
+import atexit, ctypes, sys, time
+T0 = time.monotonic()
+# Where an exit's time goes, for the parent's message (atexit runs these
+# last first): after mpi4py's MPI_Finalize, and after vmmipc's handler.
+atexit.register(lambda: print("child: MPI finalized at %%.1f s" %% (time.monotonic() - T0), flush=True))
 sys.path.insert(0, %r)
 from mpi4py import MPI
+atexit.register(lambda: print("child: vmmipc's exit handler done at %%.1f s" %% (time.monotonic() - T0), flush=True))
 import vmmipc
 from support import driver_fn
 vmmipc.set_device(0)
