@@ -133,28 +133,22 @@ int vmmipc__mpi_wait_watch(struct vmmipc_comm *c, MPI_Request *reqs, int n, int6
         continue;
       }
       if (fd < 0 || (check_pids && vmmipc__pid_gone(vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p)))) {
-        /* What it sent before it went is taken first, all of it: with
-         * more queued, it is read on at the next turns (the caller's
-         * slices), and decided on once it is read. */
+        /* What it sent before it went is taken first, all of it: with more
+         * queued, it is watched on below and read at the next turns. */
         vmmipc__tp_read_t r = fd < 0 ? VMMIPC__TP_READ_GONE : vmmipc__tp_read_coll(c->tp, p, c->epoch);
-        if (r == VMMIPC__TP_READ_MORE) {
-          pfd[k].fd = fd;
-          pfd[k].events = POLLIN;
-          pfd[k].revents = 0;
-          who[k++] = p;
-          continue;
+        if (r != VMMIPC__TP_READ_MORE) {
+          if (r == VMMIPC__TP_READ_NOTHING || r == VMMIPC__TP_READ_AHEAD)
+            vmmipc__error(VMMIPC_ERR_PEER, "rank %d (pid %d) exited", vmmipc__conn_rank(vmmipc__tp_conn(c->tp), p),
+                          (int)vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p));
+          else if (fd < 0)
+            vmmipc__tp_read_coll(c->tp, p, c->epoch); /* sets the error naming it */
+          *gone = p;
+          /* Closed by its END frame (an abort) in the exchange: an abort still. */
+          int aborted = r == VMMIPC__TP_READ_ABORTED || (fd < 0 && vmmipc__tp_aborted_by(c->tp) == p);
+          *gone_code = aborted ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
+          rc = VMMIPC__WAIT_GONE;
+          goto out;
         }
-        if (r == VMMIPC__TP_READ_NOTHING || r == VMMIPC__TP_READ_AHEAD)
-          vmmipc__error(VMMIPC_ERR_PEER, "rank %d (pid %d) exited", vmmipc__conn_rank(vmmipc__tp_conn(c->tp), p),
-                        (int)vmmipc__conn_pid(vmmipc__tp_conn(c->tp), p));
-        else if (fd < 0)
-          vmmipc__tp_read_coll(c->tp, p, c->epoch); /* sets the error naming it */
-        *gone = p;
-        /* Closed by its END frame (an abort) in the exchange: an abort still. */
-        int aborted = r == VMMIPC__TP_READ_ABORTED || (fd < 0 && vmmipc__tp_aborted_by(c->tp) == p);
-        *gone_code = aborted ? VMMIPC_ERR_ABORTED : VMMIPC_ERR_PEER;
-        rc = VMMIPC__WAIT_GONE;
-        goto out;
       }
       pfd[k].fd = fd;
       pfd[k].events = POLLIN;

@@ -29,11 +29,16 @@ int vmmipc__test_should_fail(const char *step) {
 }
 static int vmmipc__stalling; /* threads inside a stall now (__atomic builtins) */
 
-void vmmipc__test_sleep_ms(int ms) {
-  __atomic_fetch_add(&vmmipc__stalling, 1, __ATOMIC_SEQ_CST);
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+/* Sleeps us microseconds, signals or not. */
+static void nap_us(long long us) {
+  struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000L};
   while (nanosleep(&ts, &ts) != 0) {
   }
+}
+
+void vmmipc__test_sleep_ms(int ms) {
+  __atomic_fetch_add(&vmmipc__stalling, 1, __ATOMIC_SEQ_CST);
+  nap_us(1000LL * ms);
   __atomic_fetch_sub(&vmmipc__stalling, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -87,11 +92,7 @@ void vmmipc__test_record_pause_us(int us) { __atomic_store_n(&vmmipc__record_pau
 
 void vmmipc__test_record_pause(void) {
   int us = __atomic_load_n(&vmmipc__record_pause, __ATOMIC_RELAXED);
-  if (us) {
-    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-  }
+  if (us) nap_us(us);
 }
 #else
 /* Keeps the translation unit non-empty in release builds. */

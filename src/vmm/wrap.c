@@ -14,8 +14,8 @@
 
 /* Why no allocation handle backs `at` (cuMemRetainAllocationHandle failed
  * with `rc`): memory that is not VMM, a stream-ordered pool, or nothing. */
-static vmmipc_result_t explain_why(const vmmipc__cu_t *cu, CUdeviceptr at, CUdeviceptr start, int chunk, CUresult rc,
-                                   const char *op) {
+static vmmipc_result_t vmmipc__wrap_explain(const vmmipc__cu_t *cu, CUdeviceptr at, CUdeviceptr start, int chunk,
+                                            CUresult rc, const char *op) {
   unsigned long long off = (unsigned long long)(at - start), addr = (unsigned long long)at;
   CUdeviceptr rb = 0;
   size_t rs = 0;
@@ -48,14 +48,6 @@ static vmmipc_result_t explain_why(const vmmipc__cu_t *cu, CUdeviceptr at, CUdev
                        "chunk %d (cuMemRetainAllocationHandle: %s); hint: wrap only allocations mapped back to "
                        "back, or wrap each mapped part on its own",
                        op, off, addr, chunk - 1, e);
-}
-
-/* The record holds cuMemRetainAllocationHandle's CUresult, whatever the reason. */
-static vmmipc_result_t vmmipc__wrap_explain(const vmmipc__cu_t *cu, CUdeviceptr at, CUdeviceptr start, int chunk,
-                                            CUresult rc, const char *op) {
-  vmmipc_result_t r = explain_why(cu, at, start, chunk, rc, op);
-  vmmipc__error_driver((int)rc);
-  return r;
 }
 
 /* Check chunk k (handle h, retained at `at`) and get its device and the
@@ -132,6 +124,7 @@ vmmipc_result_t vmmipc_buf_wrap(void *ptr, size_t size, vmmipc_buf_t *out) {
     CUresult rc = cu->cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)at);
     if (rc) {
       r = vmmipc__wrap_explain(cu, at, start, k, rc, op);
+      vmmipc__error_driver((int)rc); /* whatever the reason it gives */
       goto fail;
     }
     b->chunks[b->num_chunks].handle = h;
